@@ -1,0 +1,52 @@
+# Tidal — the two README commands:
+#   make test   install everything needed on a fresh machine, build the lab, run the whole suite
+#   make site   ansible-playbook playbooks/site.yml against the default inventory (the lab)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Debian packages the suite needs; later issues append theirs here.
+DEBIAN_PACKAGES ?= prometheus
+PYTEST_ARGS ?=
+
+.PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean
+
+venv: $(BIN)/.installed
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# Installs only what is missing; needs root (or sudo) the first time.
+debian-packages:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+lab-build: venv
+	$(BIN)/tidal lab build
+
+test: venv debian-packages lab-build
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+site: venv debian-packages
+	$(BIN)/ansible-playbook playbooks/site.yml
+
+lab-up: venv debian-packages
+	$(BIN)/tidal lab up
+lab-down: venv
+	$(BIN)/tidal lab down
+lab-status: venv
+	$(BIN)/tidal lab status
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

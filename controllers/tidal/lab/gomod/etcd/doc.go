@@ -1,0 +1,2 @@
+// Package lab pins the upstream etcd release the Tidal lab runs.
+package lab

@@ -1,0 +1,2 @@
+// Package lab pins the upstream kwok release that simulates the lab's nodes.
+package lab

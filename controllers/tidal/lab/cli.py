@@ -1,0 +1,96 @@
+"""`tidal lab build|up|down|status|kubeconfig|logs`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tidal.lab import build as lab_build
+from tidal.lab.components import COMPONENT_NAMES
+from tidal.lab.lab import Lab, LabError, LabStatus
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidal lab", description=(
+        "A real local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, "
+        "Volcano, kwok nodes, Prometheus) on 127.0.0.1."))
+    parser.add_argument("--dir", default=os.environ.get("TIDAL_LAB_DIR"),
+                        help="lab state directory (default $TIDAL_LAB_DIR or ~/.cache/tidal/lab/run)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the pinned upstream binaries into the cache")
+    b.add_argument("--force", action="store_true", help="rebuild even when cached")
+    up = sub.add_parser("up", help="start (or reuse) the lab; builds binaries when missing")
+    up.add_argument("--nodes", type=int, default=3, help="fake kwok nodes to create (default 3)")
+    up.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
+    down = sub.add_parser("down", help="stop every lab process")
+    down.add_argument("--wipe", action="store_true", help="also delete the lab's state (etcd data, PKI, logs)")
+    status = sub.add_parser("status", help="health of every component and node")
+    status.add_argument("--json", action="store_true")
+    sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    logs = sub.add_parser("logs", help="print a component's log")
+    logs.add_argument("component", choices=COMPONENT_NAMES)
+    logs.add_argument("-n", "--lines", type=int, default=100)
+    logs.add_argument("-f", "--follow", action="store_true")
+    return parser
+
+
+def format_status(status: LabStatus) -> str:
+    if not status.components:
+        return f"lab at {status.lab_dir}: not created (run `tidal lab up`)"
+    lines = [f"lab at {status.lab_dir}: {'healthy' if status.healthy else 'NOT healthy'}",
+             f"kubeconfig: {status.kubeconfig}"]
+    width = max(len(c.name) for c in status.components)
+    for c in status.components:
+        mark = "ok  " if c.healthy else "FAIL"
+        pid = f"pid {c.pid}" if c.pid else "-"
+        lines.append(f"  {mark} {c.name:<{width}}  {pid:<11} {c.endpoint}  {c.detail}")
+    for node in status.nodes:
+        if "error" in node:
+            lines.append(f"  nodes: {node['error']}")
+        else:
+            lines.append(f"  node {node['name']}: {'Ready' if node['ready'] else 'NotReady'} "
+                         f"cpu={node['cpu']} memory={node['memory']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    lab = Lab(args.dir)
+    try:
+        if args.command == "build":
+            print(lab_build.build(force=args.force))
+        elif args.command == "up":
+            result = lab.up(nodes=args.nodes, build_binaries=not args.no_build)
+            if result.started or result.nodes_created:
+                print("started: " + ", ".join(result.started + [f"node {n}" for n in result.nodes_created]))
+            if result.reused:
+                print("reused: " + ", ".join(result.reused))
+            status = lab.status()
+            print(format_status(status))
+            return 0 if status.healthy else 1
+        elif args.command == "down":
+            stopped = lab.down(wipe=args.wipe)
+            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running")
+                  + ("; state wiped" if args.wipe else ""))
+        elif args.command == "status":
+            status = lab.status()
+            print(json.dumps(status.to_json(), indent=2) if args.json else format_status(status))
+            return 0 if status.healthy else 1
+        elif args.command == "kubeconfig":
+            print(lab.kubeconfig_path)
+        elif args.command == "logs":
+            path = lab.logs_dir / f"{args.component}.log"
+            if not path.exists():
+                print(f"no log for {args.component} at {path}", file=sys.stderr)
+                return 1
+            cmd = ["tail", "-n", str(args.lines)] + (["-F"] if args.follow else []) + [str(path)]
+            return subprocess.call(cmd)
+    except (LabError, lab_build.LabBuildError) as err:
+        print(f"tidal lab {args.command}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,244 @@
+"""The lab's components: how each one is started and how its health is read.
+
+Every component listens on 127.0.0.1 only, on ports chosen when the lab is first
+created and kept across restarts (kubeconfigs handed out stay valid).
+"""
+from __future__ import annotations
+
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tidal.lab.pki import API_SERVICE_IP, SERVICE_CLUSTER_IP_RANGE, LabPKI
+
+# Every port the lab needs, by purpose.
+PORT_NAMES = (
+    "etcd_client", "etcd_peer", "etcd_metrics", "apiserver", "controller_manager",
+    "volcano_scheduler_healthz", "volcano_scheduler_metrics",
+    "volcano_controllers_healthz", "volcano_controllers_metrics", "kwok", "prometheus",
+)
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_ANNOTATION_VALUE = "fake"
+
+
+@dataclass
+class LabContext:
+    """What a component needs to build its command line."""
+
+    lab_dir: Path
+    bin_dir: Path
+    assets_dir: Path
+    ports: dict[str, int]
+    pki: LabPKI
+    admin_kubeconfig: Path
+    controller_manager_kubeconfig: Path
+    prometheus_binary: str
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def url(self, port_name: str, path: str, scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.ports[port_name]}{path}"
+
+
+@dataclass(frozen=True)
+class Health:
+    healthy: bool
+    detail: str
+
+
+def probe(url: str, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> Health:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
+            body = resp.read(200).decode(errors="replace").strip()
+            return Health(200 <= resp.status < 300, f"{resp.status} {body[:80]}")
+    except urllib.error.HTTPError as err:
+        return Health(False, f"{err.code} {err.read(200).decode(errors='replace').strip()[:120]}")
+    except (OSError, ssl.SSLError) as err:
+        return Health(False, str(getattr(err, "reason", err)))
+
+
+def admin_tls(ctx: LabContext) -> ssl.SSLContext:
+    tls = ssl.create_default_context(cafile=str(ctx.pki.ca.cert))
+    tls.load_cert_chain(str(ctx.pki.admin.cert), str(ctx.pki.admin.key))
+    return tls
+
+
+def _unverified_tls() -> ssl.SSLContext:
+    # kube-controller-manager serves /healthz with a self-signed certificate it makes itself.
+    tls = ssl.create_default_context()
+    tls.check_hostname = False
+    tls.verify_mode = ssl.CERT_NONE
+    return tls
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    command: Callable[[LabContext], list[str]]
+    health: Callable[[LabContext], Health]
+    endpoint: Callable[[LabContext], str]
+    metrics_path: str | None = None
+    depends_on: tuple[str, ...] = field(default=())
+
+
+def _etcd(ctx: LabContext) -> list[str]:
+    peer = ctx.url("etcd_peer", "")
+    return [
+        str(ctx.bin_dir / "etcd"), "--name", "lab", "--data-dir", str(ctx.lab_dir / "etcd"),
+        "--listen-client-urls", ctx.url("etcd_client", ""),
+        "--advertise-client-urls", ctx.url("etcd_client", ""),
+        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+        "--initial-cluster", f"lab={peer}",
+        "--listen-metrics-urls", ctx.url("etcd_metrics", ""),
+        # A lab survives losing its last writes on a crash; skipping fsync keeps the
+        # API server fast on a shared disk.
+        "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3),
+        "--log-level", "warn",
+    ]
+
+
+def _apiserver(ctx: LabContext) -> list[str]:
+    pki = ctx.pki
+    return [
+        str(ctx.bin_dir / "kube-apiserver"),
+        "--etcd-servers", ctx.url("etcd_client", ""),
+        "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+        "--secure-port", str(ctx.ports["apiserver"]),
+        "--cert-dir", str(ctx.lab_dir / "apiserver-certs"),
+        "--tls-cert-file", str(pki.apiserver.cert), "--tls-private-key-file", str(pki.apiserver.key),
+        "--client-ca-file", str(pki.ca.cert),
+        "--service-account-key-file", str(pki.service_account_pub),
+        "--service-account-signing-key-file", str(pki.service_account_key),
+        "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+        "--api-audiences", "https://kubernetes.default.svc.cluster.local",
+        "--service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE,
+        "--authorization-mode", "Node,RBAC",
+        "--enable-admission-plugins", "NodeRestriction",
+        "--allow-privileged=true",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def _controller_manager(ctx: LabContext) -> list[str]:
+    kubeconfig = str(ctx.controller_manager_kubeconfig)
+    return [
+        str(ctx.bin_dir / "kube-controller-manager"),
+        "--kubeconfig", kubeconfig, "--authentication-kubeconfig", kubeconfig,
+        "--authorization-kubeconfig", kubeconfig,
+        "--bind-address", "127.0.0.1", "--secure-port", str(ctx.ports["controller_manager"]),
+        "--cert-dir", str(ctx.lab_dir / "controller-manager-certs"),
+        "--leader-elect=false",
+        "--use-service-account-credentials=true",
+        "--service-account-private-key-file", str(ctx.pki.service_account_key),
+        "--root-ca-file", str(ctx.pki.ca.cert),
+        "--cluster-signing-cert-file", str(ctx.pki.ca.cert),
+        "--cluster-signing-key-file", str(ctx.pki.ca.key),
+        "--service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE,
+        "--controllers", "*",
+        "--v=1",
+    ]
+
+
+def _volcano_controllers(ctx: LabContext) -> list[str]:
+    return [
+        str(ctx.bin_dir / "vc-controller-manager"), "--kubeconfig", str(ctx.admin_kubeconfig),
+        "--scheduler-name", "volcano", "--leader-elect=false",
+        "--enable-healthz", "--healthz-address", f"127.0.0.1:{ctx.ports['volcano_controllers_healthz']}",
+        "--enable-metrics", "--listen-address", f"127.0.0.1:{ctx.ports['volcano_controllers_metrics']}",
+        "--v=2",
+    ]
+
+
+def _volcano_scheduler(ctx: LabContext) -> list[str]:
+    return [
+        str(ctx.bin_dir / "vc-scheduler"), "--kubeconfig", str(ctx.admin_kubeconfig),
+        "--scheduler-name", "volcano", "--leader-elect=false",
+        "--scheduler-conf", str(ctx.lab_dir / "volcano-scheduler.conf"),
+        "--enable-healthz", "--healthz-address", f"127.0.0.1:{ctx.ports['volcano_scheduler_healthz']}",
+        "--enable-metrics", "--listen-address", f"127.0.0.1:{ctx.ports['volcano_scheduler_metrics']}",
+        "--cache-dumper=false",
+        "--v=3",
+    ]
+
+
+def _kwok(ctx: LabContext) -> list[str]:
+    return [
+        str(ctx.bin_dir / "kwok"), "--kubeconfig", str(ctx.admin_kubeconfig),
+        "--config", str(ctx.lab_dir / "kwok.yaml"),
+        "--manage-nodes-with-annotation-selector",
+        f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE}",
+        "--server-address", f"127.0.0.1:{ctx.ports['kwok']}",
+        "--node-lease-duration-seconds", "40",
+        "--cidr", "10.244.0.0/16", "--node-ip", "127.0.0.1",
+    ]
+
+
+def _prometheus(ctx: LabContext) -> list[str]:
+    return [
+        ctx.prometheus_binary, "--config.file", str(ctx.lab_dir / "prometheus.yml"),
+        "--storage.tsdb.path", str(ctx.lab_dir / "prometheus-data"),
+        "--storage.tsdb.retention.time", "2d",
+        "--web.listen-address", f"127.0.0.1:{ctx.ports['prometheus']}",
+        "--web.enable-lifecycle",
+        "--log.level", "warn",
+    ]
+
+
+def _http(port_name: str, path: str) -> Callable[[LabContext], Health]:
+    return lambda ctx: probe(ctx.url(port_name, path))
+
+
+COMPONENTS: tuple[Component, ...] = (
+    Component("etcd", _etcd, _http("etcd_client", "/health"),
+              lambda c: c.url("etcd_client", "")),
+    Component("kube-apiserver", _apiserver,
+              lambda c: probe(c.apiserver_url + "/readyz", admin_tls(c)),
+              lambda c: c.apiserver_url, depends_on=("etcd",)),
+    Component("kube-controller-manager", _controller_manager,
+              lambda c: probe(c.url("controller_manager", "/healthz", "https"), _unverified_tls()),
+              lambda c: c.url("controller_manager", "", "https"), depends_on=("kube-apiserver",)),
+    Component("volcano-controller-manager", _volcano_controllers,
+              _http("volcano_controllers_healthz", "/healthz"),
+              lambda c: c.url("volcano_controllers_healthz", ""), depends_on=("kube-apiserver",)),
+    Component("volcano-scheduler", _volcano_scheduler,
+              _http("volcano_scheduler_healthz", "/healthz"),
+              lambda c: c.url("volcano_scheduler_healthz", ""), depends_on=("kube-apiserver",)),
+    Component("kwok", _kwok, _http("kwok", "/healthz"), lambda c: c.url("kwok", ""),
+              depends_on=("kube-apiserver",)),
+    Component("prometheus", _prometheus, _http("prometheus", "/-/ready"),
+              lambda c: c.url("prometheus", "")),
+)
+
+COMPONENT_NAMES = tuple(c.name for c in COMPONENTS)
+
+
+def prometheus_config(ctx: LabContext) -> dict:
+    """Scrape every lab target that exposes metrics, each on loopback."""
+    def static(job: str, port_name: str, **extra) -> dict:
+        return {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{ctx.ports[port_name]}"]}],
+                **extra}
+
+    admin_tls_config = {"ca_file": str(ctx.pki.ca.cert), "cert_file": str(ctx.pki.admin.cert),
+                        "key_file": str(ctx.pki.admin.key)}
+    return {
+        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+        "scrape_configs": [
+            static("prometheus", "prometheus"),
+            static("etcd", "etcd_metrics"),
+            static("kube-apiserver", "apiserver", scheme="https", tls_config=admin_tls_config),
+            static("volcano-scheduler", "volcano_scheduler_metrics"),
+            static("volcano-controller-manager", "volcano_controllers_metrics"),
+            static("kwok", "kwok"),
+        ],
+    }
+
+
+__all__ = ["API_SERVICE_IP", "COMPONENTS", "COMPONENT_NAMES", "Component", "Health", "LabContext",
+           "PORT_NAMES", "prometheus_config", "probe"]

@@ -1,0 +1,1 @@
+pytest_plugins = ["tidal.lab.pytest_plugin"]

@@ -26,7 +26,9 @@ class LabBuildError(RuntimeError):
 
 
 # Upstream files copied into the assets directory: (module, path in module, asset name).
-VOLCANO_CRD_GLOB = "config/crd/volcano/bases/*.yaml"
+# Volcano's controller-manager waits for informers of every kind it knows, the
+# flow.volcano.sh ones included: without their CRDs it never starts its controllers.
+VOLCANO_CRD_GLOBS = ("config/crd/volcano/bases/*.yaml", "config/crd/jobflow/bases/*.yaml")
 KWOK_STAGES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -74,8 +76,21 @@ def missing_binaries(bin_dir: Path | None = None) -> list[Binary]:
     return [b for b in BINARIES if not os.access(bin_dir / b.name, os.X_OK)]
 
 
+def _asset_sources() -> dict:
+    return {"volcano": list(VOLCANO_CRD_GLOBS), "kwok": list(KWOK_STAGES)}
+
+
+def assets_current() -> bool:
+    """True when the cached assets were copied from the sources this code names."""
+    try:
+        info = json.loads((versions.assets_dir() / "BUILD-INFO.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("asset_sources") == _asset_sources()
+
+
 def is_built() -> bool:
-    return not missing_binaries() and (versions.assets_dir() / "BUILD-INFO.json").exists()
+    return not missing_binaries() and assets_current()
 
 
 def _module_workdir(module_dir: str) -> Path:
@@ -134,11 +149,15 @@ def _copy_assets(log: Callable[[str], None]) -> None:
     crd_dir = assets / "volcano-crds"
     stage_dir = assets / "kwok-stages"
     for d in (crd_dir, stage_dir):
-        d.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
     volcano_src = _module_dir_of("volcano", "volcano.sh/volcano", log)
-    crds = sorted(volcano_src.glob(VOLCANO_CRD_GLOB))
-    if not crds:
-        raise LabBuildError(f"no Volcano CRDs under {volcano_src}/{VOLCANO_CRD_GLOB}")
+    crds = []
+    for pattern in VOLCANO_CRD_GLOBS:
+        found = sorted(volcano_src.glob(pattern))
+        if not found:
+            raise LabBuildError(f"no Volcano CRDs under {volcano_src}/{pattern}")
+        crds.extend(found)
     for crd in crds:
         shutil.copyfile(crd, crd_dir / crd.name)
     kwok_src = _module_dir_of("kwok", "sigs.k8s.io/kwok", log)
@@ -150,6 +169,7 @@ def _copy_assets(log: Callable[[str], None]) -> None:
         "volcano": versions.VOLCANO_VERSION,
         "kwok": versions.KWOK_VERSION,
         "go": check_go(),
+        "asset_sources": _asset_sources(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (assets / "BUILD-INFO.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -172,7 +192,7 @@ def build(force: bool = False, only: Iterable[str] = (), log: Callable[[str], No
     started = time.monotonic()
     for binary in todo:
         _build_one(binary, bin_dir / binary.name, log)
-    if todo or force or not (versions.assets_dir() / "BUILD-INFO.json").exists():
+    if todo or force or not assets_current():
         _copy_assets(log)
     if todo:
         log(f"lab binaries built in {time.monotonic() - started:.0f}s")

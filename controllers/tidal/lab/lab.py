@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import yaml
 
 from tidal.lab import build, kubeconfig, processes, versions
-from tidal.lab.components import (COMPONENTS, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE,
+from tidal.lab.components import (COMPONENT_NAMES, COMPONENTS, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE,
                                   PORT_NAMES, Component, LabContext, prometheus_config)
 from tidal.lab.pki import ensure_lab_pki
 
@@ -191,15 +191,16 @@ class Lab:
             record = records.get(component.name)
             if record and processes.alive(record) and component.health(ctx).healthy:
                 result.reused.append(component.name)
-                continue
-            if record:
-                processes.stop(record)
-            record = self._start(component, ctx)
-            records[component.name] = record
-            state["processes"] = {n: r.to_json() for n, r in records.items()}
-            self._save_state(state)
-            result.started.append(component.name)
+            else:
+                if record:
+                    processes.stop(record)
+                records[component.name] = self._start(component, ctx)
+                state["processes"] = {n: r.to_json() for n, r in records.items()}
+                self._save_state(state)
+                result.started.append(component.name)
             if component.name == "kube-apiserver":
+                # Every time, not only on first start: Volcano's controller-manager waits
+                # forever for informers whose CRDs are missing. Server-side apply is idempotent.
                 self._install_volcano_crds()
         result.nodes_created = self.ensure_nodes(nodes)
         self._wait_nodes_ready()
@@ -338,8 +339,12 @@ class Lab:
         with self._locked():
             state = self._load_state()
             stopped = []
-            for name, record in reversed(list(self._records(state).items())):
-                if processes.stop(record):
+            records = self._records(state)
+            # Reverse start order (the state file sorts its keys); unknown names last.
+            order = [n for n in reversed(COMPONENT_NAMES) if n in records]
+            order += [n for n in records if n not in order]
+            for name in order:
+                if processes.stop(records[name]):
                     stopped.append(name)
             state["processes"] = {}
             if wipe:

@@ -8,6 +8,7 @@ session starts faster).
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -29,3 +30,16 @@ def lab():
 def lab_api(lab):
     with lab.api_client() as api:
         yield api
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    """Poll `predicate` until it returns something truthy and return that; on timeout
+    fail the test naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")

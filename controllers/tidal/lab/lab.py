@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import json
 import shutil
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from tidal.lab import build, kubeconfig, processes, versions
 from tidal.lab.components import (COMPONENT_NAMES, COMPONENTS, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE,
                                   PORT_NAMES, Component, LabContext, prometheus_config)
 from tidal.lab.pki import ensure_lab_pki
+from tidal.lab.ports import free_ports, port_free
 
 ASSETS_IN_PACKAGE = Path(__file__).resolve().parent / "assets"
 NODE_NAME_PREFIX = "lab-node-"
@@ -69,28 +69,6 @@ class UpResult:
     started: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     nodes_created: list[str] = field(default_factory=list)
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def _log_tail(path: str, lines: int = 25) -> str:
@@ -159,10 +137,10 @@ class Lab:
         if set(ports) >= set(PORT_NAMES):
             if any(processes.alive(r) for r in records.values()):
                 return ports
-            if all(_port_free(p) for p in ports.values()):
+            if all(port_free(p) for p in ports.values()):
                 return ports
             self.log("some recorded lab ports are taken by other programs: choosing new ports")
-        return dict(zip(PORT_NAMES, _free_ports(len(PORT_NAMES))))
+        return dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES))))
 
     # -- up -------------------------------------------------------------------
     def up(self, nodes: int = 3, build_binaries: bool = True) -> UpResult:

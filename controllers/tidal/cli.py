@@ -1,11 +1,16 @@
-"""The `tidal` command line; subcommands are added by their packages."""
+"""The `tidal` command line: `tidal lab ...` and `tidal admission ...`."""
 import sys
+
+USAGE = "usage: tidal {lab,admission} ...  (tidal lab --help, tidal admission --help)"
 
 
 def main(argv=None):
-    from tidal.lab.cli import main as lab_main
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] != "lab":
-        print("usage: tidal lab {build,up,down,status,kubeconfig,logs} ...", file=sys.stderr)
-        return 2
-    return lab_main(args[1:])
+    if args and args[0] == "lab":
+        from tidal.lab.cli import main as lab_main
+        return lab_main(args[1:])
+    if args and args[0] == "admission":
+        from tidal.manager.admission.cli import main as admission_main
+        return admission_main(args[1:])
+    print(USAGE, file=sys.stderr)
+    return 2

@@ -1,0 +1,1 @@
+"""tidal-manager: the admission webhook, the oversell master and the policy reconciler."""

@@ -1,0 +1,308 @@
+"""What Tidal changes on a pod of each QoS level when it is created, as a minimal JSON Patch.
+
+Every level:
+
+* ``spec.schedulerName: volcano``.
+* ``spec.priorityClassName`` = the level's PriorityClass, and ``spec.priority`` and
+  ``spec.preemptionPolicy`` = that class's values. The Priority admission plugin runs before
+  mutating webhooks and has already copied the *original* class's value and policy into the
+  pod; without rewriting them the stored pod would keep them (a BE pod could then preempt).
+  A different class the user set is overwritten, with a warning: the level decides priority.
+
+HLS and LS: a toleration of the ``colocation.tidal.io/offline-evicting:NoSchedule`` taint the
+agent sets while it evicts offline pods, so online pods still schedule there. An existing
+toleration that already covers it (operator Exists, key empty or equal, effect empty or
+NoSchedule) is kept and none is added.
+
+BE:
+
+* a *required* node affinity to nodes labelled both ``colocation.tidal.io/colocation=true``
+  and ``colocation.tidal.io/oversubscription=true``. Kubernetes ORs ``nodeSelectorTerms``, so
+  the two expressions are ANDed into every existing term; no user term is dropped. An empty
+  term (no expressions, no fields) matches no node, and is left so.
+* native cpu/memory requests and limits of every container, init containers included, become
+  ``kubernetes.io/batch-cpu`` (millicores) / ``kubernetes.io/batch-memory`` (bytes), see
+  ``tidal.manager.admission.batch``; the native keys are removed.
+
+The patch is minimal (only what differs, ``add`` for what is missing, including a missing
+parent map, ``replace``/``remove`` on exact paths) and idempotent: reviewing the patched pod
+again yields no operation, which is what webhook reinvocation needs. No annotation records
+what was changed; the result is visible in the pod itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tidal.manager.admission.batch import BATCH_RESOURCE_OF, NATIVE_RESOURCES, native_amount
+from tidal.manager.admission.patch import Operation, add, member, remove, replace, set_member
+from tidal.manager.admission.podspec import Container, containers_of
+from tidal.manager.admission.quantities import QuantityError, parse_quantity
+from tidal.manager.admission.shape import MalformedObjectError, optional_array, optional_object
+from tidal.qos import (
+    COLOCATION_NODE_LABEL,
+    NODE_LABEL_ENABLED_VALUE,
+    OFFLINE_EVICTING_TAINT_EFFECT,
+    OFFLINE_EVICTING_TAINT_KEY,
+    OVERSUBSCRIPTION_NODE_LABEL,
+    PRIORITY_CLASS_BY_LEVEL,
+    SCHEDULER_NAME,
+    QoSLevel,
+)
+
+__all__ = ["Mutation", "pod_mutation"]
+
+REQUIRED_NODE_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
+#: What the API server defaults schedulerName to; replacing it is not worth a warning.
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+#: What an absent preemptionPolicy means.
+DEFAULT_PREEMPTION_POLICY = "PreemptLowerPriority"
+_NODE_LABELS = (COLOCATION_NODE_LABEL, OVERSUBSCRIPTION_NODE_LABEL)
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """The patch for one pod.
+
+    Attributes:
+        ops: RFC 6902 operations against the Pod object, in the order they apply.
+        warnings: for the user (AdmissionResponse.warnings), e.g. an overwritten
+            priorityClassName.
+    """
+
+    ops: tuple[Operation, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text if len(text) <= 64 else text[:64] + "…", ensure_ascii=False)
+
+
+def _scheduling(
+    spec: dict[str, Any], level: QoSLevel, ops: list[Operation], warnings: list[str]
+) -> None:
+    scheduler = spec.get("schedulerName")
+    if scheduler != SCHEDULER_NAME:
+        if isinstance(scheduler, str) and scheduler not in ("", DEFAULT_SCHEDULER_NAME):
+            warnings.append(
+                f"schedulerName {_quote(scheduler)} replaced by {_quote(SCHEDULER_NAME)} "
+                f"for QoS level {level}"
+            )
+        ops.append(set_member(spec, "schedulerName", SCHEDULER_NAME, "/spec"))
+
+    priority_class = PRIORITY_CLASS_BY_LEVEL[level]
+    class_name = spec.get("priorityClassName")
+    if class_name != priority_class.name:
+        if isinstance(class_name, str) and class_name:
+            warnings.append(
+                f"priorityClassName {_quote(class_name)} replaced by {_quote(priority_class.name)} "
+                f"for QoS level {level}"
+            )
+        ops.append(set_member(spec, "priorityClassName", priority_class.name, "/spec"))
+    priority = spec.get("priority")
+    if isinstance(priority, bool) or priority != priority_class.value:
+        ops.append(set_member(spec, "priority", priority_class.value, "/spec"))
+    if (
+        spec.get("preemptionPolicy") or DEFAULT_PREEMPTION_POLICY
+    ) != priority_class.preemption_policy:
+        ops.append(set_member(spec, "preemptionPolicy", priority_class.preemption_policy, "/spec"))
+
+
+# --- BE: where it may run ----------------------------------------------------------------------
+
+
+def _colocation_requirements() -> list[dict[str, Any]]:
+    # Fresh objects for every operation: a serialised patch must not alias anything.
+    return [
+        {"key": label, "operator": "In", "values": [NODE_LABEL_ENABLED_VALUE]}
+        for label in _NODE_LABELS
+    ]
+
+
+def _is_same_requirement(wanted: dict[str, Any], existing: Any) -> bool:
+    return (
+        isinstance(existing, dict)
+        and existing.get("key") == wanted["key"]
+        and existing.get("operator") == "In"
+        and existing.get("values") == wanted["values"]
+    )
+
+
+def _colocation_node_affinity(spec: dict[str, Any], ops: list[Operation]) -> None:
+    """Require colocation nodes with overselling: ANDed into every required term."""
+    affinity = optional_object(spec, "affinity", "spec.affinity")
+    if affinity is None:
+        terms = [{"matchExpressions": _colocation_requirements()}]
+        value = {"nodeAffinity": {REQUIRED_NODE_AFFINITY: {"nodeSelectorTerms": terms}}}
+        ops.append(set_member(spec, "affinity", value, "/spec"))
+        return
+    node_affinity = optional_object(affinity, "nodeAffinity", "spec.affinity.nodeAffinity")
+    if node_affinity is None:
+        terms = [{"matchExpressions": _colocation_requirements()}]
+        value = {REQUIRED_NODE_AFFINITY: {"nodeSelectorTerms": terms}}
+        ops.append(set_member(affinity, "nodeAffinity", value, "/spec/affinity"))
+        return
+    node_affinity_path = "/spec/affinity/nodeAffinity"
+    required_path_text = f"spec.affinity.nodeAffinity.{REQUIRED_NODE_AFFINITY}"
+    required = optional_object(node_affinity, REQUIRED_NODE_AFFINITY, required_path_text)
+    if required is None:
+        terms = [{"matchExpressions": _colocation_requirements()}]
+        ops.append(
+            set_member(
+                node_affinity,
+                REQUIRED_NODE_AFFINITY,
+                {"nodeSelectorTerms": terms},
+                node_affinity_path,
+            )
+        )
+        return
+    required_path = member(node_affinity_path, REQUIRED_NODE_AFFINITY)
+    terms = optional_array(required, "nodeSelectorTerms", f"{required_path_text}.nodeSelectorTerms")
+    if not terms:
+        # No term selects no node (and fails validation); the Tidal term is the whole selector.
+        ops.append(
+            set_member(
+                required,
+                "nodeSelectorTerms",
+                [{"matchExpressions": _colocation_requirements()}],
+                required_path,
+            )
+        )
+        return
+    for index, term in enumerate(terms):
+        term_path_text = f"{required_path_text}.nodeSelectorTerms[{index}]"
+        if not isinstance(term, dict):
+            raise MalformedObjectError(term_path_text, "an object", term)
+        expressions = optional_array(term, "matchExpressions", f"{term_path_text}.matchExpressions")
+        fields = optional_array(term, "matchFields", f"{term_path_text}.matchFields")
+        if not expressions and not fields:
+            continue
+        missing = [
+            wanted
+            for wanted in _colocation_requirements()
+            if not any(_is_same_requirement(wanted, existing) for existing in expressions or ())
+        ]
+        if not missing:
+            continue
+        term_path = member(member(required_path, "nodeSelectorTerms"), index)
+        if expressions is None:
+            ops.append(set_member(term, "matchExpressions", missing, term_path))
+        else:
+            ops.extend(
+                add(member(term_path, "matchExpressions") + "/-", wanted) for wanted in missing
+            )
+
+
+# --- HLS/LS: where they may still schedule -----------------------------------------------------
+
+
+def _tolerates_offline_evicting(toleration: Any) -> bool:
+    if not isinstance(toleration, dict):
+        return False
+    return (
+        toleration.get("operator") == "Exists"
+        and toleration.get("key") in (None, "", OFFLINE_EVICTING_TAINT_KEY)
+        and toleration.get("effect") in (None, "", OFFLINE_EVICTING_TAINT_EFFECT)
+    )
+
+
+def _offline_evicting_toleration(spec: dict[str, Any], ops: list[Operation]) -> None:
+    tolerations = optional_array(spec, "tolerations", "spec.tolerations")
+    if tolerations and any(_tolerates_offline_evicting(toleration) for toleration in tolerations):
+        return
+    toleration = {
+        "key": OFFLINE_EVICTING_TAINT_KEY,
+        "operator": "Exists",
+        "effect": OFFLINE_EVICTING_TAINT_EFFECT,
+    }
+    if tolerations is None:
+        ops.append(set_member(spec, "tolerations", [toleration], "/spec"))
+    else:
+        ops.append(add("/spec/tolerations/-", toleration))
+
+
+# --- BE: native resources become batch resources ----------------------------------------------
+
+
+def _same_quantity(existing: Any, wanted: str) -> bool:
+    try:
+        return parse_quantity(existing) == parse_quantity(wanted)
+    except QuantityError:
+        return False
+
+
+def _batch_amounts(container: Container) -> dict[str, str]:
+    """Batch resource -> the amount its request and limit must both hold, as written."""
+    amounts: dict[str, str] = {}
+    for resource in NATIVE_RESOURCES:
+        batch = BATCH_RESOURCE_OF[resource]
+        native = native_amount(container, resource)
+        if native is not None:
+            amounts[batch] = str(native.amount)
+            continue
+        # Only a batch value: complete the missing side with it (Kubernetes requires both).
+        existing = container.limits.get(batch)
+        if existing is None:
+            existing = container.requests.get(batch)
+        if existing is not None:
+            amounts[batch] = existing if isinstance(existing, str) else str(existing)
+    return amounts
+
+
+def _rewrite_resource_map(
+    resources: dict[str, Any],
+    map_name: str,
+    amounts: dict[str, str],
+    resources_path: str,
+    ops: list[Operation],
+) -> None:
+    current = resources.get(map_name)
+    if not isinstance(current, dict):  # absent or null: add the whole map at once
+        if amounts:
+            ops.append(set_member(resources, map_name, dict(amounts), resources_path))
+        return
+    map_path = f"{resources_path}/{map_name}"
+    ops.extend(
+        remove(f"{map_path}/{resource}") for resource in NATIVE_RESOURCES if resource in current
+    )
+    for batch, amount in amounts.items():
+        existing = current.get(batch)
+        if existing is None:
+            ops.append(set_member(current, batch, amount, map_path))
+        elif not _same_quantity(existing, amount):
+            ops.append(replace(member(map_path, batch), amount))
+
+
+def _batch_resources(containers: list[Container], ops: list[Operation]) -> None:
+    for container in containers:
+        if container.resources is None:
+            continue
+        amounts = _batch_amounts(container)
+        resources_path = f"/spec/{container.list_name}/{container.index}/resources"
+        for map_name in ("requests", "limits"):
+            _rewrite_resource_map(container.resources, map_name, amounts, resources_path, ops)
+
+
+def pod_mutation(
+    spec: dict[str, Any], level: QoSLevel, containers: list[Container] | None = None
+) -> Mutation:
+    """The patch that makes a pod of ``level`` follow Tidal's scheduling contract.
+
+    ``spec`` is ``pod.spec`` and must already satisfy the rule of ``level``
+    (``rules.violations`` is empty): BE quantities are read as valid. ``containers`` is
+    ``containers_of(spec, "spec")`` when the caller already has it.
+
+    Raises:
+        MalformedObjectError: a part of the spec the mutation reads has the wrong JSON type.
+    """
+    ops: list[Operation] = []
+    warnings: list[str] = []
+    _scheduling(spec, level, ops, warnings)
+    if level is QoSLevel.BE:
+        _colocation_node_affinity(spec, ops)
+        _batch_resources(containers_of(spec, "spec") if containers is None else containers, ops)
+    else:
+        _offline_evicting_toleration(spec, ops)
+    return Mutation(tuple(ops), tuple(warnings))

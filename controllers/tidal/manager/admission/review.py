@@ -1,0 +1,289 @@
+"""The webhook's entry point: an AdmissionReview (admission.k8s.io/v1) in, its answer out.
+
+``review(body)`` takes the parsed JSON body of any shape and always returns a well-formed
+AdmissionReview response: the request's ``uid`` (or "" when it has none), ``allowed``, a
+``status`` with code, message and reason when denied, a base64 JSON Patch only when there are
+operations, and ``warnings`` when there are some. It never raises: an internal error denies the
+request with code 500 and the exception in the message.
+
+What is decided (`decide`):
+
+* Subresources (``request.subResource`` set: status, binding, eviction, resize, ...), DELETE
+  and CONNECT: allowed untouched.
+* Pod CREATE: a pod without a QoS annotation is allowed untouched. Otherwise the annotation
+  must be valid (aliases resolved by ``tidal.qos.qos_level_of``), the pod must follow the rule
+  of its level (``rules``), and it is mutated (``mutation``).
+* Pod UPDATE: the QoS level may not change (old and new objects compared after resolving
+  aliases); anything else is allowed without mutation, as most of a pod is immutable anyway.
+  An update that leaves the QoS annotations as they were is always allowed, so a pod created
+  before the webhook, even with a bad annotation, can still be labelled or have finalizers
+  removed.
+* Workloads (``workloads``) on CREATE and UPDATE: their pod template is validated like a pod,
+  without mutation, messages prefixed with the template's path. An UPDATE that leaves the
+  template as it was is allowed, so that metadata-only updates (garbage collector, finalizers)
+  of a workload admitted before a rule existed are never blocked.
+
+``dryRun`` requests get exactly the same answer: the webhook has no side effects to skip.
+
+Everything here is pure and cheap: the object is read in place, never copied or re-serialised.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from tidal.manager.admission.decision import ALLOWED, RULE_REASON_BY_LEVEL, Decision, DenialReason
+from tidal.manager.admission.mutation import pod_mutation
+from tidal.manager.admission.podspec import containers_of
+from tidal.manager.admission.rules import violations
+from tidal.manager.admission.shape import (
+    MalformedObjectError,
+    describe,
+    optional_object,
+    optional_string,
+)
+from tidal.manager.admission.workloads import Target, pod_template_of, target_of
+from tidal.qos import QOS_ALIAS_ANNOTATIONS, QOS_ANNOTATION, AnnotationError, QoSLevel, qos_level_of
+
+__all__ = ["ADMISSION_API_VERSION", "ADMISSION_KIND", "review", "answer", "decide"]
+
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+ADMISSION_KIND = "AdmissionReview"
+_OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+_QOS_ANNOTATIONS = (QOS_ANNOTATION, *QOS_ALIAS_ANNOTATIONS)
+_INVALID_LEVEL = "invalid"
+
+
+# --- Reading the object -----------------------------------------------------------------------
+
+
+def _annotations_of(obj: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """``metadata.annotations`` of ``obj``; the QoS ones, which are parsed, must be strings."""
+    metadata = optional_object(obj, "metadata", f"{path}metadata")
+    if metadata is None:
+        return None
+    annotations = optional_object(metadata, "annotations", f"{path}metadata.annotations")
+    if annotations:
+        for key in _QOS_ANNOTATIONS:
+            if key in annotations and not isinstance(annotations[key], str):
+                raise MalformedObjectError(
+                    f"{path}metadata.annotations[{json.dumps(key)}]", "a string", annotations[key]
+                )
+    return annotations
+
+
+def _qos_annotation_values(annotations: dict[str, Any] | None) -> tuple[Any, ...]:
+    if not annotations:
+        return (None,) * len(_QOS_ANNOTATIONS)
+    return tuple(annotations.get(key) for key in _QOS_ANNOTATIONS)
+
+
+# --- Decisions per kind of request -------------------------------------------------------------
+
+
+def _pod_create(pod: dict[str, Any]) -> Decision:
+    try:
+        level = qos_level_of(_annotations_of(pod, ""))
+    except AnnotationError as error:
+        return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, str(error))
+    if level is None:
+        return ALLOWED
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise MalformedObjectError("spec", "an object", spec)
+    containers = containers_of(spec, "spec")
+    problems = violations(spec, level, "spec", containers)
+    if problems:
+        return Decision.deny(RULE_REASON_BY_LEVEL[level], "; ".join(problems))
+    mutation = pod_mutation(spec, level, containers)
+    if not mutation.ops and not mutation.warnings:
+        return ALLOWED
+    return Decision.allow(mutation.ops, mutation.warnings)
+
+
+def _level_name(level: QoSLevel | None) -> str:
+    return "none" if level is None else level.value
+
+
+def _pod_update(pod: dict[str, Any], old_pod: Any) -> Decision:
+    if not isinstance(old_pod, dict):
+        raise MalformedObjectError("request.oldObject", "an object", old_pod)
+    annotations = _annotations_of(pod, "")
+    old_annotations = _annotations_of(old_pod, "oldObject.")
+    if _qos_annotation_values(annotations) == _qos_annotation_values(old_annotations):
+        return ALLOWED
+    try:
+        level = qos_level_of(annotations)
+    except AnnotationError as error:
+        return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, str(error))
+    try:
+        old_level_name = _level_name(qos_level_of(old_annotations))
+    except AnnotationError:
+        old_level_name = _INVALID_LEVEL  # an annotation from before the webhook: any change is one
+    if old_level_name == _level_name(level):
+        return ALLOWED
+    return Decision.deny(
+        DenialReason.QOS_LEVEL_CHANGE,
+        f"the QoS level of a pod cannot change (was {old_level_name}, now {_level_name(level)}); "
+        f"delete and recreate the pod instead",
+    )
+
+
+def _workload(obj: dict[str, Any], old_obj: Any, operation: str, target: Target) -> Decision:
+    template = pod_template_of(obj, target)
+    if template is None:
+        return ALLOWED
+    if operation == "UPDATE" and isinstance(old_obj, dict):
+        try:
+            if pod_template_of(old_obj, target) == template:
+                return ALLOWED
+        except MalformedObjectError:
+            pass  # the old object is not ours to judge; validate the new template
+    prefix = target.template_path_text
+    try:
+        level = qos_level_of(_annotations_of(template, f"{prefix}."))
+    except AnnotationError as error:
+        return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, f"{prefix}: {error}")
+    if level is None:
+        return ALLOWED
+    spec = optional_object(template, "spec", f"{prefix}.spec") or {}
+    problems = violations(spec, level, f"{prefix}.spec")
+    if problems:
+        return Decision.deny(
+            RULE_REASON_BY_LEVEL[level], "; ".join(f"{prefix}: {problem}" for problem in problems)
+        )
+    return ALLOWED
+
+
+def _decide(request: Any) -> Decision:
+    if not isinstance(request, dict):
+        raise MalformedObjectError("request", "an object", request)
+    uid = request.get("uid")
+    if not isinstance(uid, str):
+        raise MalformedObjectError("request.uid", "a string", uid)
+    if optional_string(request, "subResource", "request.subResource"):
+        return ALLOWED
+    operation = request.get("operation")
+    if operation not in _OPERATIONS:
+        raise MalformedObjectError(
+            "request.operation", "CREATE, UPDATE, DELETE or CONNECT", operation
+        )
+    if operation in ("DELETE", "CONNECT"):
+        return ALLOWED
+    target = target_of(request)
+    if target is None:
+        return ALLOWED
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        raise MalformedObjectError("request.object", "an object", obj)
+    if not target.is_pod:
+        return _workload(obj, request.get("oldObject"), operation, target)
+    if operation == "CREATE":
+        return _pod_create(obj)
+    return _pod_update(obj, request.get("oldObject"))
+
+
+def decide(request: Any) -> Decision:
+    """The decision for one ``AdmissionReview.request``.
+
+    A request of the wrong shape is denied as "malformed-request" with the path of the problem.
+    Pure: ``request`` is only read.
+
+    Raises:
+        Exception: only on a bug; `review` turns it into an "internal-error" denial.
+    """
+    try:
+        return _decide(request)
+    except MalformedObjectError as error:
+        return Decision.deny(DenialReason.MALFORMED_REQUEST, f"malformed request: {error}")
+
+
+# --- The AdmissionReview envelope -------------------------------------------------------------
+
+
+def _decide_review(admission_review: Any) -> Decision:
+    if not isinstance(admission_review, dict):
+        message = f"AdmissionReview: expected an object, got {describe(admission_review)}"
+        return Decision.deny(DenialReason.MALFORMED_REQUEST, f"malformed request: {message}")
+    for field, expected in (("apiVersion", ADMISSION_API_VERSION), ("kind", ADMISSION_KIND)):
+        value = admission_review.get(field)
+        if value != expected:
+            message = f"{field}: expected {json.dumps(expected)}, got {describe(value)}"
+            return Decision.deny(DenialReason.MALFORMED_REQUEST, f"malformed request: {message}")
+    return decide(admission_review.get("request"))
+
+
+def _uid_of(admission_review: Any) -> str:
+    if isinstance(admission_review, dict):
+        request = admission_review.get("request")
+        if isinstance(request, dict) and isinstance(request.get("uid"), str):
+            return request["uid"]
+    return ""
+
+
+def _internal_error(error: Exception) -> Decision:
+    try:
+        detail = f"{type(error).__name__}: {error}"
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails still gets an answer
+        detail = type(error).__name__
+    return Decision.deny(
+        DenialReason.INTERNAL_ERROR, f"internal error in tidal admission: {detail}"
+    )
+
+
+def _encode_patch(patch: tuple[dict[str, Any], ...]) -> str:
+    return base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode("ascii")
+
+
+def _response(uid: str, decision: Decision) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        reason = decision.reason or DenialReason.INTERNAL_ERROR
+        response["status"] = {
+            "code": decision.status_code,
+            "message": decision.message,
+            "reason": reason.value,
+        }
+    elif decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = _encode_patch(decision.patch)
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_KIND, "response": response}
+
+
+def answer(admission_review: Any, *, with_patch: bool = True) -> tuple[dict[str, Any], Decision]:
+    """The AdmissionReview response and the `Decision` behind it (for metrics and logs).
+
+    Args:
+        admission_review: the parsed JSON body, of any shape.
+        with_patch: False for the validating webhook: same verdict, no patch, and none of the
+            warnings that describe the patch (a validating webhook may not mutate).
+
+    Never raises (see the module docstring).
+    """
+    try:
+        uid = _uid_of(admission_review)
+    except Exception:  # noqa: BLE001 - not even the uid is readable: answer anyway
+        uid = ""
+    try:
+        decision = _decide_review(admission_review)
+        if not with_patch and decision.allowed and (decision.patch or decision.warnings):
+            decision = ALLOWED
+        return _response(uid, decision), decision
+    except Exception as error:  # noqa: BLE001 - the contract is an answer, never an exception
+        decision = _internal_error(error)
+        return _response(uid, decision), decision
+
+
+def review(admission_review: Any) -> dict[str, Any]:
+    """The AdmissionReview (admission.k8s.io/v1) response to ``admission_review``; never raises.
+
+    ``response.uid`` echoes ``request.uid`` when it is a string, else "". ``allowed`` is a bool;
+    a denial carries ``status: {code, message, reason}`` (reason: a `DenialReason` value); an
+    allowed mutation carries ``patchType: JSONPatch`` and ``patch``, the base64 of a JSON array
+    of RFC 6902 operations, only when there are operations.
+    """
+    return answer(admission_review)[0]

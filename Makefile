@@ -50,3 +50,9 @@ lab-status: venv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# Benchmarks print JSON (last line) and compare against a baseline measured in the same run.
+.PHONY: bench-admission
+bench-admission: venv
+	$(MAKE) debian-packages DEBIAN_PACKAGES=wrk
+	$(BIN)/python bench/admission.py

@@ -1,0 +1,3 @@
+module tidal.local/bench/loadgen
+
+go 1.24

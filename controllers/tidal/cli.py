@@ -1,7 +1,7 @@
-"""The `tidal` command line: `tidal lab ...` and `tidal admission ...`."""
+"""The `tidal` command line: `tidal lab ...`, `tidal admission ...`, `tidal predict ...`."""
 import sys
 
-USAGE = "usage: tidal {lab,admission} ...  (tidal lab --help, tidal admission --help)"
+USAGE = "usage: tidal {lab,admission,predict} ...  (tidal lab --help, tidal admission --help, tidal predict --help)"
 
 
 def main(argv=None):
@@ -12,5 +12,8 @@ def main(argv=None):
     if args and args[0] == "admission":
         from tidal.manager.admission.cli import main as admission_main
         return admission_main(args[1:])
+    if args and args[0] == "predict":
+        from tidal.predict.cli import main as predict_main
+        return predict_main(args[1:])
     print(USAGE, file=sys.stderr)
     return 2

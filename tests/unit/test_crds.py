@@ -171,7 +171,7 @@ def test_policy_status_reports_rollout_per_node() -> None:
     assert nodes_list["items"]["properties"]["appliedGeneration"]["format"] == "int64"
 
 
-def test_node_profile_status_holds_what_the_agent_reports() -> None:
+def test_node_profile_status_holds_what_the_agent_and_the_master_report() -> None:
     status = node_at("NodeProfile", ".status")["properties"]
     assert set(status) == {
         "observedAt",
@@ -179,6 +179,7 @@ def test_node_profile_status_holds_what_the_agent_reports() -> None:
         "usage",
         "perQoS",
         "predictions",
+        "oversell",
         "capabilities",
         "conditions",
     }

@@ -1,5 +1,5 @@
-"""`tidal-manager`: the admission webhook today; the oversell master and the policy
-reconciler join it in later issues."""
+"""`tidal-manager`: the admission webhook (every replica) and the leader-elected oversell
+master; the policy reconciler joins it in a later issue."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 
 from tidal.manager.admission.server import ServerConfig, serve
 
@@ -23,16 +24,44 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--health-port", type=int, default=8080)
     p.add_argument("--tls-check-seconds", type=float, default=2.0,
                    help="how often the certificate files are checked for rotation")
+    p.add_argument("--kubeconfig", default=env("KUBECONFIG"),
+                   help="run the oversell master against this cluster (in-cluster config when "
+                        "running in a pod); without either, only the webhook runs")
+    p.add_argument("--oversell-interval", type=float, default=5.0, help="seconds between master cycles")
+    p.add_argument("--identity", default=env("POD_NAME") or socket.gethostname(),
+                   help="this replica's name in the leader election")
     p.add_argument("--log-level", default=env("TIDAL_LOG_LEVEL", "INFO"))
     return p
 
 
-async def _run(config: ServerConfig) -> None:
+async def _leader_work(args, stop: asyncio.Event) -> None:
+    """The leader-elected controllers: every replica competes, one works."""
+    from kubernetes_asyncio import config as kube_config
+
+    from tidal import qos
+    from tidal.manager.leader import LeaderElector
+    from tidal.manager.oversell.loop import run_master
+
+    if args.kubeconfig:
+        api = await kube_config.new_client_from_config(config_file=args.kubeconfig)
+    else:
+        kube_config.load_incluster_config()
+        from kubernetes_asyncio import client
+        api = client.ApiClient()
+    async with api:
+        elector = LeaderElector(api, "tidal-manager", qos.NAMESPACE, args.identity)
+        await elector.run(lambda: run_master(api, args.oversell_interval), stop)
+
+
+async def _run(config: ServerConfig, args) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await serve(config, stop)
+    jobs = [serve(config, stop)]
+    if args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"):
+        jobs.append(_leader_work(args, stop))
+    await asyncio.gather(*jobs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvloop  # libuv's event loop: about twice the requests per core of asyncio's
     except ImportError:
-        asyncio.run(_run(config))
+        asyncio.run(_run(config, args))
     else:
-        uvloop.run(_run(config))
+        uvloop.run(_run(config, args))
     return 0
 
 

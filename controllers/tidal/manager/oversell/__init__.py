@@ -1,0 +1,1 @@
+"""The oversell master: NodeProfile reports -> predicted online peak -> node batch resources."""

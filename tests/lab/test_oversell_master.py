@@ -1,0 +1,206 @@
+"""The oversell master against the lab's real API server and Volcano."""
+import asyncio
+import datetime
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.utils import parse_quantity
+
+from tidal import qos
+from tidal.crds import crd_manifests
+from tidal.lab.apply import create_or_replace_all
+from tidal.lab.pytest_plugin import wait_for
+from tidal.manager.leader import LeaderElector
+from tidal.manager.oversell.master import OversellMaster
+from tidal.manager.oversell.node_decision import OversellSettings
+
+pytestmark = pytest.mark.lab
+
+OVERSOLD, PLAIN = "lab-node-1", "lab-node-2"
+GiB = 1024**3
+PLURAL = "nodeprofiles"
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+async def _with_api(lab, action):
+    from kubernetes_asyncio import config
+    api = await config.new_client_from_config(config_file=str(lab.kubeconfig_path))
+    async with api:
+        return await action(api)
+
+
+def cycle(lab, settings=OversellSettings(), clock=_now):
+    return asyncio.run(_with_api(lab, lambda api: OversellMaster(api, settings, clock).cycle()))
+
+
+def _profile_status(custom, name, cpu_peak=2000, memory_peak=8 * GiB):
+    body = {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile", "metadata": {"name": name}}
+    try:
+        custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, PLURAL, body)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    status = {"status": {"observedAt": _now().strftime("%Y-%m-%dT%H:%M:%SZ"), "predictions": {
+        "predictor": "test", "onlinePeak": {"cpuMillicores": cpu_peak, "memoryBytes": memory_peak}}}}
+    custom.patch_cluster_custom_object_status(qos.API_GROUP, qos.API_VERSION, PLURAL, name, status)
+
+
+def _batch(core, name):
+    allocatable = core.read_node(name).status.allocatable or {}
+    return {k: int(parse_quantity(v)) for k, v in allocatable.items() if k.startswith("kubernetes.io/batch-")}
+
+
+@pytest.fixture
+def oversell_setup(lab, lab_api, core):
+    create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
+    custom = client.CustomObjectsApi(lab_api)
+    core.patch_node(OVERSOLD, {"metadata": {"labels": {qos.OVERSUBSCRIPTION_NODE_LABEL: "true",
+                                                       qos.COLOCATION_NODE_LABEL: "true"}}})
+    for name in (OVERSOLD, PLAIN):
+        _profile_status(custom, name)
+    yield custom
+    core.patch_node(OVERSOLD, {"metadata": {"labels": {qos.OVERSUBSCRIPTION_NODE_LABEL: None,
+                                                       qos.COLOCATION_NODE_LABEL: None}}})
+    cycle(lab)  # the unlabelled node is driven back to 0 by the master itself
+    for name in (OVERSOLD, PLAIN):
+        custom.delete_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, PLURAL, name)
+
+
+def test_batch_resources_appear_on_labelled_nodes_only_and_are_not_rewritten(lab, core, oversell_setup):
+    first = cycle(lab)
+    assert first.node_patches == 1
+    assert _batch(core, OVERSOLD) == {qos.BATCH_CPU_RESOURCE: 6000,
+                                      qos.BATCH_MEMORY_RESOURCE: int(64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)}
+    assert _batch(core, PLAIN) == {}
+    profile = oversell_setup.get_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, PLURAL, OVERSOLD)
+    explained = profile["status"]["oversell"]["cpuMillicores"]
+    assert explained["result"] == 6000 and explained["predictedOnlinePeak"] == 2000 and explained["formula"]
+    # Unchanged inputs: the next cycle writes nothing.
+    second = cycle(lab)
+    assert second.node_patches == 0 and second.profile_patches == 0
+
+
+def test_volcano_schedules_batch_pods_against_the_batch_resources(lab, core, namespace, oversell_setup):
+    cycle(lab)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "batch"}, "spec": {
+        "schedulerName": "volcano", "containers": [{"name": "main", "image": "registry.invalid/job:1", "resources": {
+            "requests": {qos.BATCH_CPU_RESOURCE: "4000", qos.BATCH_MEMORY_RESOURCE: str(GiB)},
+            "limits": {qos.BATCH_CPU_RESOURCE: "4000", qos.BATCH_MEMORY_RESOURCE: str(GiB)}}}]}}
+    core.create_namespaced_pod(namespace, pod)
+    too_big = dict(pod, metadata={"name": "too-big"})
+    too_big["spec"] = {**pod["spec"], "containers": [{**pod["spec"]["containers"][0], "resources": {
+        "requests": {qos.BATCH_CPU_RESOURCE: "7000"}, "limits": {qos.BATCH_CPU_RESOURCE: "7000"}}}]}
+    core.create_namespaced_pod(namespace, too_big)
+
+    def bound():
+        p = core.read_namespaced_pod("batch", namespace)
+        return p.spec.node_name if p.status.phase == "Running" else None
+
+    assert wait_for(bound, 60, "batch pod Running") == OVERSOLD
+    # 7000 m exceeds the 6000 m the node offers: Volcano leaves it pending.
+    assert core.read_namespaced_pod("too-big", namespace).spec.node_name is None
+
+
+def test_stale_profile_drives_batch_resources_to_zero_with_an_event(lab, core, oversell_setup):
+    cycle(lab)
+    settings = OversellSettings(degrade_seconds=30)
+    later = lambda: _now() + datetime.timedelta(seconds=60)  # noqa: E731 - the agent stopped a minute ago
+    result = cycle(lab, settings, later)
+    assert result.node_patches == 1 and result.events == 1
+    assert _batch(core, OVERSOLD) == {qos.BATCH_CPU_RESOURCE: 0, qos.BATCH_MEMORY_RESOURCE: 0}
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={OVERSOLD}").items
+    assert any(e.reason == "BatchResourcesDropped" and "stale" in e.message for e in events)
+
+
+def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, core):
+    try:
+        core.create_namespace({"metadata": {"name": qos.NAMESPACE}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    leases = client.CoordinationV1Api(lab_api)
+    name = "tidal-test-leader"
+
+    async def scenario(api):
+        ticks = {"a": 0, "b": 0}
+        cancelled = []
+
+        def work_of(who):
+            async def work():
+                try:
+                    while True:
+                        ticks[who] += 1
+                        await asyncio.sleep(0.1)
+                except asyncio.CancelledError:
+                    cancelled.append(who)
+                    raise
+            return work
+
+        electors = {who: LeaderElector(api, name, qos.NAMESPACE, f"replica-{who}", lease_seconds=4,
+                                       renew_deadline=2.0, retry_seconds=0.5) for who in ("a", "b")}
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(e.run(work_of(w), stop)) for w, e in electors.items()]
+        await asyncio.sleep(2)
+        leaders = [w for w, e in electors.items() if e.is_leader]
+        assert len(leaders) == 1, leaders
+        follower = "b" if leaders[0] == "a" else "a"
+        assert ticks[follower] == 0
+        # Someone else takes the lease (as a partitioned replica would see it).
+        lease = await client_leases(api).read_namespaced_lease(name, qos.NAMESPACE)
+        lease.spec.holder_identity = "intruder"
+        lease.spec.renew_time = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)
+        await client_leases(api).replace_namespaced_lease(name, qos.NAMESPACE, lease)
+        await asyncio.sleep(3.5)
+        assert leaders[0] in cancelled and not any(e.is_leader for e in electors.values())
+        frozen = dict(ticks)
+        await asyncio.sleep(0.5)
+        assert ticks == frozen  # nobody works while the intruder holds the lease
+        stop.set()
+        await asyncio.gather(*tasks)
+
+    def client_leases(api):
+        from kubernetes_asyncio import client as aclient
+        return aclient.CoordinationV1Api(api)
+
+    try:
+        asyncio.run(_with_api(lab, scenario))
+    finally:
+        try:
+            leases.delete_namespaced_lease(name, qos.NAMESPACE)
+        except ApiException:
+            pass
+
+
+def test_tidal_manager_process_leads_and_writes_batch_resources(lab, core, oversell_setup, tmp_path):
+    import sys
+    from pathlib import Path
+
+    from tidal.lab import processes
+    from tidal.lab.pki import ensure_ca, issue
+    from tidal.lab.ports import free_ports
+
+    try:
+        core.create_namespace({"metadata": {"name": qos.NAMESPACE}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    cert = issue(ensure_ca(tmp_path), tmp_path, "webhook", "tidal-manager", server=True, ip_addresses=("127.0.0.1",))
+    port, health = free_ports(2)
+    record = processes.start("tidal-manager", [
+        str(Path(sys.executable).with_name("tidal-manager")), "--kubeconfig", str(lab.kubeconfig_path),
+        "--identity", "test-replica", "--oversell-interval", "1",
+        "--webhook-cert-file", str(cert.cert), "--webhook-key-file", str(cert.key),
+        "--webhook-address", "127.0.0.1", "--webhook-port", str(port),
+        "--health-address", "127.0.0.1", "--health-port", str(health)], tmp_path / "manager.log")
+    try:
+        wait_for(lambda: _batch(core, OVERSOLD).get(qos.BATCH_CPU_RESOURCE) == 6000, 30,
+                 "batch-cpu written by the running tidal-manager")
+        lease = client.CoordinationV1Api(core.api_client).read_namespaced_lease("tidal-manager", qos.NAMESPACE)
+        assert lease.spec.holder_identity == "test-replica"
+    finally:
+        processes.stop(record)
+        client.CoordinationV1Api(core.api_client).delete_namespaced_lease("tidal-manager", qos.NAMESPACE)

@@ -1,0 +1,132 @@
+import datetime
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tidal import qos
+from tidal.manager.oversell.arithmetic import ResourceInputs, batch_amount, should_write
+from tidal.manager.oversell.node_decision import OversellSettings, current_amounts, decide_node
+from tidal.policy import ColocationPolicy
+
+NOW = datetime.datetime(2026, 11, 22, 3, 0, tzinfo=datetime.timezone.utc)
+GiB = 1024**3
+
+
+@pytest.mark.parametrize("inputs, cap, margin, expected", [
+    # 16 cores × 60 % = 9600 m − peak 2000 − overhead 0 − margin 1600 = 6000
+    (ResourceInputs(16000, 2000), 60, 10, 6000),
+    # system daemons use 1500 m of a 1000 m reservation: 500 m overhead on top
+    (ResourceInputs(16000, 2000, system_usage=1500, system_reserved=1000), 60, 10, 5500),
+    # usage inside the reservation costs nothing extra (allocatable already excludes it)
+    (ResourceInputs(16000, 2000, system_usage=800, system_reserved=1000), 60, 10, 6000),
+    # the online peak fills the cap: clamped at 0, never negative
+    (ResourceInputs(16000, 12000), 60, 10, 0),
+    (ResourceInputs(0, 0), 60, 10, 0),
+    (ResourceInputs(16000, 0), 0, 0, 0),
+    (ResourceInputs(16000, 0), 100, 0, 16000),
+])
+def test_batch_amount_follows_the_formula(inputs, cap, margin, expected):
+    assert batch_amount(inputs, cap, margin).result == expected
+
+
+@pytest.mark.parametrize("inputs, cap, margin, reason", [
+    (ResourceInputs(16000, None), 60, 10, "predicted online peak unknown"),
+    (ResourceInputs(16000, float("nan")), 60, 10, "predicted online peak unknown or invalid (nan)"),
+    (ResourceInputs(float("inf"), 0), 60, 10, "allocatable unknown or invalid (inf)"),
+    (ResourceInputs(16000, -5), 60, 10, "predicted online peak unknown or invalid (-5)"),
+    (ResourceInputs(16000, 0, system_usage=float("nan")), 60, 10, "system usage unknown"),
+    (ResourceInputs(16000, 0), 140, 10, "invalid cap 140"),
+    (ResourceInputs(16000, 0), 60, float("nan"), "invalid safety margin nan"),
+])
+def test_unusable_inputs_give_zero_with_the_reason(inputs, cap, margin, reason):
+    breakdown = batch_amount(inputs, cap, margin)
+    assert breakdown.result == 0 and reason in breakdown.reason
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True), st.one_of(st.none(), st.floats()),
+       st.floats(), st.floats(), st.floats(), st.floats())
+def test_batch_amount_is_always_a_finite_non_negative_integer(alloc, peak, usage, reserved, cap, margin):
+    result = batch_amount(ResourceInputs(alloc, peak, usage, reserved), cap, margin).result
+    assert isinstance(result, int) and result >= 0
+    if math.isfinite(alloc) and alloc >= 0:
+        assert result <= alloc
+
+
+@pytest.mark.parametrize("current, desired, threshold, write", [
+    (None, 0, 10, True),          # nothing written yet
+    (0, 500, 10, True),           # crosses 0 upwards
+    (500, 0, 10, True),           # crosses 0 downwards
+    (1000, 1099, 10, False),      # 9.9 % drift: not worth a write
+    (1000, 1100, 10, True),       # 10 %
+    (1000, 900, 10, True),
+    (1000, 1000, 10, False),
+    (1000, 1001, 0, True),        # threshold 0: every change
+])
+def test_node_is_patched_only_when_the_change_is_worth_it(current, desired, threshold, write):
+    assert should_write(current, desired, threshold) is write
+
+
+def _node(name="n1", cpu="16", memory="64Gi", capacity_cpu=None, annotations=None, batch=None):
+    allocatable = {"cpu": cpu, "memory": memory, **(batch or {})}
+    capacity = {"cpu": capacity_cpu or cpu, "memory": memory, **(batch or {})}
+    return {"metadata": {"name": name, "annotations": annotations or {}},
+            "status": {"capacity": capacity, "allocatable": allocatable}}
+
+
+def _profile(age_seconds=5, cpu_peak=2000, memory_peak=8 * GiB, predictor="tidal"):
+    observed = (NOW - datetime.timedelta(seconds=age_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"status": {"observedAt": observed, "predictions": {
+        "predictor": predictor, "onlinePeak": {"cpuMillicores": cpu_peak, "memoryBytes": memory_peak}}}}
+
+
+SETTINGS = OversellSettings.from_policy(ColocationPolicy.from_spec({}))
+
+
+def test_fresh_profile_gives_batch_resources_with_an_explained_breakdown():
+    decision = decide_node(_node(), _profile(), SETTINGS, NOW)
+    assert decision.amounts == {qos.BATCH_CPU_RESOURCE: 6000,
+                                qos.BATCH_MEMORY_RESOURCE: int(64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)}
+    status = decision.to_status(NOW)
+    assert status["predictor"] == "tidal" and status["cpuMillicores"]["predictedOnlinePeak"] == 2000
+    assert status["cpuMillicores"]["formula"].startswith("max(0, allocatable × cap")
+
+
+@pytest.mark.parametrize("profile, note", [
+    (None, "no NodeProfile"),
+    (_profile(age_seconds=181), "stale (181s old > degrade time 180s)"),
+    ({"status": {}}, "no observedAt"),
+    ({"status": {"observedAt": "yesterday", "predictions": {}}}, "no observedAt"),
+])
+def test_missing_or_stale_profiles_drive_batch_resources_to_zero(profile, note):
+    decision = decide_node(_node(), profile, SETTINGS, NOW)
+    assert decision.amounts == {qos.BATCH_CPU_RESOURCE: 0, qos.BATCH_MEMORY_RESOURCE: 0}
+    assert any(note in n for n in decision.notes), decision.notes
+
+
+def test_kubelet_reservation_is_not_subtracted_twice():
+    # capacity 17 cores, allocatable 16: the reservation is already out of allocatable
+    decision = decide_node(_node(capacity_cpu="17"), _profile(), SETTINGS, NOW)
+    assert decision.cpu.result == 6000 and decision.cpu.system_overhead == 0
+
+
+@pytest.mark.parametrize("annotations, cpu, note", [
+    ({"colocation.tidal.io/oversell-ratio-percent": "80"}, 16000 * 80 // 100 - 2000 - 1600, "overrides"),
+    ({"colocation.tidal.io/oversell-ratio-percent": "eighty"}, 6000, "ignored: must be a number 0-100"),
+    ({"colocation.tidal.io/oversell-safety-margin-percent": "140"}, 6000, "ignored"),
+])
+def test_node_annotations_override_the_policy_or_are_named_when_invalid(annotations, cpu, note):
+    decision = decide_node(_node(annotations=annotations), _profile(), SETTINGS, NOW)
+    assert decision.cpu.result == cpu and any(note in n for n in decision.notes)
+
+
+def test_current_amounts_read_both_reporting_modes():
+    node = _node(batch={qos.BATCH_CPU_RESOURCE: "6k", qos.BATCH_MEMORY_RESOURCE: "1073741824"},
+                 annotations={"volcano.sh/oversubscription-cpu": "2500", "volcano.sh/oversubscription-memory": "1024"})
+    assert current_amounts(node, "extendedResources") == {qos.BATCH_CPU_RESOURCE: 6000,
+                                                          qos.BATCH_MEMORY_RESOURCE: GiB}
+    assert current_amounts(node, "volcanoAnnotations") == {qos.BATCH_CPU_RESOURCE: 2500,
+                                                           qos.BATCH_MEMORY_RESOURCE: 1024}
+    assert current_amounts(_node(), "extendedResources") == {qos.BATCH_CPU_RESOURCE: None,
+                                                             qos.BATCH_MEMORY_RESOURCE: None}

@@ -56,3 +56,7 @@ clean:
 bench-admission: venv
 	$(MAKE) debian-packages DEBIAN_PACKAGES=wrk
 	$(BIN)/python bench/admission.py
+
+.PHONY: bench-oversell
+bench-oversell: venv debian-packages lab-build
+	$(BIN)/python bench/oversell.py

@@ -11,6 +11,8 @@ drops by half or more. Nodes that lost the oversubscription label are driven to 
 """
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime
 import json
 import logging
@@ -26,6 +28,7 @@ from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCAN
 log = logging.getLogger(__name__)
 NODE_PROFILES = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
 LARGE_DROP_FRACTION = 0.5
+MAX_CONCURRENT_WRITES = 32
 
 
 def _escape(key: str) -> str:
@@ -81,6 +84,7 @@ class OversellMaster:
         result = CycleResult()
         raw_nodes = await self._list_nodes()
         profiles = await self._list_profiles()
+        writes = []
         for node in raw_nodes:
             meta = node.get("metadata") or {}
             name = meta.get("name", "")
@@ -89,33 +93,45 @@ class OversellMaster:
             if not labelled and not any(current.values()):
                 continue  # never oversold, nothing to undo
             result.nodes += 1
-            decision = decide_node(node, profiles.get(name), self.settings, now)
+            decision = decide_node(node, profiles.get(name) if labelled else None, self.settings, now)
             if not labelled:
-                decision = decide_node(node, None, self.settings, now)
-                decision = NodeDecision(decision.node, decision.cpu, decision.memory, None, None,
-                                        (f"node lost the {qos.OVERSUBSCRIPTION_NODE_LABEL} label: batch resources 0",))
+                decision = dataclasses.replace(decision, notes=(
+                    f"node lost the {qos.OVERSUBSCRIPTION_NODE_LABEL} label: batch resources 0",))
             result.decisions[name] = decision
             desired = decision.amounts
-            if not any(should_write(current[k], desired[k], self.settings.change_threshold_percent) for k in desired):
-                continue
-            if self.settings.reporting_mode == "volcanoAnnotations":
-                await self.core.patch_node(name, volcano_patch(desired))
-            else:
-                await self._patch_node_status(name, node_status_patch(node, desired))
-            result.node_patches += 1
-            log.info("node %s: batch-cpu %s -> %s m, batch-memory %s -> %s bytes", name,
-                     current[qos.BATCH_CPU_RESOURCE], desired[qos.BATCH_CPU_RESOURCE],
-                     current[qos.BATCH_MEMORY_RESOURCE], desired[qos.BATCH_MEMORY_RESOURCE])
-            if name in profiles:
-                await self.custom.patch_cluster_custom_object_status(
-                    *NODE_PROFILES, name, {"status": {"oversell": decision.to_status(now)}},
-                    _content_type="application/merge-patch+json")
-                result.profile_patches += 1
-            drops = [k for k in desired if current[k] and desired[k] <= current[k] * (1 - LARGE_DROP_FRACTION)]
-            if drops:
-                await self._event(name, decision, current, now)
-                result.events += 1
+            if any(should_write(current[k], desired[k], self.settings.change_threshold_percent) for k in desired):
+                writes.append(self._write(node, decision, current, name in profiles, now, result))
+        # Bounded concurrency: a cycle that changes thousands of nodes stays within seconds
+        # without flooding the API server (its priority and fairness limits still apply).
+        semaphore = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
+
+        async def bounded(write):
+            async with semaphore:
+                await write
+
+        await asyncio.gather(*(bounded(w) for w in writes))
         return result
+
+    async def _write(self, node: dict, decision: NodeDecision, current: dict, has_profile: bool,
+                     now: datetime.datetime, result: CycleResult) -> None:
+        name, desired = decision.node, decision.amounts
+        if self.settings.reporting_mode == "volcanoAnnotations":
+            await self.core.patch_node(name, volcano_patch(desired))
+        else:
+            await self._patch_node_status(name, node_status_patch(node, desired))
+        result.node_patches += 1
+        log.info("node %s: batch-cpu %s -> %s m, batch-memory %s -> %s bytes", name,
+                 current[qos.BATCH_CPU_RESOURCE], desired[qos.BATCH_CPU_RESOURCE],
+                 current[qos.BATCH_MEMORY_RESOURCE], desired[qos.BATCH_MEMORY_RESOURCE])
+        if has_profile:
+            response = await self.custom.patch_cluster_custom_object_status(
+                *NODE_PROFILES, name, {"status": {"oversell": decision.to_status(now)}},
+                _content_type="application/merge-patch+json", _preload_content=False)
+            response.release()
+            result.profile_patches += 1
+        if any(current[k] and desired[k] <= current[k] * (1 - LARGE_DROP_FRACTION) for k in desired):
+            await self._event(name, decision, current, now)
+            result.events += 1
 
     async def _list_nodes(self) -> list[dict]:
         # Raw JSON, not the generated models: a 5,000-node list deserialises several times faster.
@@ -124,7 +140,8 @@ class OversellMaster:
 
     async def _list_profiles(self) -> dict[str, dict]:
         try:
-            listing = await self.custom.list_cluster_custom_object(*NODE_PROFILES)
+            response = await self.custom.list_cluster_custom_object(*NODE_PROFILES, _preload_content=False)
+            listing = json.loads(await response.read())
         except Exception as err:  # CRD missing: every node degrades to 0, which is safe
             log.warning("cannot list NodeProfiles (%s): every oversold node goes to 0", err)
             return {}

@@ -72,6 +72,7 @@ def replayed_peak_millicores(rng: random.Random, vms, window_steps: int = 12) ->
 async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
     from kubernetes_asyncio import client, config
     from tidal import qos
+    from tidal.kube import raw
     api = await config.new_client_from_config(config_file=kubeconfig)
     async with api:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -83,19 +84,19 @@ async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
             nonlocal done
             name = f"scale-node-{index:05d}"
             async with semaphore:
-                await core.create_node({"metadata": {"name": name, "labels": {
+                await raw(core.create_node({"metadata": {"name": name, "labels": {
                     qos.OVERSUBSCRIPTION_NODE_LABEL: "true", qos.COLOCATION_NODE_LABEL: "true"}},
                     "status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
                                "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}},
-                    _preload_content=False)
+                    _preload_content=False))
                 # the API server ignores status on create: set it through the subresource
-                await core.patch_node_status(name, [
+                await raw(core.patch_node_status(name, [
                     {"op": "add", "path": "/status/capacity", "value": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
                     {"op": "add", "path": "/status/allocatable", "value": {"cpu": "64", "memory": "256Gi", "pods": "110"}}],
-                    _preload_content=False)
-                await custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", {
+                    _preload_content=False))
+                await raw(custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", {
                     "apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile", "metadata": {"name": name}},
-                    _preload_content=False)
+                    _preload_content=False))
                 await set_peak(custom, name, peaks[index], now)
             done += 1
             if done % 500 == 0:
@@ -106,11 +107,12 @@ async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
 
 async def set_peak(custom, name: str, peak: int, now: str) -> None:
     from tidal import qos
-    await custom.patch_cluster_custom_object_status(
+    from tidal.kube import raw
+    await raw(custom.patch_cluster_custom_object_status(
         qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name,
         {"status": {"observedAt": now, "predictions": {
             "predictor": "replay", "onlinePeak": {"cpuMillicores": peak, "memoryBytes": peak * 4 * 1024**2}}}},
-        _content_type="application/merge-patch+json", _preload_content=False)
+        _content_type="application/merge-patch+json", _preload_content=False))
 
 
 async def move_profiles(kubeconfig: str, names: list[str], peaks: dict[str, int]) -> None:
@@ -130,6 +132,7 @@ async def move_profiles(kubeconfig: str, names: list[str], peaks: dict[str, int]
 async def run_master_cycles(kubeconfig: str, pause_file: str) -> None:
     """Child process: cycles on demand (one line on stdin each), JSON result per cycle."""
     from kubernetes_asyncio import client, config
+    from tidal.kube import raw_json
     from tidal.manager.oversell.master import NODE_PROFILES, OversellMaster
     from tidal.manager.oversell.node_decision import OversellSettings
     api = await config.new_client_from_config(config_file=kubeconfig)
@@ -138,11 +141,9 @@ async def run_master_cycles(kubeconfig: str, pause_file: str) -> None:
         for line in sys.stdin:
             if line.strip() == "baseline":
                 start = time.perf_counter()
-                nodes = await client.CoreV1Api(api).list_node(_preload_content=False)
-                json.loads(await nodes.read())
-                profiles = await client.CustomObjectsApi(api).list_cluster_custom_object(
-                    *NODE_PROFILES, _preload_content=False)
-                json.loads(await profiles.read())
+                await raw_json(client.CoreV1Api(api).list_node(_preload_content=False))
+                await raw_json(client.CustomObjectsApi(api).list_cluster_custom_object(
+                    *NODE_PROFILES, _preload_content=False))
                 print(json.dumps({"baseline_s": time.perf_counter() - start}), flush=True)
                 continue
             start = time.perf_counter()

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidal import qos
+from tidal.kube import raw, raw_json
 from tidal.manager.oversell.arithmetic import should_write
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_MEMORY_ANNOTATION,
                                                   VOLCANO_OVERSUBSCRIPTION_LABEL, NodeDecision,
@@ -76,8 +76,7 @@ class OversellMaster:
 
     async def _patch_node_status(self, name: str, ops: list[dict]) -> None:
         # A list body is sent as application/json-patch+json; the answer is not needed.
-        response = await self.core.patch_node_status(name, ops, _preload_content=False)
-        response.release()
+        await raw(self.core.patch_node_status(name, ops, _preload_content=False))
 
     async def cycle(self) -> CycleResult:
         now = self.clock()
@@ -124,10 +123,9 @@ class OversellMaster:
                  current[qos.BATCH_CPU_RESOURCE], desired[qos.BATCH_CPU_RESOURCE],
                  current[qos.BATCH_MEMORY_RESOURCE], desired[qos.BATCH_MEMORY_RESOURCE])
         if has_profile:
-            response = await self.custom.patch_cluster_custom_object_status(
+            await raw(self.custom.patch_cluster_custom_object_status(
                 *NODE_PROFILES, name, {"status": {"oversell": decision.to_status(now)}},
-                _content_type="application/merge-patch+json", _preload_content=False)
-            response.release()
+                _content_type="application/merge-patch+json", _preload_content=False))
             result.profile_patches += 1
         if any(current[k] and desired[k] <= current[k] * (1 - LARGE_DROP_FRACTION) for k in desired):
             await self._event(name, decision, current, now)
@@ -135,13 +133,12 @@ class OversellMaster:
 
     async def _list_nodes(self) -> list[dict]:
         # Raw JSON, not the generated models: a 5,000-node list deserialises several times faster.
-        response = await self.core.list_node(_preload_content=False)
-        return json.loads(await response.read()).get("items", [])
+        return (await raw_json(self.core.list_node(_preload_content=False))).get("items", [])
 
     async def _list_profiles(self) -> dict[str, dict]:
         try:
-            response = await self.custom.list_cluster_custom_object(*NODE_PROFILES, _preload_content=False)
-            listing = json.loads(await response.read())
+            listing = await raw_json(self.custom.list_cluster_custom_object(*NODE_PROFILES,
+                                                                             _preload_content=False))
         except Exception as err:  # CRD missing: every node degrades to 0, which is safe
             log.warning("cannot list NodeProfiles (%s): every oversold node goes to 0", err)
             return {}

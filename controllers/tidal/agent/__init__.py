@@ -1,0 +1,1 @@
+"""tidal-agent: the node-side DaemonSet (usage collector, QoS engine, NRI plugin, capability probe)."""

@@ -1,0 +1,249 @@
+"""Parsing the kernel's usage files: cgroup CPU and memory, ``/proc/stat``, ``/proc/meminfo``.
+
+Parsers take the file's text and the name to blame (pure); ``read_*`` wrappers read the file and
+pass its path. A malformed file raises :class:`ParseError`, whose message names the file and,
+when one line is at fault, the line number and its text. A missing file raises the usual
+``FileNotFoundError`` (a pod's cgroup disappears when the pod goes away; callers tell the two
+apart).
+
+Definitions, chosen to match what the kubelet (cAdvisor) reports:
+
+* cgroup CPU usage: cumulative nanoseconds: v1 ``cpuacct.usage``; v2 ``cpu.stat`` ``usage_usec``
+  times 1000.
+* cgroup memory working set, **without page cache that can be dropped**: v1
+  ``memory.usage_in_bytes`` minus ``total_inactive_file`` of ``memory.stat`` (hierarchical); v2
+  ``memory.current`` minus ``inactive_file`` (v2 statistics are always hierarchical); clamped at 0.
+* node CPU (``/proc/stat`` first line): busy = total - idle - iowait, in clock ticks; total is
+  the sum of user, nice, system, idle, iowait, irq, softirq and steal (guest and guest_nice are
+  already included in user and nice).
+* node memory used: ``MemTotal - MemAvailable`` from ``/proc/meminfo``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cgroups import CgroupVersion
+
+__all__ = [
+    "ParseError",
+    "CpuTimes",
+    "MemInfo",
+    "parse_int_file",
+    "parse_flat_keyed",
+    "parse_cpuacct_usage",
+    "parse_cpu_stat_usage_ns",
+    "working_set_bytes",
+    "parse_memory_working_set",
+    "parse_proc_stat",
+    "parse_meminfo",
+    "read_cpu_usage_ns",
+    "read_memory_working_set",
+    "read_proc_stat",
+    "read_meminfo",
+]
+
+
+class ParseError(ValueError):
+    """A kernel file does not have the expected format.
+
+    Attributes: ``source`` (the file), ``line`` (1-based line number, or None when the problem
+    is not one line, e.g. a missing key).
+    """
+
+    def __init__(self, source: str, message: str, line: int | None = None) -> None:
+        self.source = source
+        self.line = line
+        where = f"{source}, line {line}" if line is not None else source
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """The aggregate ``cpu`` line of ``/proc/stat``, in clock ticks, and the online CPU count."""
+
+    total: int
+    idle: int
+    iowait: int
+    cpus: int
+
+    @property
+    def busy(self) -> int:
+        return self.total - self.idle - self.iowait
+
+
+@dataclass(frozen=True)
+class MemInfo:
+    total_bytes: int
+    available_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        return max(0, self.total_bytes - self.available_bytes)
+
+
+# --- Pure parsers -----------------------------------------------------------------------------
+
+
+def _int(text: str, source: str, line: int | None, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ParseError(source, f"expected {what}, got {text!r}", line) from None
+    if value < 0:
+        raise ParseError(source, f"expected {what}, got negative {value}", line)
+    return value
+
+
+def parse_int_file(text: str, source: str) -> int:
+    """A file holding one non-negative integer, e.g. ``cpuacct.usage`` or ``memory.current``."""
+    lines = text.splitlines()
+    content = [(n, s.strip()) for n, s in enumerate(lines, 1) if s.strip()]
+    if len(content) != 1:
+        raise ParseError(source, f"expected one integer, got {len(content)} non-empty lines")
+    number, value = content[0]
+    return _int(value, source, number, "a non-negative integer")
+
+
+def parse_flat_keyed(text: str, source: str) -> dict[str, int]:
+    """``<key> <integer>`` lines (``memory.stat``, ``cpu.stat``) into a dict."""
+    result: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        if len(fields) != 2:
+            raise ParseError(source, f"expected '<key> <integer>', got {line!r}", number)
+        result[fields[0]] = _int(fields[1], source, number, f"an integer for {fields[0]!r}")
+    return result
+
+
+def _require(stats: dict[str, int], key: str, source: str) -> int:
+    if key not in stats:
+        raise ParseError(source, f"no {key!r} line")
+    return stats[key]
+
+
+def parse_cpuacct_usage(text: str, source: str = "cpuacct.usage") -> int:
+    """cgroup v1 ``cpuacct.usage``: cumulative CPU time in nanoseconds."""
+    return parse_int_file(text, source)
+
+
+def parse_cpu_stat_usage_ns(text: str, source: str = "cpu.stat") -> int:
+    """cgroup v2 ``cpu.stat``: ``usage_usec`` as nanoseconds."""
+    return _require(parse_flat_keyed(text, source), "usage_usec", source) * 1000
+
+
+def working_set_bytes(usage_bytes: int, inactive_file_bytes: int) -> int:
+    """Usage minus inactive page cache, clamped at 0 (cAdvisor's working set)."""
+    return max(0, usage_bytes - inactive_file_bytes)
+
+
+def parse_memory_working_set(
+    version: CgroupVersion,
+    usage_text: str,
+    stat_text: str,
+    usage_source: str | None = None,
+    stat_source: str = "memory.stat",
+) -> int:
+    """Working set bytes of a cgroup from its usage file and ``memory.stat``.
+
+    v1: ``memory.usage_in_bytes`` and ``total_inactive_file``; v2: ``memory.current`` and
+    ``inactive_file``. A ``memory.stat`` without that key is an error: reporting usage with the
+    page cache in it would silently overstate memory by up to the whole cache.
+    """
+    if version is CgroupVersion.V1:
+        usage_source = usage_source or "memory.usage_in_bytes"
+        inactive_key = "total_inactive_file"
+    else:
+        usage_source = usage_source or "memory.current"
+        inactive_key = "inactive_file"
+    usage = parse_int_file(usage_text, usage_source)
+    inactive = _require(parse_flat_keyed(stat_text, stat_source), inactive_key, stat_source)
+    return working_set_bytes(usage, inactive)
+
+
+_PROC_STAT_FIELDS = 8  # user nice system idle iowait irq softirq steal
+
+
+def parse_proc_stat(text: str, source: str = "/proc/stat") -> CpuTimes:
+    """The aggregate ``cpu`` line of ``/proc/stat`` and the number of ``cpuN`` lines."""
+    aggregate: list[int] | None = None
+    cpus = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields or not fields[0].startswith("cpu"):
+            continue
+        if fields[0] != "cpu":
+            if fields[0][3:].isdigit():
+                cpus += 1
+            continue
+        if len(fields) < 5:  # user nice system idle iowait: every kernel since 2.6
+            raise ParseError(
+                source, f"expected at least 5 counters on the cpu line, got {line!r}", number
+            )
+        counters = fields[1 : 1 + _PROC_STAT_FIELDS]
+        aggregate = [_int(f, source, number, "a tick count") for f in counters]
+    if aggregate is None:
+        raise ParseError(source, "no aggregate 'cpu' line")
+    if cpus == 0:
+        raise ParseError(source, "no per-CPU 'cpuN' lines")
+    return CpuTimes(total=sum(aggregate), idle=aggregate[3], iowait=aggregate[4], cpus=cpus)
+
+
+_MEMINFO_UNITS = {"kB": 1024, "": 1}
+
+
+def parse_meminfo(text: str, source: str = "/proc/meminfo") -> MemInfo:
+    """``MemTotal`` and ``MemAvailable`` of ``/proc/meminfo``, in bytes."""
+    wanted = {"MemTotal": None, "MemAvailable": None}
+    for number, line in enumerate(text.splitlines(), 1):
+        key, sep, rest = line.partition(":")
+        if key not in wanted:
+            continue
+        fields = rest.split()
+        unit_ok = len(fields) == 1 or (len(fields) == 2 and fields[1] in _MEMINFO_UNITS)
+        if not sep or not unit_ok:
+            raise ParseError(source, f"expected '{key}: <integer> kB', got {line!r}", number)
+        unit = _MEMINFO_UNITS[fields[1] if len(fields) == 2 else ""]
+        wanted[key] = _int(fields[0], source, number, f"an integer for {key}") * unit
+    missing = [k for k, v in wanted.items() if v is None]
+    if missing:
+        raise ParseError(source, f"no {' or '.join(missing)} line")
+    return MemInfo(total_bytes=wanted["MemTotal"], available_bytes=wanted["MemAvailable"])
+
+
+# --- Thin file wrappers -----------------------------------------------------------------------
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="ascii", errors="replace")
+
+
+def read_cpu_usage_ns(cgroup_dir: Path, version: CgroupVersion) -> int:
+    """Cumulative CPU nanoseconds of the cgroup directory (in the CPU hierarchy)."""
+    if version is CgroupVersion.V1:
+        path = cgroup_dir / "cpuacct.usage"
+        return parse_cpuacct_usage(_read(path), str(path))
+    path = cgroup_dir / "cpu.stat"
+    return parse_cpu_stat_usage_ns(_read(path), str(path))
+
+
+def read_memory_working_set(cgroup_dir: Path, version: CgroupVersion) -> int:
+    """Working set bytes (no inactive page cache) of the cgroup directory (memory hierarchy)."""
+    v1 = version is CgroupVersion.V1
+    usage = cgroup_dir / ("memory.usage_in_bytes" if v1 else "memory.current")
+    stat = cgroup_dir / "memory.stat"
+    usage_text = _read(usage)
+    return parse_memory_working_set(version, usage_text, _read(stat), str(usage), str(stat))
+
+
+def read_proc_stat(path: Path | str = "/proc/stat") -> CpuTimes:
+    path = Path(path)
+    return parse_proc_stat(_read(path), str(path))
+
+
+def read_meminfo(path: Path | str = "/proc/meminfo") -> MemInfo:
+    path = Path(path)
+    return parse_meminfo(_read(path), str(path))

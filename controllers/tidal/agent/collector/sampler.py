@@ -1,0 +1,404 @@
+"""One sampling step: node and pod usage read, turned into rates, added to the aggregates.
+
+The caller (the agent's loop, which also talks to the Kubernetes API) calls :meth:`Sampler.sample`
+about once per ``sample_interval`` with the pods running on the node, described by
+:class:`PodInfo`, and gets back a plain dict shaped like the NodeProfile status
+(``controllers/tidal/crds/colocation.tidal.io_nodeprofiles.yaml``)::
+
+    {
+      "observedAt": "2025-01-02T03:04:05Z",
+      "usage": [                                   # node, from /proc; one entry per window
+        {"windowSeconds": 60, "samples": 60,
+         "cpuMillicores": {"avg": .., "p50": .., "p90": .., "p95": .., "p99": .., "max": ..},
+         "memoryBytes":   {"avg": .., "p50": .., "p90": .., "p95": .., "p99": .., "max": ..}},
+        ...                                # a window without samples: only windowSeconds, samples 0
+      ],
+      "perQoS": {
+        "HLS": {                                   # likewise "LS" and "BE"
+          "pods": 2,
+          "requests": {"cpuMillicores": .., "memoryBytes": ..},
+          "current":  {"cpuMillicores": .., "memoryBytes": ..},
+          "usage": [...same shape as the node's...],
+          "podsAtRequest": [
+            {"namespace": .., "name": .., "uid": .., "resources": ["cpu"], "reason": ..},
+          ],
+        },
+      },
+    }
+
+Definitions:
+
+* Node usage is the kernel's view (``/proc/stat`` busy cores, ``MemTotal - MemAvailable``): it
+  includes system daemons and pods of every level.
+* A level's usage is the sum over its pods (``PodInfo.tidal_level``) of each pod's cgroup usage
+  (CPU cores from ``cpuacct.usage``/``cpu.stat``, memory working set without inactive page cache).
+  A pod with no usage for a resource yet (first sample of its CPU counter, cgroup not created
+  yet or unreadable) counts at its request for that resource and is listed in ``podsAtRequest``
+  with the reason. Pods without a Tidal level are in the node usage only.
+* Window samples start with the second step (the first one only sets the CPU baselines), so CPU
+  and memory of a window always have the same sample count.
+* Online usage (HLS + LS, pods without usage at their request as above) has window aggregates of
+  its own, for the predictor: :meth:`Sampler.online_stats`. (A percentile of a sum is not the sum
+  of percentiles, so it cannot be derived from the per-level windows.)
+
+Per pod the sampler also keeps decaying histograms of measured usage (never of requests), for
+predictions: :meth:`Sampler.pod_histograms`. State for pods that are no longer passed in is
+dropped at the next step.
+
+Memory bound, with the defaults (windows 60/300/1800 s at 1 s, VPA buckets): 10 window
+aggregates (CPU and memory of the node, of each of the 3 levels and of online) of 36,000 bytes =
+360,000 bytes, plus per pod two histograms of 4,224 bytes and one counter reading.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tidal.qos import QoSLevel
+
+from .cgroups import CgroupLayout, PodQOSClass
+from .histogram import (
+    CPU_MILLICORES_BUCKETS,
+    DEFAULT_WINDOWS,
+    MEMORY_BYTES_BUCKETS,
+    DecayingHistogram,
+    WindowAggregate,
+    WindowStats,
+)
+from .rates import CounterRates, node_cpu_cores
+from .readers import (
+    CpuTimes,
+    ParseError,
+    read_cpu_usage_ns,
+    read_meminfo,
+    read_memory_working_set,
+    read_proc_stat,
+)
+
+__all__ = [
+    "DEFAULT_POD_HALF_LIFE",
+    "ONLINE_LEVELS",
+    "PodInfo",
+    "PodUsage",
+    "PodHistograms",
+    "Sampler",
+]
+
+#: Half-life of the per-pod histograms: VPA's default for its CPU histograms (24 h).
+DEFAULT_POD_HALF_LIFE = 24 * 3600.0
+
+#: The levels whose sum is the node's online usage (DESIGN.md, "The QoS model").
+ONLINE_LEVELS = (QoSLevel.HLS, QoSLevel.LS)
+
+REASON_FIRST_SAMPLE = "no usage yet: first CPU sample"
+REASON_NO_RATE = "no CPU rate this step: counter went back or the interval was too short"
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """What the sampler needs to know about one pod on the node.
+
+    Requests are the pod's total over its containers. For a BE pod they are its
+    ``kubernetes.io/batch-cpu`` (millicores) and ``kubernetes.io/batch-memory`` (bytes) requests,
+    since admission moves its native requests there.
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    qos_class: PodQOSClass
+    tidal_level: QoSLevel | None = None
+    container_ids: tuple[str, ...] = ()
+    cpu_request_millicores: int = 0
+    memory_request_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "qos_class", PodQOSClass(self.qos_class))
+        if self.tidal_level is not None:
+            object.__setattr__(self, "tidal_level", QoSLevel(self.tidal_level))
+        object.__setattr__(self, "container_ids", tuple(self.container_ids))
+        for name in ("cpu_request_millicores", "memory_request_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(
+                    f"PodInfo {self.namespace}/{self.name}: {name} must be a non-negative int, "
+                    f"got {value!r}"
+                )
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """One pod's usage at one step; None where not measured (``reasons`` says why)."""
+
+    pod: PodInfo
+    cpu_millicores: float | None
+    memory_bytes: int | None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(
+            name
+            for name, value in (("cpu", self.cpu_millicores), ("memory", self.memory_bytes))
+            if value is None
+        )
+
+
+@dataclass(frozen=True)
+class PodHistograms:
+    cpu_millicores: DecayingHistogram
+    memory_bytes: DecayingHistogram
+
+
+_StatsPair = tuple[WindowStats | None, WindowStats | None]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _stats_dict(stats: WindowStats) -> dict[str, int]:
+    return {
+        key: max(0, int(round(getattr(stats, key))))
+        for key in ("avg", "p50", "p90", "p95", "p99", "max")
+    }
+
+
+def _usage_list(cpu: WindowAggregate, memory: WindowAggregate, now: float) -> list[dict[str, Any]]:
+    entries = []
+    for window in cpu.windows:
+        cpu_stats, memory_stats = cpu.stats(window, now), memory.stats(window, now)
+        entry: dict[str, Any] = {"windowSeconds": window, "samples": 0}
+        if cpu_stats is not None and memory_stats is not None:
+            entry["samples"] = cpu_stats.samples
+            entry["cpuMillicores"] = _stats_dict(cpu_stats)
+            entry["memoryBytes"] = _stats_dict(memory_stats)
+        entries.append(entry)
+    return entries
+
+
+class _Series:
+    """CPU and memory window aggregates of one thing (the node, or one level)."""
+
+    def __init__(self, windows: tuple[int, ...], sample_interval: float) -> None:
+        self.cpu = WindowAggregate(windows, sample_interval)
+        self.memory = WindowAggregate(windows, sample_interval)
+
+    def add(self, cpu_millicores: float, memory_bytes: float, now: float) -> None:
+        self.cpu.add(cpu_millicores, now)
+        self.memory.add(memory_bytes, now)
+
+    def usage(self, now: float) -> list[dict[str, Any]]:
+        return _usage_list(self.cpu, self.memory, now)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.cpu.memory_bytes + self.memory.memory_bytes
+
+
+class Sampler:
+    """Node and pod usage, one :meth:`sample` step at a time (see the module doc)."""
+
+    def __init__(
+        self,
+        layout: CgroupLayout,
+        *,
+        proc_root: Path | str = "/proc",
+        windows: Iterable[int] = DEFAULT_WINDOWS,
+        sample_interval: float = 1.0,
+        pod_half_life: float = DEFAULT_POD_HALF_LIFE,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.layout = layout
+        self.proc_root = Path(proc_root)
+        self.windows = tuple(sorted({int(w) for w in windows}))
+        self.sample_interval = sample_interval
+        self.pod_half_life = pod_half_life
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._node = _Series(self.windows, sample_interval)
+        self._levels = {level: _Series(self.windows, sample_interval) for level in QoSLevel}
+        self._online = _Series(self.windows, sample_interval)
+        self._cpu_rates = CounterRates()
+        self._previous_cpu_times: CpuTimes | None = None
+        self._histograms: dict[str, PodHistograms] = {}
+        self._pod_usage: dict[str, PodUsage] = {}
+        self._now: float | None = None
+        self._observed_at: datetime | None = None
+        self.node_cpu_millicores: float | None = None
+        self.node_memory_bytes: int | None = None
+
+    # -- one step --
+
+    def sample(self, pods: Iterable[PodInfo]) -> dict[str, Any]:
+        """Read everything once, update the aggregates and return :meth:`summary`.
+
+        Node files that cannot be read or parsed raise (the node is not observable); a pod
+        whose cgroup cannot be read counts at its request (see the module doc).
+        """
+        pods = {pod.uid: pod for pod in pods}
+        now = self._clock()
+        cpu_times = read_proc_stat(self.proc_root / "stat")
+        meminfo = read_meminfo(self.proc_root / "meminfo")
+        cores = node_cpu_cores(self._previous_cpu_times, cpu_times)
+        self._previous_cpu_times = cpu_times
+        self.node_cpu_millicores = None if cores is None else cores * 1000
+        self.node_memory_bytes = meminfo.used_bytes
+
+        self._forget_all_but(pods)
+        self._pod_usage = {uid: self._sample_pod(pod) for uid, pod in pods.items()}
+
+        if self.node_cpu_millicores is not None:
+            self._node.add(self.node_cpu_millicores, self.node_memory_bytes, now)
+            online_cpu = online_memory = 0.0
+            for level, series in self._levels.items():
+                cpu, memory = self._level_current(level)
+                series.add(cpu, memory, now)
+                if level in ONLINE_LEVELS:
+                    online_cpu, online_memory = online_cpu + cpu, online_memory + memory
+            self._online.add(online_cpu, online_memory, now)
+        self._now = now
+        self._observed_at = self._wall_clock()
+        return self.summary()
+
+    def _forget_all_but(self, pods: dict[str, PodInfo]) -> None:
+        self._cpu_rates.retain(pods)
+        for uid in [uid for uid in self._histograms if uid not in pods]:
+            del self._histograms[uid]
+
+    def _sample_pod(self, pod: PodInfo) -> PodUsage:
+        relpath = self.layout.pod_relpath(pod.uid, pod.qos_class)
+        version = self.layout.version
+        reasons = []
+        histograms = self._histograms.get(pod.uid)
+        if histograms is None:
+            histograms = self._histograms[pod.uid] = PodHistograms(
+                DecayingHistogram(CPU_MILLICORES_BUCKETS, self.pod_half_life),
+                DecayingHistogram(MEMORY_BYTES_BUCKETS, self.pod_half_life),
+            )
+
+        cpu_millicores = None
+        cpu_dir = self.layout.cpu_dir(relpath)
+        try:
+            usage_ns = read_cpu_usage_ns(cpu_dir, version)
+        except FileNotFoundError:
+            self._cpu_rates.forget(pod.uid)
+            reasons.append(f"no cgroup {cpu_dir}")
+        except (OSError, ParseError) as error:
+            self._cpu_rates.forget(pod.uid)
+            reasons.append(f"cannot read CPU usage: {error}")
+        else:
+            at = self._clock()
+            first = pod.uid not in self._cpu_rates
+            cores = self._cpu_rates.update(pod.uid, usage_ns, at)
+            if cores is None:
+                reasons.append(REASON_FIRST_SAMPLE if first else REASON_NO_RATE)
+            else:
+                cpu_millicores = cores * 1000
+                histograms.cpu_millicores.add(cpu_millicores, 1.0, at)
+
+        memory_bytes = None
+        memory_dir = self.layout.memory_dir(relpath)
+        try:
+            memory_bytes = read_memory_working_set(memory_dir, version)
+        except FileNotFoundError:
+            reason = f"no cgroup {memory_dir}"
+            if reason not in reasons:  # on v2 the CPU and memory directories are the same
+                reasons.append(reason)
+        except (OSError, ParseError) as error:
+            reasons.append(f"cannot read memory usage: {error}")
+        else:
+            histograms.memory_bytes.add(float(memory_bytes), 1.0, self._clock())
+        return PodUsage(pod, cpu_millicores, memory_bytes, tuple(reasons))
+
+    def _level_current(self, level: QoSLevel) -> tuple[float, float]:
+        cpu = memory = 0.0
+        for usage in self._pod_usage.values():
+            pod = usage.pod
+            if pod.tidal_level is not level:
+                continue
+            measured_cpu, measured_memory = usage.cpu_millicores, usage.memory_bytes
+            cpu += pod.cpu_request_millicores if measured_cpu is None else measured_cpu
+            memory += pod.memory_request_bytes if measured_memory is None else measured_memory
+        return cpu, memory
+
+    # -- results --
+
+    def pod_usage(self, uid: str) -> PodUsage | None:
+        """The pod's usage at the latest step."""
+        return self._pod_usage.get(uid)
+
+    def pod_histograms(self, uid: str) -> PodHistograms | None:
+        return self._histograms.get(uid)
+
+    def _stats(self, series: _Series, window_seconds: int) -> _StatsPair:
+        if self._now is None:
+            return None, None
+        now = self._now
+        return series.cpu.stats(window_seconds, now), series.memory.stats(window_seconds, now)
+
+    def online_stats(self, window_seconds: int) -> _StatsPair:
+        """(CPU millicores, memory bytes) statistics of HLS + LS usage over the trailing window.
+
+        Pods without usage are already in at their request. None when the window has no sample.
+        """
+        return self._stats(self._online, window_seconds)
+
+    def level_stats(self, level: QoSLevel, window_seconds: int) -> _StatsPair:
+        """Like :meth:`online_stats`, for one level."""
+        return self._stats(self._levels[QoSLevel(level)], window_seconds)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes held by the aggregates and per-pod histograms now (sample storage only)."""
+        total = self._node.memory_bytes + self._online.memory_bytes
+        total += sum(s.memory_bytes for s in self._levels.values())
+        for h in self._histograms.values():
+            total += h.cpu_millicores.memory_bytes + h.memory_bytes.memory_bytes
+        return total
+
+    def summary(self) -> dict[str, Any]:
+        """The NodeProfile status fields this sampler owns, as of the latest step."""
+        if self._now is None or self._observed_at is None:
+            raise RuntimeError("summary() before the first sample()")
+        now = self._now
+        per_qos = {}
+        for level, series in self._levels.items():
+            pods = [u for u in self._pod_usage.values() if u.pod.tidal_level is level]
+            cpu, memory = self._level_current(level)
+            per_qos[level.value] = {
+                "pods": len(pods),
+                "requests": {
+                    "cpuMillicores": sum(u.pod.cpu_request_millicores for u in pods),
+                    "memoryBytes": sum(u.pod.memory_request_bytes for u in pods),
+                },
+                "current": {"cpuMillicores": _whole(cpu), "memoryBytes": _whole(memory)},
+                "usage": series.usage(now),
+                "podsAtRequest": [
+                    {
+                        "namespace": u.pod.namespace,
+                        "name": u.pod.name,
+                        "uid": u.pod.uid,
+                        "resources": list(u.missing),
+                        "reason": "; ".join(u.reasons),
+                    }
+                    for u in pods
+                    if u.missing
+                ],
+            }
+        return {
+            "observedAt": self._observed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "usage": self._node.usage(now),
+            "perQoS": per_qos,
+        }
+
+
+def _whole(value: float) -> int:
+    return max(0, int(round(value))) if math.isfinite(value) else 0

@@ -1,10 +1,12 @@
-"""`tidal-agent`: today the replay source for the lab (`tidal-agent replay`); the real
-node mode (kernel collector, QoS engine) is wired in with the node-engine issue."""
+"""`tidal-agent`: `run` collects this node's usage from the kernel and reports it to its
+NodeProfile; `replay` does the same for the lab's fake nodes from a trace. The QoS engine
+joins `run` with the node-engine issue."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -20,6 +22,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--report-interval", type=float, default=5.0)
     r.add_argument("--predictor", default="p95", choices=("p90", "p95", "p99", "max"))
     r.add_argument("--window", type=int, default=300, help="seconds of usage the predictor looks at")
+    n = sub.add_parser("run", help="collect this node's usage and report it to its NodeProfile")
+    n.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"),
+                   help="this node's name (default $NODE_NAME)")
+    n.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                   help="default: in-cluster configuration")
+    n.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"))
+    n.add_argument("--proc-root", type=Path, default=Path("/proc"))
+    n.add_argument("--cgroup-driver", choices=("cgroupfs", "systemd"),
+                   help="the kubelet's cgroup driver (default: detected from the pod cgroups)")
+    n.add_argument("--report-interval", type=float, default=10.0)
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -40,12 +52,32 @@ async def _replay(args) -> None:
                          window=args.window, stop=stop)
 
 
+async def _run(args) -> None:
+    from kubernetes_asyncio import client, config
+
+    from tidal.agent.collector.cgroups import CgroupDriver
+    from tidal.agent.run import run_node_agent
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if args.kubeconfig:
+        api = await config.new_client_from_config(config_file=args.kubeconfig)
+    else:
+        config.load_incluster_config()
+        api = client.ApiClient()
+    async with api:
+        await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,
+                             report_interval=args.report_interval, stop=stop,
+                             cgroup_driver=CgroupDriver(args.cgroup_driver) if args.cgroup_driver else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     from tidal.agent.replay import TraceError
     try:
-        asyncio.run(_replay(args))
+        asyncio.run(_replay(args) if args.command == "replay" else _run(args))
     except TraceError as err:
         print(f"tidal-agent replay: {err}")
         return 2

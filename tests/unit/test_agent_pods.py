@@ -1,0 +1,45 @@
+import pytest
+
+from tidal import qos
+from tidal.agent.collector.cgroups import PodQOSClass
+from tidal.agent.pods import NodePods, pod_info
+
+
+def _pod(annotations=None, requests=None, phase="Running", qos_class="Burstable", container_id="containerd://abc123"):
+    return {"metadata": {"uid": "u1", "namespace": "ns", "name": "p", "annotations": annotations or {},
+                         "resourceVersion": "42"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": requests or {}}}]},
+            "status": {"phase": phase, "qosClass": qos_class,
+                       "containerStatuses": [{"containerID": container_id}] if container_id else []}}
+
+
+@pytest.mark.parametrize("annotations, requests, level, cpu, memory", [
+    ({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1500m", "memory": "1Gi"}, qos.QoSLevel.LS, 1500, 1024**3),
+    ({qos.QOS_ANNOTATION: "BE"}, {qos.BATCH_CPU_RESOURCE: "2k", qos.BATCH_MEMORY_RESOURCE: "1024"},
+     qos.QoSLevel.BE, 2000, 1024),
+    ({}, {"cpu": "1", "memory": "1Mi"}, None, 1000, 1024**2),
+    ({qos.QOS_ANNOTATION: "GOLD"}, {"cpu": "1"}, None, 1000, 0),       # a bad level counts as no level
+    ({qos.VOLCANO_QOS_ANNOTATION: "LC"}, {"cpu": "2"}, qos.QoSLevel.HLS, 2000, 0),
+    ({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1.5.5", "memory": "1Gi"}, qos.QoSLevel.LS, 0, 0),  # unparsable container
+])
+def test_pod_info_reads_level_and_requests(annotations, requests, level, cpu, memory):
+    info = pod_info(_pod(annotations, requests))
+    assert (info.tidal_level, info.cpu_request_millicores, info.memory_request_bytes) == (level, cpu, memory)
+    assert info.qos_class is PodQOSClass.BURSTABLE and len(info.container_ids) == 1
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_pods_hold_no_resources(phase):
+    assert pod_info(_pod(phase=phase)) is None
+
+
+def test_watch_events_update_the_node_pods_and_resume_point():
+    pods = NodePods.__new__(NodePods)
+    pods.pods, pods.resource_version = {}, None
+    pods._apply("ADDED", _pod({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"}))
+    assert set(pods.pods) == {"u1"} and pods.resource_version == "42"
+    pods._apply("MODIFIED", _pod(phase="Succeeded"))
+    assert pods.pods == {}
+    pods._apply("ADDED", _pod())
+    pods._apply("DELETED", _pod())
+    assert pods.pods == {}

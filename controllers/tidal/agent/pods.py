@@ -18,12 +18,12 @@ from tidal.manager.admission.quantities import QuantityError, cpu_millicores, me
 log = logging.getLogger(__name__)
 
 
-def _requests(pod: Mapping[str, Any], cpu_key: str, memory_key: str) -> tuple[int, int]:
+def _requests(pod: Mapping[str, Any], cpu_key: str, memory_key: str, cpu_parse=cpu_millicores) -> tuple[int, int]:
     cpu = memory = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
         requests = ((container.get("resources") or {}).get("requests")) or {}
         try:
-            cpu += cpu_millicores(requests[cpu_key]) if cpu_key in requests else 0
+            cpu += cpu_parse(requests[cpu_key]) if cpu_key in requests else 0
             memory += memory_bytes(requests[memory_key]) if memory_key in requests else 0
         except QuantityError:
             continue  # admission rejects these; a pod from before it counts without them
@@ -44,7 +44,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
     except ValueError:
         qos_class = PodQOSClass("BestEffort")
     if level is qos.QoSLevel.BE:
-        cpu, memory = _requests(pod, qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE)
+        # Extended resources are plain counts: batch-cpu "2k" is 2,000 millicores, not 2,000 cores.
+        cpu, memory = _requests(pod, qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE, cpu_parse=memory_bytes)
     else:
         cpu, memory = _requests(pod, "cpu", "memory")
     ids = []

@@ -204,3 +204,20 @@ def test_tidal_manager_process_leads_and_writes_batch_resources(lab, core, overs
     finally:
         processes.stop(record)
         client.CoordinationV1Api(core.api_client).delete_namespaced_lease("tidal-manager", qos.NAMESPACE)
+
+
+def test_volcano_annotation_mode_writes_volcanos_own_oversubscription_keys(lab, core, oversell_setup):
+    settings = OversellSettings(reporting_mode="volcanoAnnotations")
+    try:
+        assert cycle(lab, settings).node_patches == 1
+        node = core.read_node(OVERSOLD)
+        assert node.metadata.labels["volcano.sh/oversubscription"] == "true"
+        assert node.metadata.annotations["volcano.sh/oversubscription-cpu"] == "6000"
+        assert int(node.metadata.annotations["volcano.sh/oversubscription-memory"]) == int(
+            64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)
+        assert not any(_batch(core, OVERSOLD).values())  # no extended resources in this mode
+        assert cycle(lab, settings).node_patches == 0
+    finally:
+        core.patch_node(OVERSOLD, {"metadata": {
+            "labels": {"volcano.sh/oversubscription": None},
+            "annotations": {"volcano.sh/oversubscription-cpu": None, "volcano.sh/oversubscription-memory": None}}})

@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT.parent / "shared" / "data" / "traces"
 PODS_PER_NODE = 50
 GiB = 1024**3
 
@@ -43,6 +42,10 @@ def log(msg: str) -> None:
 
 def load_vm_series() -> list[tuple[int, list[float]]]:
     """(vCPUs, strict usage in cores per 5-minute step) for each Azure VM."""
+    from tidal.predict import shared_traces_dir
+    TRACE = shared_traces_dir()
+    if TRACE is None:
+        raise SystemExit("the Azure 2019 traces are not found: set TIDAL_TRACES_DIR")
     cores = {}
     with open(TRACE / "azure2019_20vms_meta.csv") as meta:
         for row in csv.DictReader(meta):

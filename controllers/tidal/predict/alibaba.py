@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.predict.series import TraceFormatError, open_text
+from tidal.predict.series import TraceFormatError, open_text, parse_number
 
 __all__ = ["AlibabaConversion", "convert_alibaba", "read_alibaba_meta"]
 
@@ -34,15 +34,6 @@ class AlibabaConversion:
     readings: int
     skipped: int  # readings without a cpu value
 
-
-def _num(raw: str, where: str, column: str) -> float:
-    try:
-        v = float(raw)
-    except ValueError:
-        raise TraceFormatError(f"{where}: column {column!r}: not a number: {raw!r}") from None
-    if not math.isfinite(v):
-        raise TraceFormatError(f"{where}: column {column!r}: not a finite number: {raw!r}")
-    return v
 
 
 def read_alibaba_meta(path: str | Path) -> dict[str, float]:
@@ -61,8 +52,8 @@ def read_alibaba_meta(path: str | Path) -> dict[str, float]:
                 machine, ts_raw, cpu_raw = row[0].strip(), row[1].strip(), row[4].strip()
                 if cpu_raw == "":
                     continue
-                ts = _num(ts_raw, where, "time_stamp") if ts_raw else -math.inf
-                cpu = _num(cpu_raw, where, "cpu_num")
+                ts = parse_number(ts_raw, where, "time_stamp") if ts_raw else -math.inf
+                cpu = parse_number(cpu_raw, where, "cpu_num")
                 if cpu <= 0:
                     raise TraceFormatError(f"{where}: column 'cpu_num': must be > 0, got {cpu_raw!r}")
                 if machine not in latest or ts >= latest[machine][0]:
@@ -108,8 +99,8 @@ def convert_alibaba(
                 if raw == "":
                     skipped += 1
                     continue
-                ts = _num(row[1].strip(), where, "time_stamp")
-                pct = _num(raw, where, "cpu_util_percent")
+                ts = parse_number(row[1].strip(), where, "time_stamp")
+                pct = parse_number(raw, where, "cpu_util_percent")
                 if pct < 0:
                     raise TraceFormatError(
                         f"{where}: column 'cpu_util_percent': negative value {raw!r}"

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.predict.series import TraceFormatError, open_text
+from tidal.predict.series import TraceFormatError, open_text, parse_number
 
 __all__ = ["VARIANTS", "AzureConversion", "convert_azure", "read_azure_meta"]
 
@@ -133,12 +133,12 @@ def convert_azure(
                 if vm not in keep:
                     skipped += 1
                     continue
-                ts = _number(row[col["timestamp"]], where, "timestamp")
+                ts = parse_number(row[col["timestamp"]], where, "timestamp")
                 raw = row[col[column]].strip()
                 if raw == "":
                     missing += 1
                     continue
-                pct = _number(raw, where, column)
+                pct = parse_number(raw, where, column)
                 if pct < 0:
                     raise TraceFormatError(f"{where}: column {column!r}: negative percentage {raw!r}")
                 cores = meta[vm][1]
@@ -160,13 +160,3 @@ def _rows(reader: Iterator[list[str]]) -> Iterator[list[str]]:
     except csv.Error as e:
         raise TraceFormatError(f"CSV error: {e}") from None
 
-
-def _number(text: str, where: str, column: str) -> float:
-    raw = text.strip()
-    try:
-        v = float(raw)
-    except ValueError:
-        raise TraceFormatError(f"{where}: column {column!r}: not a number: {raw!r}") from None
-    if not math.isfinite(v):
-        raise TraceFormatError(f"{where}: column {column!r}: not a finite number: {raw!r}")
-    return v

@@ -123,7 +123,8 @@ def _column_sums(rows: Sequence[Sequence[float]], n: int) -> list[float]:
     return [math.fsum(col) for col in zip(*rows, strict=True)]
 
 
-def _parse_number(text: str, where: str, column: str, *, integer: bool = False) -> float:
+def parse_number(text: str, where: str, column: str, *, integer: bool = False) -> float:
+    """A finite number from one CSV cell; TraceFormatError naming the place and column otherwise."""
     raw = text.strip()
     if raw == "":
         raise TraceFormatError(f"{where}: column '{column}': empty value")
@@ -203,12 +204,12 @@ def _read(f: IO[str], label: str, step: int | None, max_gap_seconds: float | Non
                 raise TraceFormatError(
                     f"{where}: expected {len(header)} columns, got {len(row)} ({','.join(row)!s})"
                 )
-            ts = int(_parse_number(row[col["timestamp"]], where, "timestamp", integer=True))
+            ts = int(parse_number(row[col["timestamp"]], where, "timestamp", integer=True))
             sid = row[col["series_id"]].strip()
             if not sid:
                 raise TraceFormatError(f"{where}: column 'series_id': empty value")
-            usage = _parse_number(row[col["usage"]], where, "usage")
-            request = _parse_number(row[col["request"]], where, "request")
+            usage = parse_number(row[col["usage"]], where, "usage")
+            request = parse_number(row[col["request"]], where, "request")
             j = ids.get(sid)
             if j is None:
                 j = ids[sid] = len(ids)

@@ -24,3 +24,45 @@ async def raw(call: Awaitable[Any]) -> bytes:
 
 async def raw_json(call: Awaitable[Any]) -> Any:
     return json.loads(await raw(call))
+
+
+async def api_client(kubeconfig: str | None):
+    """A kubernetes_asyncio ApiClient: from `kubeconfig`, else the in-cluster service account."""
+    from kubernetes_asyncio import client, config
+    if kubeconfig:
+        return await config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def stop_on_signals():
+    """An asyncio.Event set by SIGTERM or SIGINT (call inside the running loop)."""
+    import asyncio
+    import signal
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def read_policy(api):
+    """The ColocationPolicy `default`; the defaults when it does not exist (or, which its
+    CRD schema should make impossible, when it does not validate)."""
+    import logging
+
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from tidal import qos
+    from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
+    try:
+        obj = await client.CustomObjectsApi(api).get_cluster_custom_object(
+            qos.API_GROUP, qos.API_VERSION, "colocationpolicies", DEFAULT_POLICY_NAME)
+        return ColocationPolicy.from_spec(obj.get("spec") or {})
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    except PolicyValidationError as err:
+        logging.getLogger(__name__).error("ColocationPolicy is invalid (%s): using the defaults", err)
+    return ColocationPolicy.from_spec({})

@@ -7,8 +7,9 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 from pathlib import Path
+
+from tidal.kube import api_client, stop_on_signals
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,36 +38,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _replay(args) -> None:
-    from kubernetes_asyncio import config
-
     from tidal.agent.replay import read_long_csv, run_replay
     trace = read_long_csv(args.trace)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    api = await config.new_client_from_config(config_file=args.kubeconfig)
-    async with api:
+    stop = stop_on_signals()
+    async with await api_client(args.kubeconfig) as api:
         await run_replay(api, trace, [n for n in args.nodes.split(",") if n], speed=args.speed,
                          report_interval=args.report_interval, predictor=args.predictor,
                          window=args.window, stop=stop)
 
 
 async def _run(args) -> None:
-    from kubernetes_asyncio import client, config
-
     from tidal.agent.collector.cgroups import CgroupDriver
     from tidal.agent.run import run_node_agent
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if args.kubeconfig:
-        api = await config.new_client_from_config(config_file=args.kubeconfig)
-    else:
-        config.load_incluster_config()
-        api = client.ApiClient()
-    async with api:
+    stop = stop_on_signals()
+    async with await api_client(args.kubeconfig) as api:
         await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,
                              report_interval=args.report_interval, stop=stop,
                              cgroup_driver=CgroupDriver(args.cgroup_driver) if args.cgroup_driver else None)

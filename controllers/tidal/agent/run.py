@@ -6,30 +6,15 @@ import asyncio
 import logging
 from pathlib import Path
 
-from tidal import qos
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detect_layout
 from tidal.agent.collector.sampler import Sampler
 from tidal.agent.node_profile import write_status
 from tidal.agent.pods import NodePods
 from tidal.agent.prediction import online_peak
-from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
+from tidal.kube import read_policy
+from tidal.policy import ColocationPolicy
 
 log = logging.getLogger(__name__)
-
-
-async def read_policy(api) -> ColocationPolicy:
-    from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
-    try:
-        obj = await client.CustomObjectsApi(api).get_cluster_custom_object(
-            qos.API_GROUP, qos.API_VERSION, "colocationpolicies", DEFAULT_POLICY_NAME)
-        return ColocationPolicy.from_spec(obj.get("spec") or {})
-    except ApiException as err:
-        if err.status != 404:
-            raise
-    except PolicyValidationError as err:
-        log.error("ColocationPolicy is invalid (%s): using the defaults", err)
-    return ColocationPolicy.from_spec({})
 
 
 def report(sampler: Sampler, policy: ColocationPolicy) -> dict:

@@ -7,7 +7,6 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 import socket
 
 from tidal.manager.admission.server import ServerConfig, serve
@@ -36,28 +35,19 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _leader_work(args, stop: asyncio.Event) -> None:
     """The leader-elected controllers: every replica competes, one works."""
-    from kubernetes_asyncio import config as kube_config
-
     from tidal import qos
+    from tidal.kube import api_client
     from tidal.manager.leader import LeaderElector
     from tidal.manager.oversell.loop import run_master
 
-    if args.kubeconfig:
-        api = await kube_config.new_client_from_config(config_file=args.kubeconfig)
-    else:
-        kube_config.load_incluster_config()
-        from kubernetes_asyncio import client
-        api = client.ApiClient()
-    async with api:
+    async with await api_client(args.kubeconfig) as api:
         elector = LeaderElector(api, "tidal-manager", qos.NAMESPACE, args.identity)
         await elector.run(lambda: run_master(api, args.oversell_interval), stop)
 
 
 async def _run(config: ServerConfig, args) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    from tidal.kube import stop_on_signals
+    stop = stop_on_signals()
     jobs = [serve(config, stop)]
     if args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"):
         jobs.append(_leader_work(args, stop))

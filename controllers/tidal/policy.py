@@ -302,8 +302,8 @@ class Overselling:
         default=60,
         minimum=0,
         maximum=100,
-        description="Share of the reclaimable resources (allocatable minus predicted online peak) "
-        "that is sold to BE pods.",
+        description="Cap: the share of allocatable that online usage and BE pods together may fill; "
+        "batch = allocatable × cap − predicted online peak − system overhead − safety margin.",
     )
     predictor: Predictor = _choice(
         "predictor", Predictor.P95, "Statistic of online usage over the window taken as its peak."

@@ -67,12 +67,24 @@ POLICY_KIND = "ColocationPolicy"
 
 
 class Predictor(enum.StrEnum):
-    """Statistic of online usage over ``overselling.windowSeconds`` taken as the predicted peak."""
+    """How the agent predicts the online CPU peak.
 
+    ``p90``/``p95``/``p99``/``max``: that statistic of online usage over
+    ``overselling.windowSeconds``. The others are the predictors of ``tidal.predict`` run on the
+    node's 5-minute history (evaluated on real traces in the README); ``tidal`` is Tidal's own.
+    Memory always uses the window's maximum with the history predictors.
+    """
+
+    TIDAL = "tidal"
     P90 = "p90"
     P95 = "p95"
     P99 = "p99"
     MAX = "max"
+    NSIGMA = "nsigma"
+    RC = "rc"
+    RC_NSIGMA_MAX = "rc-nsigma-max"
+    VOLCANO = "volcano"
+    KOORDINATOR = "koordinator"
 
 
 class ReportingMode(enum.StrEnum):
@@ -306,7 +318,8 @@ class Overselling:
         "batch = allocatable × cap − predicted online peak − system overhead − safety margin.",
     )
     predictor: Predictor = _choice(
-        "predictor", Predictor.P95, "Statistic of online usage over the window taken as its peak."
+        "predictor", Predictor.TIDAL, "How the online CPU peak is predicted: a statistic over the window "
+        "(p90, p95, p99, max) or a history predictor (tidal, nsigma, rc, rc-nsigma-max, volcano, koordinator)."
     )
     window_seconds: int = _integer(
         "windowSeconds",

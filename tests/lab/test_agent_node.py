@@ -27,7 +27,8 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
     custom = client.CustomObjectsApi(lab_api)
     core.create_namespaced_pod(namespace, _pod("web", "LS", "1500m"))
     agent = processes.start("agent", [str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", NODE,
-                                      "--kubeconfig", str(lab.kubeconfig_path), "--report-interval", "1"],
+                                      "--kubeconfig", str(lab.kubeconfig_path), "--report-interval", "1",
+                                      "--history-step-seconds", "2"],
                             tmp_path / "agent.log")
 
     def profile_with(predicate):
@@ -48,7 +49,9 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         # Real node usage from /proc: some CPU and memory are always in use on this machine.
         minute = next(u for u in status["usage"] if u["windowSeconds"] == 60)
         assert minute["samples"] >= 1 and minute["memoryBytes"]["max"] > 100 * 1024**2
-        # The kwok pod has no cgroup: it counts at its request in the online peak.
+        # The policy's default predictor (Tidal's own) ran on the agent's history; the kwok pod has
+        # no cgroup and is young, so it is reserved at its full request.
+        assert status["predictions"]["predictor"] == "tidal"
         assert status["predictions"]["onlinePeak"]["cpuMillicores"] >= 1500
         # A pod created later reaches the agent through its watch.
         core.create_namespaced_pod(namespace, _pod("search", "LS", "500m"))

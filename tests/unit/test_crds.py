@@ -204,7 +204,12 @@ def test_node_usage_summary_has_every_statistic_per_window(summary: str) -> None
         assert statistic == {"type": "integer", "format": "int64", "minimum": 0}
 
 
-def test_node_profile_statistics_cover_every_predictor_of_the_policy() -> None:
+def test_node_profile_statistics_cover_every_statistic_predictor_of_the_policy() -> None:
+    from tidal.agent.prediction import STATISTICS
+    from tidal.predict.predictors import REALISABLE
+
     window = node_at("NodeProfile", ".status.usage")
     statistics = window["items"]["properties"]["cpuMillicores"]["properties"]
-    assert {predictor.value for predictor in Predictor} <= set(statistics)
+    assert set(STATISTICS) <= set(statistics)
+    # Every predictor the policy offers is either a window statistic or a history predictor.
+    assert {p.value for p in Predictor} == set(STATISTICS) | {p.name for p in REALISABLE}

@@ -83,7 +83,7 @@ def value_at(policy: ColocationPolicy, path: str) -> Any:
         ("spec.features.psiInterference.avg10ThresholdPercent", 5.0),
         ("spec.overselling.ratioPercent", 60),
         # Not in DESIGN.md's table but named in the brief of the model.
-        ("spec.overselling.predictor", "p95"),
+        ("spec.overselling.predictor", "tidal"),
         ("spec.overselling.changeThresholdPercent", 10),
         ("spec.overselling.reportingMode", "extendedResources"),
     ],
@@ -338,12 +338,12 @@ def test_out_of_range_message_reads_as_documented() -> None:
         (
             "spec.overselling.predictor",
             "p50",
-            "must be one of p90, p95, p99, max, got 'p50' (string)",
+            "must be one of tidal, p90, p95, p99, max, nsigma, rc, rc-nsigma-max, volcano, koordinator, got 'p50' (string)",
         ),
         (
             "spec.overselling.predictor",
             "P95",
-            "must be one of p90, p95, p99, max, got 'P95' (string)",
+            "must be one of tidal, p90, p95, p99, max, nsigma, rc, rc-nsigma-max, volcano, koordinator, got 'P95' (string)",
         ),
         (
             "spec.overselling.reportingMode",

@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--cgroup-driver", choices=("cgroupfs", "systemd"),
                    help="the kubelet's cgroup driver (default: detected from the pod cgroups)")
     n.add_argument("--report-interval", type=float, default=10.0)
+    n.add_argument("--history-step-seconds", type=int, default=300,
+                   help="step of the history the predictors run on (300 s, as evaluated; shorter in tests)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -54,6 +56,7 @@ async def _run(args) -> None:
     async with await api_client(args.kubeconfig) as api:
         await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,
                              report_interval=args.report_interval, stop=stop,
+                             history_step_seconds=args.history_step_seconds,
                              cgroup_driver=CgroupDriver(args.cgroup_driver) if args.cgroup_driver else None)
 
 

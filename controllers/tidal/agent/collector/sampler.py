@@ -331,6 +331,10 @@ class Sampler:
 
     # -- results --
 
+    def pod_usages(self) -> list[PodUsage]:
+        """Every pod's usage at the last step (``cpu_millicores`` None where not measured)."""
+        return list(self._pod_usage.values())
+
     def pod_usage(self, uid: str) -> PodUsage | None:
         """The pod's usage at the latest step."""
         return self._pod_usage.get(uid)

@@ -1,0 +1,86 @@
+import pytest
+
+from tidal.agent.history import OnlineHistory
+from tidal.predict.predictors import Tidal
+
+
+def test_steps_keep_each_pods_peak_and_close_when_time_moves_on():
+    h = OnlineHistory(step_seconds=300)
+    assert not h.observe(0, [("a", 1.0, 2.0)])
+    assert not h.observe(100, [("a", 1.5, 2.0), ("b", 0.2, 1.0)])
+    assert h.observe(300, [("a", 0.5, 2.0)])  # step 0 closed
+    history = h.node_history()
+    assert history.series_ids == ("a", "b") and len(history) == 1
+    assert list(history.usage(0)) == [1.5] and list(history.usage(1)) == [0.2]
+    assert history.total_request[-1] == 3.0
+
+
+def test_absent_pods_contribute_nothing_and_old_steps_are_trimmed():
+    h = OnlineHistory(step_seconds=300, keep_steps=3)
+    for step in range(6):
+        pods = [("a", 1.0, 2.0)] + ([("b", 4.0, 4.0)] if step == 0 else [])
+        h.observe(step * 300, pods)
+    h.observe(6 * 300, [])
+    history = h.node_history()
+    assert history.series_ids == ("a",)  # b left more than keep_steps ago
+    assert len(history) == 3 and list(history.usage(0)) == [1.0, 1.0, 1.0]
+
+
+def test_gaps_inside_a_pods_life_are_zero():
+    h = OnlineHistory(step_seconds=300)
+    h.observe(0, [("a", 1.0, 2.0)])
+    h.observe(300, [("b", 1.0, 1.0)])
+    h.observe(600, [("a", 3.0, 2.0), ("b", 1.0, 1.0)])
+    h.observe(900, [])
+    history = h.node_history()
+    assert list(history.usage(0)) == [1.0, 0.0, 3.0]
+    assert list(history.request(1)) == [0.0, 1.0, 1.0]
+
+
+def test_the_default_predictor_runs_on_the_agents_history_and_is_conservative_when_young():
+    h = OnlineHistory(step_seconds=300)
+    for step in range(13):
+        h.observe(step * 300, [("web", 1.0, 4.0), ("search", 0.5, 2.0)])
+    peak = Tidal().predict(h.node_history())
+    # One hour old: both pods are young, so they are reserved at their full requests.
+    assert peak == pytest.approx(6.0)
+
+
+class _StubSampler:
+    """The two things Predictions reads from a Sampler."""
+
+    def __init__(self, usages, stats):
+        self._usages, self._stats = usages, stats
+
+    def pod_usages(self):
+        return self._usages
+
+    def online_stats(self, window):
+        return self._stats
+
+
+def test_predictions_follow_the_policys_predictor():
+    from tidal import qos
+    from tidal.agent.collector.histogram import WindowStats
+    from tidal.agent.collector.sampler import PodInfo, PodUsage
+    from tidal.agent.run import Predictions
+    from tidal.policy import ColocationPolicy
+
+    web = PodInfo("u1", "ns", "web", "Burstable", qos.QoSLevel.LS, cpu_request_millicores=2000,
+                  memory_request_bytes=1024)
+    batch = PodInfo("u2", "ns", "job", "BestEffort", qos.QoSLevel.BE, cpu_request_millicores=8000)
+    cpu = WindowStats.of(300, [500, 900, 1200])
+    memory = WindowStats.of(300, [100, 300, 200])
+    sampler = _StubSampler([PodUsage(web, 1200.0, 300), PodUsage(batch, 7000.0, 10)], (cpu, memory))
+    predictions = Predictions(step_seconds=300)
+
+    p95 = predictions.status(sampler, ColocationPolicy.from_spec({"overselling": {"predictor": "p95"}}))
+    assert p95["onlinePeak"]["cpuMillicores"] == round(cpu.p95)
+
+    tidal = ColocationPolicy.from_spec({})
+    assert predictions.status(sampler, tidal) is None  # no closed step yet: nothing to offer
+    for t in (0, 300):
+        predictions.observe(sampler, t)
+    status = predictions.status(sampler, tidal)
+    # Only the online pod counts (the BE pod is not online); young, it is held at its request.
+    assert status["predictor"] == "tidal" and status["onlinePeak"] == {"cpuMillicores": 2000, "memoryBytes": 300}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tidal.lab.pki import API_SERVICE_IP, SERVICE_CLUSTER_IP_RANGE, LabPKI
+from tidal.lab.pki import SERVICE_CLUSTER_IP_RANGE, LabPKI
 
 # Every port the lab needs, by purpose.
 PORT_NAMES = (
@@ -240,5 +240,5 @@ def prometheus_config(ctx: LabContext) -> dict:
     }
 
 
-__all__ = ["API_SERVICE_IP", "COMPONENTS", "COMPONENT_NAMES", "Component", "Health", "LabContext",
+__all__ = ["COMPONENTS", "COMPONENT_NAMES", "Component", "Health", "LabContext",
            "PORT_NAMES", "prometheus_config", "probe"]

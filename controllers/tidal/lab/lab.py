@@ -279,7 +279,8 @@ class Lab:
     def _wait_nodes_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            nodes = self.node_summaries()
+            # Only the lab's own nodes: tests and benchmarks add nodes of their own.
+            nodes = [n for n in self.node_summaries() if n["name"].startswith(NODE_NAME_PREFIX)]
             not_ready = [n["name"] for n in nodes if not n["ready"]]
             if not not_ready:
                 return

@@ -51,7 +51,8 @@ def stack(lab, lab_api, core, tmp_path):
     port, health = free_ports(2)
     agent = processes.start("replay", [
         str(BIN / "tidal-agent"), "replay", "--kubeconfig", str(lab.kubeconfig_path), "--trace", str(trace),
-        "--nodes", f"{LABELLED},{UNLABELLED}", "--report-interval", "1", "--window", "60"], tmp_path / "agent.log")
+        "--nodes", f"{LABELLED},{UNLABELLED}", "--report-interval", "1", "--window", "60",
+        "--predictor", "p95"], tmp_path / "agent.log")
     manager = processes.start("manager", [
         str(BIN / "tidal-manager"), "--kubeconfig", str(lab.kubeconfig_path), "--identity", "replay-test",
         "--oversell-interval", "1", "--webhook-cert-file", str(cert.cert), "--webhook-key-file", str(cert.key),

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from tidal.kube import api_client, stop_on_signals
+from tidal.policy import Predictor
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,8 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--nodes", required=True, help="comma-separated node names this process acts for")
     r.add_argument("--speed", type=float, default=300.0, help="trace seconds per real second")
     r.add_argument("--report-interval", type=float, default=5.0)
-    r.add_argument("--predictor", default="p95", choices=("p90", "p95", "p99", "max"))
-    r.add_argument("--window", type=int, default=300, help="seconds of usage the predictor looks at")
+    r.add_argument("--predictor", choices=[p.value for p in Predictor],
+                   help="override the policy's overselling.predictor")
+    r.add_argument("--window", type=int, help="override the policy's overselling.windowSeconds")
     n = sub.add_parser("run", help="collect this node's usage and report it to its NodeProfile")
     n.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"),
                    help="this node's name (default $NODE_NAME)")

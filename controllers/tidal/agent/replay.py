@@ -3,10 +3,12 @@ lab's kwok nodes carry realistic online usage. One process acts for many fake no
 
 Trace: the generic long CSV ``timestamp,series_id,usage,request`` (seconds, id, cores,
 cores), e.g. the Azure 2019 VMs converted by ``tidal predict convert-azure``. Every node
-replays all series of the trace as its online pods — the traces' benchmark treats them as
+replays all series of the trace as its online (LS) pods — the traces' benchmark treats them as
 one node — starting at its own offset, so nodes differ. Trace time advances `speed`
-seconds per real second. The trace has no memory: online memory is modelled as
-`memory_bytes_per_core` × cores used (stated in the profile as `model: replay`).
+seconds per real second; the predictors see trace time, as they would on a real node. The
+prediction is made by the agent's own code (`tidal.agent.run.Predictions`) with the policy's
+predictor. The trace has no memory: online memory is modelled as `memory_bytes_per_core` ×
+cores used (stated in the profile as `model: replay`).
 """
 from __future__ import annotations
 
@@ -16,12 +18,16 @@ import csv
 import datetime
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tidal.agent.collector.histogram import WindowAggregate
+from tidal.agent.collector.sampler import PodInfo, PodUsage, usage_list
 from tidal.agent.node_profile import write_status
-from tidal.agent.prediction import online_peak
+from tidal.agent.run import Predictions
+from tidal.kube import read_policy
+from tidal.policy import ColocationPolicy
+from tidal.qos import QoSLevel
 
 log = logging.getLogger(__name__)
 WINDOWS = (60, 300, 1800)
@@ -33,23 +39,27 @@ class TraceError(ValueError):
 
 @dataclass
 class NodeTrace:
-    """Online usage of one node over trace time: sorted step times and total cores per step."""
+    """The trace's online pods per step: sorted step times and, per step, (series, usage, request)."""
 
     times: list[float]
-    cores: list[float]
+    steps: list[list[tuple[str, float, float]]]
 
-    def at(self, t: float) -> float:
-        """Usage at trace time `t`, wrapping around the end of the trace."""
-        if not self.times:
-            return 0.0
-        span = self.times[-1] - self.times[0] + (self.times[1] - self.times[0] if len(self.times) > 1 else 1)
-        t = self.times[0] + (t - self.times[0]) % span
-        return self.cores[max(0, bisect.bisect_right(self.times, t) - 1)]
+    @property
+    def step_seconds(self) -> int:
+        return int(self.times[1] - self.times[0]) if len(self.times) > 1 else 300
+
+    @property
+    def span(self) -> float:
+        return self.times[-1] - self.times[0] + self.step_seconds
+
+    def at(self, t: float) -> list[tuple[str, float, float]]:
+        """The pods at trace time `t`, wrapping around the end of the trace."""
+        t = self.times[0] + (t - self.times[0]) % self.span
+        return self.steps[max(0, bisect.bisect_right(self.times, t) - 1)]
 
 
 def read_long_csv(path: Path) -> NodeTrace:
-    """Sum every series per timestamp: the node's total online usage per step."""
-    totals: dict[float, float] = {}
+    by_time: dict[float, list[tuple[str, float, float]]] = {}
     with open(path, newline="") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
@@ -59,61 +69,80 @@ def read_long_csv(path: Path) -> NodeTrace:
             if len(row) != 4:
                 raise TraceError(f"{path}:{number}: expected 4 columns, got {len(row)}")
             try:
-                t, usage = float(row[0]), float(row[2])
+                t, usage, request = float(row[0]), float(row[2]), float(row[3])
             except ValueError as err:
-                raise TraceError(f"{path}:{number}: timestamp and usage must be numbers ({err})") from None
-            totals[t] = totals.get(t, 0.0) + max(0.0, usage)
-    if not totals:
+                raise TraceError(f"{path}:{number}: timestamp, usage and request must be numbers ({err})") from None
+            by_time.setdefault(t, []).append((row[1], max(0.0, usage), max(0.0, request)))
+    if not by_time:
         raise TraceError(f"{path}: no samples")
-    times = sorted(totals)
-    return NodeTrace(times, [totals[t] for t in times])
+    times = sorted(by_time)
+    return NodeTrace(times, [by_time[t] for t in times])
 
 
-@dataclass
 class ReplayedNode:
-    name: str
-    offset: float
-    cpu: WindowAggregate = field(default_factory=lambda: WindowAggregate(WINDOWS))
-    memory: WindowAggregate = field(default_factory=lambda: WindowAggregate(WINDOWS))
+    """One fake node: the window aggregates and predictions a real agent keeps, fed by the trace.
+    It offers the two Sampler methods `Predictions` reads, so the same prediction code runs."""
 
+    def __init__(self, name: str, offset: float, step_seconds: int) -> None:
+        self.name, self.offset = name, offset
+        self.cpu = WindowAggregate(WINDOWS)
+        self.memory = WindowAggregate(WINDOWS)
+        self.predictions = Predictions(step_seconds=step_seconds)
+        self._usages: list[PodUsage] = []
+        self._now = 0.0
 
-def replay_status(node: ReplayedNode, now_wall: float, predictor: str, window: int,
-                  observed_at: datetime.datetime) -> dict:
-    """The NodeProfile status for one replayed node (pure)."""
-    usage = []
-    for w in WINDOWS:
-        cpu, mem = node.cpu.stats(w, now_wall), node.memory.stats(w, now_wall)
-        entry = {"windowSeconds": w, "samples": cpu.samples if cpu else 0}
-        if cpu and mem:
-            entry["cpuMillicores"] = {k: max(0, round(getattr(cpu, k))) for k in ("avg", "p50", "p90", "p95", "p99", "max")}
-            entry["memoryBytes"] = {k: max(0, round(getattr(mem, k))) for k in ("avg", "p50", "p90", "p95", "p99", "max")}
-        usage.append(entry)
-    status = {"observedAt": observed_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "usage": usage}
-    peak = online_peak(node.cpu.stats(window, now_wall), node.memory.stats(window, now_wall), predictor, window)
-    if peak is not None:
-        status["predictions"] = {**peak.to_status(), "model": "replay"}
-    return status
+    def observe(self, pods: list[tuple[str, float, float]], now_wall: float, trace_time: float,
+                memory_bytes_per_core: int) -> None:
+        self._usages = [PodUsage(PodInfo(uid=sid, namespace="replay", name=sid, qos_class="Burstable",
+                                         tidal_level=QoSLevel.LS, cpu_request_millicores=round(request * 1000)),
+                                 usage * 1000, round(usage * memory_bytes_per_core))
+                        for sid, usage, request in pods]
+        cores = sum(usage for _, usage, _ in pods)
+        self.cpu.add(cores * 1000, now_wall)
+        self.memory.add(cores * memory_bytes_per_core, now_wall)
+        self._now = now_wall
+        self.predictions.observe(self, trace_time)
+
+    def pod_usages(self) -> list[PodUsage]:
+        return self._usages
+
+    def online_stats(self, window: int):
+        return self.cpu.stats(window, self._now), self.memory.stats(window, self._now)
+
+    def status(self, policy: ColocationPolicy, observed_at: datetime.datetime) -> dict:
+        status = {"observedAt": observed_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "usage": usage_list(self.cpu, self.memory, self._now)}
+        prediction = self.predictions.status(self, policy)
+        if prediction is not None:
+            status["predictions"] = {**prediction, "model": "replay"}
+        return status
 
 
 async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 300.0,
-                     report_interval: float = 5.0, predictor: str = "p95", window: int = 300,
+                     report_interval: float = 5.0, predictor: str | None = None, window: int | None = None,
                      memory_bytes_per_core: int = 4 * 1024**3, stop: asyncio.Event | None = None) -> None:
+    """Replay until `stop`. The predictor and window are the policy's unless given."""
     stop = stop or asyncio.Event()
-    span = trace.times[-1] - trace.times[0] if len(trace.times) > 1 else 1.0
-    replayed = [ReplayedNode(name, offset=(i * span / max(1, len(nodes))) % span) for i, name in enumerate(nodes)]
+    replayed = [ReplayedNode(name, (i * trace.span / max(1, len(nodes))) % trace.span, trace.step_seconds)
+                for i, name in enumerate(nodes)]
     start_wall = time.monotonic()
     last_report = -report_interval
     while not stop.is_set():
         now = time.monotonic()
         trace_time = trace.times[0] + (now - start_wall) * speed
         for node in replayed:
-            cores = trace.at(trace_time + node.offset)
-            node.cpu.add(cores * 1000, now)
-            node.memory.add(cores * memory_bytes_per_core, now)
+            node.observe(trace.at(trace_time + node.offset), now, trace_time + node.offset,
+                         memory_bytes_per_core)
         if now - last_report >= report_interval:
             last_report = now
+            policy = await read_policy(api)
+            overrides = {k: v for k, v in (("predictor", predictor), ("windowSeconds", window)) if v is not None}
+            if overrides:
+                spec = policy.to_spec()
+                spec["overselling"].update(overrides)
+                policy = ColocationPolicy.from_spec(spec)
             observed = datetime.datetime.now(datetime.timezone.utc)
-            results = await asyncio.gather(*(write_status(api, n.name, replay_status(n, now, predictor, window, observed))
+            results = await asyncio.gather(*(write_status(api, n.name, n.status(policy, observed))
                                              for n in replayed), return_exceptions=True)
             for node, result in zip(replayed, results):
                 if isinstance(result, Exception):

@@ -170,7 +170,8 @@ def _stats_dict(stats: WindowStats) -> dict[str, int]:
     }
 
 
-def _usage_list(cpu: WindowAggregate, memory: WindowAggregate, now: float) -> list[dict[str, Any]]:
+def usage_list(cpu: WindowAggregate, memory: WindowAggregate, now: float) -> list[dict[str, Any]]:
+    """The NodeProfile ``usage[]`` entries of a CPU/memory pair of window aggregates."""
     entries = []
     for window in cpu.windows:
         cpu_stats, memory_stats = cpu.stats(window, now), memory.stats(window, now)
@@ -195,7 +196,7 @@ class _Series:
         self.memory.add(memory_bytes, now)
 
     def usage(self, now: float) -> list[dict[str, Any]]:
-        return _usage_list(self.cpu, self.memory, now)
+        return usage_list(self.cpu, self.memory, now)
 
     @property
     def memory_bytes(self) -> int:

@@ -2,8 +2,8 @@
 
 `lab` (session scope) reuses a healthy lab that is already running in
 ``$TIDAL_LAB_DIR`` (or the default directory) and leaves it running; otherwise it
-brings one up for the session and stops it afterwards (state is kept, so the next
-session starts faster).
+brings up a lab of its own in ``~/.cache/tidal/lab/test-run`` from empty state and
+wipes it afterwards (``TIDAL_LAB_KEEP=1`` keeps it running).
 """
 from __future__ import annotations
 
@@ -12,18 +12,24 @@ import time
 
 import pytest
 
+from tidal.lab import versions
 from tidal.lab.lab import Lab
 
 
 @pytest.fixture(scope="session")
 def lab():
-    instance = Lab(os.environ.get("TIDAL_LAB_DIR"))
-    reuse = instance.status().healthy
-    if not reuse:
-        instance.up(nodes=int(os.environ.get("TIDAL_LAB_NODES", "3")))
+    running = Lab(os.environ.get("TIDAL_LAB_DIR"))
+    if running.status().healthy:
+        yield running  # the developer's lab: used as it is, left running
+        return
+    # Otherwise a lab of the test session's own, from empty state, so what earlier runs left
+    # in etcd (labels, webhooks, objects of a failed test) cannot change the outcome.
+    instance = Lab(versions.cache_root() / "test-run")
+    instance.down(wipe=True)
+    instance.up(nodes=int(os.environ.get("TIDAL_LAB_NODES", "3")))
     yield instance
-    if not reuse and os.environ.get("TIDAL_LAB_KEEP") != "1":
-        instance.down()
+    if os.environ.get("TIDAL_LAB_KEEP") != "1":
+        instance.down(wipe=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,40 @@
+"""BE CPU priority: BE pods run at the lowest CPU priority the kernel offers.
+
+Per BE pod cgroup (the pod level is the entity competing with other pods; containers below it
+only compete with each other):
+
+* ``cpu.idle = 1`` where the kernel has it (v1 and v2, Linux >= 5.15): SCHED_IDLE for the group,
+  so any online task preempts it;
+* otherwise the minimum weight: ``cpu.shares = 2`` (v1) or ``cpu.weight = 1`` (v2);
+* and, on openEuler kernels with ``cpu.qos_level``, ``cpu.qos_level = -1`` (offline).
+"""
+
+from __future__ import annotations
+
+from tidal.agent.collector.cgroups import CgroupVersion
+
+from .strategy import CgroupWrite, NodeState, cpu_dir
+
+__all__ = ["BECPUPriority", "MIN_SHARES", "MIN_WEIGHT", "OPENEULER_OFFLINE_QOS_LEVEL"]
+
+MIN_SHARES = 2
+MIN_WEIGHT = 1
+OPENEULER_OFFLINE_QOS_LEVEL = -1
+
+
+class BECPUPriority:
+    name = "be-cpu-priority"
+
+    def plan(self, state: NodeState) -> list[CgroupWrite]:
+        writes: list[CgroupWrite] = []
+        for pod in state.be_pods():
+            path = cpu_dir(state, state.layout.pod_relpath(pod.uid, pod.qos_class))
+            if state.supports("cpu.idle"):
+                writes.append(CgroupWrite(path, "cpu.idle", "1"))
+            elif state.layout.version is CgroupVersion.V1:
+                writes.append(CgroupWrite(path, "cpu.shares", str(MIN_SHARES)))
+            else:
+                writes.append(CgroupWrite(path, "cpu.weight", str(MIN_WEIGHT)))
+            if state.supports("openeuler.cpu.qos_level"):
+                writes.append(CgroupWrite(path, "cpu.qos_level", str(OPENEULER_OFFLINE_QOS_LEVEL)))
+        return writes

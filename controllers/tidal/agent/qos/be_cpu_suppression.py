@@ -1,0 +1,60 @@
+"""BE CPU suppression: a dynamic CPU quota on the parent of all BE pods.
+
+Which cgroup: BE pods have no native cpu/memory requests, so Kubernetes classes them BestEffort
+and the kubelet puts them under ``kubepods/besteffort`` (systemd driver:
+``kubepods.slice/kubepods-besteffort.slice``). That cgroup is the one parent holding every BE pod
+and nothing online (HLS/LS pods are Guaranteed or Burstable, under ``kubepods`` and
+``kubepods/burstable``), so one quota there caps all BE pods together, and a new BE pod is capped
+the moment it starts. (Non-Tidal BestEffort pods there are capped too: they are offline by
+nature.)
+
+The quota, recomputed every round (the agent runs it every second)::
+
+    allowed = max(floor, node CPUs × threshold − online usage)
+
+with ``threshold`` a fraction (default 0.65) and ``floor`` in millicores (default 500 = 0.5 CPU)
+so BE pods are never frozen entirely. v1: ``cpu.cfs_quota_us`` (period 100000); v2: ``cpu.max``.
+"""
+
+from __future__ import annotations
+
+from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
+
+from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
+from .strategy import CgroupWrite, NodeState, cpu_dir
+
+__all__ = ["BECPUSuppression", "suppressed_millicores"]
+
+
+def suppressed_millicores(
+    node_cpus: float, online_millicores: float, threshold: float, floor_millicores: int
+) -> int:
+    allowed = node_cpus * 1000 * threshold - online_millicores
+    return max(int(floor_millicores), int(allowed))
+
+
+class BECPUSuppression:
+    name = "be-cpu-suppression"
+
+    def __init__(self, threshold: float = 0.65, floor_millicores: int = 500) -> None:
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold {threshold}: must be in (0, 1]")
+        if floor_millicores <= 0:
+            raise ValueError(f"floor {floor_millicores} millicores: must be positive")
+        self.threshold = threshold
+        self.floor_millicores = floor_millicores
+
+    def allowed_millicores(self, state: NodeState) -> int:
+        return suppressed_millicores(
+            state.node_cpus, state.online_usage_millicores, self.threshold, self.floor_millicores
+        )
+
+    def plan(self, state: NodeState) -> list[CgroupWrite]:
+        path = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
+        quota = milli_cpu_to_quota(self.allowed_millicores(state))
+        if state.layout.version is CgroupVersion.V1:
+            return [
+                CgroupWrite(path, "cpu.cfs_period_us", str(CFS_PERIOD_US)),
+                CgroupWrite(path, "cpu.cfs_quota_us", str(quota)),
+            ]
+        return [CgroupWrite(path, "cpu.max", f"{quota} {CFS_PERIOD_US}")]

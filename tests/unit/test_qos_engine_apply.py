@@ -1,0 +1,109 @@
+"""apply/restore and the JSON restore journal, on plain files standing in for cgroup files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
+from tidal.agent.qos.strategy import (
+    CgroupWrite,
+    RestoreJournal,
+    UnsafeWriteError,
+    allowed_roots,
+    apply,
+    restore,
+)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    layout = CgroupLayout(
+        CgroupHierarchy(CgroupVersion.V1, tmp_path / "cpuacct", tmp_path / "memory"), CgroupDriver.CGROUPFS
+    )
+    pod = tmp_path / "cpu/kubepods/besteffort/podx"
+    pod.mkdir(parents=True)
+    (pod / "cpu.shares").write_text("1024\n")
+    (pod / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "memory/kubepods").mkdir(parents=True)
+    return layout, pod, allowed_roots(layout)
+
+
+def test_allowed_roots(tree, tmp_path):
+    layout, _, roots = tree
+    assert roots == (tmp_path / "cpu/kubepods", tmp_path / "memory/kubepods")
+
+
+def test_apply_writes_only_differences_and_restore_puts_originals_back(tree, tmp_path):
+    _, pod, roots = tree
+    journal = RestoreJournal(tmp_path / "state/journal.json")
+    plan = [CgroupWrite(pod, "cpu.shares", "2"), CgroupWrite(pod, "cpu.cfs_quota_us", "-1"),
+            CgroupWrite(pod / "gone", "cpu.shares", "2")]
+    result = apply(plan, journal, roots)
+    assert [w.file for w in result.written] == ["cpu.shares"]
+    assert [w.file for w in result.unchanged] == ["cpu.cfs_quota_us"]
+    assert [str(w.path) for w in result.missing] == [str(pod / "gone")]
+    assert (pod / "cpu.shares").read_text() == "2"
+    on_disk = json.loads((tmp_path / "state/journal.json").read_text())
+    assert on_disk == {"originals": {str(pod / "cpu.shares"): "1024"}}
+
+    # idempotent; a second change keeps the first original
+    assert apply(plan, journal, roots).written == []
+    apply([CgroupWrite(pod, "cpu.shares", "3")], journal, roots)
+    assert journal.originals[str(pod / "cpu.shares")] == "1024"
+
+    # a restarted agent reads the journal back and restores
+    reloaded = RestoreJournal(tmp_path / "state/journal.json")
+    assert restore(reloaded) == []
+    assert (pod / "cpu.shares").read_text() == "1024"
+    assert reloaded.originals == {}
+    assert json.loads((tmp_path / "state/journal.json").read_text()) == {"originals": {}}
+
+
+def test_restore_skips_cgroups_that_are_gone(tree, tmp_path):
+    _, pod, roots = tree
+    journal = RestoreJournal(tmp_path / "j.json")
+    journal.record(pod / "deleted" / "cpu.shares", "1024")
+    assert restore(journal) == [] and journal.originals == {}
+
+
+@pytest.mark.parametrize(
+    "path, file",
+    [
+        ("cpu/other", "cpu.shares"),
+        ("cpu/kubepods/../escape", "cpu.shares"),
+        ("cpu/kubepods/besteffort/podx", "../cpu.shares"),
+        ("cpu", "cpu.shares"),
+    ],
+)
+def test_never_writes_outside_kubepods(tree, tmp_path, path, file):
+    _, _, roots = tree
+    journal = RestoreJournal(tmp_path / "j.json")
+    with pytest.raises(UnsafeWriteError):
+        apply([CgroupWrite(tmp_path / path, file, "2")], journal, roots)
+    assert journal.originals == {}
+
+
+def test_engine_runs_only_with_the_colocation_label_and_restores_when_it_goes(tree, tmp_path):
+    from tidal.agent.collector.cgroups import PodQOSClass
+    from tidal.agent.qos.be_cpu_priority import BECPUPriority
+    from tidal.agent.qos.engine import QoSEngine, colocation_enabled
+    from tidal.agent.qos.strategy import NodeState, PodState
+    from tidal.policy import ColocationPolicy
+    from tidal.qos import QoSLevel
+
+    layout, pod, _ = tree
+    state = NodeState(
+        pods=(PodState("x", PodQOSClass.BEST_EFFORT, QoSLevel.BE),), node_cpus=4, online_usage_millicores=0,
+        policy=ColocationPolicy(), capabilities={}, layout=layout,
+    )
+    assert colocation_enabled({"colocation.tidal.io/colocation": "true"})
+    assert not colocation_enabled({"colocation.tidal.io/colocation": "false"}) and not colocation_enabled(None)
+    engine = QoSEngine(tmp_path / "j.json", strategies=[BECPUPriority()])
+    on = {"colocation.tidal.io/colocation": "true"}
+    assert [w.file for w in engine.reconcile(state, on).written] == ["cpu.shares"]
+    assert (pod / "cpu.shares").read_text() == "2"
+    assert engine.reconcile(state, on).written == []
+    assert engine.reconcile(state, {}).written == []
+    assert (pod / "cpu.shares").read_text() == "1024"
+    assert engine.journal.originals == {}

@@ -1,0 +1,104 @@
+"""Watermark eviction state machine, driven by a fake clock (table-driven)."""
+
+from __future__ import annotations
+
+import pytest
+from tidal.agent.qos.eviction import Action, Candidate, WatermarkEviction
+from tidal.policy import EvictionWatermarks, Watermark
+
+CONFIG = EvictionWatermarks(
+    cpu=Watermark(high_percent=80, low_percent=30),
+    memory=Watermark(high_percent=60, low_percent=30),
+    dwell_seconds=10,
+    cooldown_seconds=30,
+)
+
+PODS = (
+    Candidate("online", is_be=False, priority=-100, usage={"cpu": 9000, "memory": 9e9}, name="online"),
+    Candidate("be-hi-prio-big", is_be=True, priority=10, usage={"cpu": 4000, "memory": 4e9}),
+    Candidate("be-lo-small", is_be=True, priority=0, usage={"cpu": 100, "memory": 1e9}),
+    Candidate("be-lo-big", is_be=True, priority=0, usage={"cpu": 2000, "memory": 2e8}),
+)
+
+
+def run(steps, pods=PODS, config=CONFIG):
+    """steps: (time, cpu %, memory %). Returns [(time, action, pod uid, resource)]."""
+    machine = WatermarkEviction(config)
+    out = []
+    for now, cpu, memory in steps:
+        usage = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+        for d in machine.step(now, usage, pods):
+            out.append((now, d.action.value, d.pod_uid, d.resource))
+    return out
+
+
+@pytest.mark.parametrize(
+    "name, steps, expected",
+    [
+        ("below high: nothing", [(0, 79, 59), (100, 80, 60)], []),
+        ("spike shorter than dwell is ignored", [(0, 95, 10), (5, 95, 10), (9, 50, 10), (15, 95, 10), (24, 95, 10)], []),
+        (
+            "above high for the dwell: taint, then evict lowest priority, largest cpu first",
+            [(0, 90, 10), (5, 90, 10), (10, 90, 10)],
+            [(10, "taint", None, "cpu"), (10, "evict", "be-lo-big", "cpu")],
+        ),
+        (
+            "memory picks the largest memory user among the lowest priority",
+            [(0, 10, 70), (10, 10, 70)],
+            [(10, "taint", None, "memory"), (10, "evict", "be-lo-small", "memory")],
+        ),
+        (
+            "one at a time with cooldown, down to below low, then untaint",
+            [(0, 90, 10), (10, 90, 10), (20, 70, 10), (40, 50, 10), (45, 30, 10), (80, 30, 10)],
+            [
+                (10, "taint", None, "cpu"), (10, "evict", "be-lo-big", "cpu"),
+                (40, "evict", "be-lo-small", "cpu"),
+                (45, "untaint", None, None),
+            ],
+        ),
+        (
+            "no flapping between low and high: stays tainted, no new trigger after untaint",
+            [(0, 90, 10), (10, 90, 10), (12, 29, 10), (13, 79, 10), (50, 79, 10), (100, 81, 10), (105, 79, 10)],
+            [(10, "taint", None, "cpu"), (10, "evict", "be-lo-big", "cpu"), (12, "untaint", None, None)],
+        ),
+        (
+            "untaint waits for every resource at or below low",
+            [(0, 90, 50), (10, 90, 50), (11, 20, 50), (12, 20, 30)],
+            [(10, "taint", None, "cpu"), (10, "evict", "be-lo-big", "cpu"), (12, "untaint", None, None)],
+        ),
+        (
+            "missing sample keeps state",
+            [(0, 90, 10), (10, 90, None), (11, None, None)],
+            [(10, "taint", None, "cpu"), (10, "evict", "be-lo-big", "cpu")],
+        ),
+    ],
+)
+def test_watermark_eviction(name, steps, expected):
+    assert run(steps) == expected
+
+
+def test_never_evicts_online_pods_and_no_repeat_of_the_same_victim():
+    pods = (PODS[0], PODS[2])
+    out = run([(0, 90, 10), (10, 90, 10), (40, 90, 10), (70, 90, 10)], pods=pods)
+    assert out == [(10, "taint", None, "cpu"), (10, "evict", "be-lo-small", "cpu")]
+
+
+def test_evicted_pod_forgotten_once_gone_and_zero_dwell():
+    config = EvictionWatermarks(dwell_seconds=0, cooldown_seconds=0)
+    machine = WatermarkEviction(config)
+    d = machine.step(0, {"cpu": 99, "memory": 0}, PODS)
+    assert [x.action for x in d] == [Action.TAINT, Action.EVICT]
+    assert d[1].pod_uid == "be-lo-big" and d[1].usage_percent == 99 and d[1].high_percent == 80
+    assert "be-lo-big" in d[1].reason and "99.0%" in d[1].reason
+    remaining = [p for p in PODS if p.uid != "be-lo-big"]
+    assert [x.pod_uid for x in machine.step(1, {"cpu": 99}, remaining)] == ["be-lo-small"]
+    assert machine.evicted == {"be-lo-small"}
+
+
+def test_disabled_untaints_and_does_nothing():
+    machine = WatermarkEviction(CONFIG)
+    machine.step(0, {"cpu": 90, "memory": 10}, PODS)
+    machine.step(10, {"cpu": 90, "memory": 10}, PODS)
+    machine.config = EvictionWatermarks(enabled=False)
+    assert [d.action for d in machine.step(11, {"cpu": 99, "memory": 99}, PODS)] == [Action.UNTAINT]
+    assert machine.step(100, {"cpu": 99, "memory": 99}, PODS) == []

@@ -62,25 +62,3 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         processes.stop(agent)
         custom.delete_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", NODE)
 
-
-def test_pod_watch_relists_when_the_api_server_answers_410(lab, core, namespace):
-    import asyncio
-
-    from tidal.agent.pods import NodePods
-    from tidal.kube import api_client
-
-    core.create_namespaced_pod(namespace, _pod("web", "LS", "1"))
-
-    async def scenario():
-        async with await api_client(str(lab.kubeconfig_path)) as api:
-            pods = NodePods(api, NODE)
-            pods.resource_version = "1"  # long compacted away: the API server answers 410 Gone
-            task = asyncio.create_task(pods.run())
-            try:
-                await asyncio.wait_for(pods.synced.wait(), timeout=30)
-                return pods.relists, {p.name for p in pods.pods.values()}
-            finally:
-                task.cancel()
-
-    relists, names = asyncio.run(scenario())
-    assert relists == 1 and "web" in names

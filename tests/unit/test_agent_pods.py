@@ -43,3 +43,59 @@ def test_watch_events_update_the_node_pods_and_resume_point():
     pods._apply("ADDED", _pod())
     pods._apply("DELETED", _pod())
     assert pods.pods == {}
+
+
+def test_pod_watch_relists_after_a_410_and_resumes_from_the_new_resource_version(monkeypatch):
+    """A fake API (the real one answers 410 only once etcd has compacted past the watch's
+    resourceVersion, which a fresh lab never has): ERROR 410 -> re-list -> watch from the list's
+    resourceVersion."""
+    import asyncio
+    import json
+
+    import kubernetes_asyncio.watch as watch_module
+
+    from tidal import qos
+
+    watches = []
+
+    class FakeWatch:
+        def stream(self, func, **kwargs):
+            watches.append(kwargs["resource_version"])
+
+            async def events():
+                if len(watches) == 1:
+                    yield {"type": "ERROR", "raw_object": {"code": 410, "message": "too old resource version"}}
+                    return
+                yield {"type": "ADDED", "raw_object": _pod({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"})}
+                await asyncio.sleep(3600)
+            return events()
+
+    class Response:
+        status, reason = 200, "OK"
+
+        async def read(self):
+            return json.dumps({"metadata": {"resourceVersion": "500"}, "items": []}).encode()
+
+        def release(self):
+            pass
+
+    class FakeCore:
+        async def list_pod_for_all_namespaces(self, **kwargs):
+            assert kwargs["field_selector"] == "spec.nodeName=n1"
+            return Response()
+
+    monkeypatch.setattr(watch_module, "Watch", FakeWatch)
+    pods = NodePods.__new__(NodePods)
+    pods.core, pods.node, pods.pods, pods.relists = FakeCore(), "n1", {}, 0
+    pods.resource_version, pods.synced = "1", asyncio.Event()
+
+    async def scenario():
+        task = asyncio.create_task(pods.run())
+        for _ in range(100):
+            if pods.pods:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert watches == ["1", "500"] and pods.relists == 1 and set(pods.pods) == {"u1"}

@@ -9,7 +9,6 @@ a test fails.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import time
@@ -43,14 +42,8 @@ from tidal.agent.qos.strategy import (
 )
 from tidal.policy import ColocationPolicy
 from tidal.qos import QoSLevel
+from tidal.testing.real_cgroups import RealCgroups, below_own
 
-_spec = importlib.util.spec_from_file_location(
-    "_tidal_collector_real_cgroups", Path(__file__).with_name("test_collector_real_cgroups.py")
-)
-_collector_real = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_collector_real)
-RealCgroups = _collector_real.RealCgroups
-below_own = _collector_real.below_own
 
 MiB = 1 << 20
 
@@ -68,17 +61,6 @@ def hierarchy() -> CgroupHierarchy:
     if not (DEFAULT_CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").is_file():
         pytest.skip("no v1 cpu controller at /sys/fs/cgroup/cpu")
     return hierarchy
-
-
-@pytest.fixture
-def real(tmp_path):
-    cgroups = RealCgroups(tmp_path)
-    try:
-        yield cgroups
-    finally:
-        cgroups.cleanup()
-        for path in cgroups.created:
-            assert not path.exists(), f"{path} left behind"
 
 
 def uid() -> str:

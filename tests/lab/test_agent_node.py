@@ -52,6 +52,10 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         # The policy's default predictor (Tidal's own) ran on the agent's history; the kwok pod has
         # no cgroup and is young, so it is reserved at its full request.
         assert status["predictions"]["predictor"] == "tidal"
+        # What this machine's kernel supports, each missing feature with its reason.
+        capabilities = {c["name"]: c for c in status["capabilities"]}
+        assert capabilities["cpu.idle"]["supported"] is True
+        assert capabilities["resctrl.l3"]["supported"] is False and capabilities["resctrl.l3"]["reason"]
         assert status["predictions"]["onlinePeak"]["cpuMillicores"] >= 1500
         # A pod created later reaches the agent through its watch.
         core.create_namespaced_pod(namespace, _pod("search", "LS", "500m"))

@@ -14,6 +14,8 @@ from tidal.agent.history import STEP_SECONDS, OnlineHistory
 from tidal.agent.node_profile import write_status
 from tidal.agent.pods import NodePods
 from tidal.agent.prediction import STATISTICS, online_peak
+from tidal.agent.qos.capabilities import probe
+from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.kube import read_policy
 from tidal.policy import ColocationPolicy
 from tidal.predict.predictors import REALISABLE
@@ -65,9 +67,13 @@ class Predictions:
                 "onlinePeak": {"cpuMillicores": round(cores * 1000), "memoryBytes": round(memory.max)}}
 
 
-def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions) -> dict:
-    """The NodeProfile status: the sampler's summary plus the online-peak prediction."""
+def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
+           capabilities: list[dict] | None = None) -> dict:
+    """The NodeProfile status: the sampler's summary, the online-peak prediction and what this
+    node's kernel and hardware support (each unsupported feature with its reason)."""
     status = sampler.summary()
+    if capabilities is not None:
+        status["capabilities"] = capabilities
     prediction = predictions.status(sampler, policy)
     if prediction is not None:
         status["predictions"] = prediction
@@ -90,6 +96,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     sampler = Sampler(layout, proc_root=proc_root, windows=sorted({60, window, 1800}))
     pods = NodePods(api, node)
     predictions = Predictions(history_step_seconds)
+    # Probed once at start: kernels and hardware do not change under a running agent.
+    capabilities = capability_status(probe(cgroup_root, proc_root, Path("/sys"), layout.kubelet_root))
     watcher = asyncio.create_task(pods.run())
     loop = asyncio.get_running_loop()
     last_report = None
@@ -102,7 +110,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             if last_report is None or now - last_report >= report_interval:
                 last_report = now
                 try:
-                    await write_status(api, node, report(sampler, await read_policy(api), predictions))
+                    await write_status(api, node, report(sampler, await read_policy(api), predictions, capabilities))
                 except Exception as err:  # the next report retries; stale data degrades to 0
                     log.warning("NodeProfile %s not written: %s", node, err)
             try:

@@ -416,3 +416,22 @@ def test_internal_error_whose_message_cannot_be_rendered_still_answers(
     assert review(admission_review(pod({CANONICAL: "LS"})))["response"]["status"]["message"] == (
         "internal error in tidal admission: Unprintable"
     )
+
+
+@pytest.mark.parametrize("map_name", ["requests", "limits"])
+def test_a_null_quantity_is_a_malformed_request_not_a_half_rewritten_pod(map_name):
+    # Found by hypothesis: read as absent, a null batch-memory left requests and limits unequal.
+    resources = {"requests": {"cpu": "0"}, "limits": {"cpu": "0"}}
+    resources[map_name]["kubernetes.io/batch-memory"] = None
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+        "object": {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p", "annotations": {"colocation.tidal.io/qos-level": "BE"}},
+                   "spec": {"containers": [], "initContainers": [
+                       {"name": "web", "restartPolicy": "Always", "resources": resources}]}}}}
+    response, decision = answer(body)
+    assert decision.reason is DenialReason.MALFORMED_REQUEST and not response["response"]["allowed"]
+    assert response["response"]["status"]["message"] == (
+        f'malformed request: spec.initContainers[0].resources.{map_name}["kubernetes.io/batch-memory"]: '
+        "expected a quantity string, got null")

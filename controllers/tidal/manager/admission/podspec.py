@@ -87,6 +87,14 @@ def containers_of(spec: dict[str, Any], path: str) -> list[Container]:
                     resources, "requests", f"{container_path}.resources.requests"
                 )
                 limits = optional_object(resources, "limits", f"{container_path}.resources.limits")
+                for map_name, quantities in (("requests", requests), ("limits", limits)):
+                    for key, value in (quantities or {}).items():
+                        # The API server never sends a null quantity; a review that has one was
+                        # made by hand and is malformed (read as absent, it slipped through).
+                        if value is None:
+                            raise MalformedObjectError(
+                                f"{container_path}.resources.{map_name}[{json.dumps(key)}]",
+                                "a quantity string", value)
             found.append(
                 Container(
                     list_name=list_name,

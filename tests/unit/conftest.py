@@ -1,6 +1,20 @@
+import os
+
 import pytest
 
+from tidal.agent.collector.cgroups import DEFAULT_CGROUP_ROOT, CgroupLayoutError, detect_hierarchy
 from tidal.testing.real_cgroups import RealCgroups
+
+
+@pytest.fixture
+def hierarchy():
+    """This machine's cgroup hierarchy, for the tests that create real cgroups (skips without root)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create cgroups and move processes into them")
+    try:
+        return detect_hierarchy(DEFAULT_CGROUP_ROOT)
+    except CgroupLayoutError as error:
+        pytest.skip(f"no usable cgroup hierarchy here: {error}")
 
 
 @pytest.fixture

@@ -18,10 +18,8 @@ from tidal.agent.collector.cgroups import (
     CgroupDriver,
     CgroupHierarchy,
     CgroupLayout,
-    CgroupLayoutError,
     CgroupVersion,
     PodQOSClass,
-    detect_hierarchy,
 )
 from tidal.agent.collector.rates import CounterRates
 from tidal.agent.collector.readers import read_cpu_usage_ns, read_memory_working_set, parse_flat_keyed
@@ -30,16 +28,6 @@ from tidal.qos import QoSLevel
 from tidal.testing.real_cgroups import below_own
 
 MiB = 1 << 20
-
-@pytest.fixture
-def hierarchy() -> CgroupHierarchy:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create cgroups and move processes into them")
-    try:
-        return detect_hierarchy(DEFAULT_CGROUP_ROOT)
-    except CgroupLayoutError as error:
-        pytest.skip(f"no usable cgroup hierarchy here: {error}")
-
 
 def cpu_controller(hierarchy: CgroupHierarchy) -> str | None:
     return "cpuacct" if hierarchy.version is CgroupVersion.V1 else None

@@ -20,10 +20,8 @@ from tidal.agent.collector.cgroups import (
     CgroupDriver,
     CgroupHierarchy,
     CgroupLayout,
-    CgroupLayoutError,
     CgroupVersion,
     PodQOSClass,
-    detect_hierarchy,
 )
 from tidal.agent.collector.readers import read_cpu_usage_ns
 from tidal.agent.qos.be_batch_resources import BEBatchResources
@@ -49,13 +47,8 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def hierarchy() -> CgroupHierarchy:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create cgroups and move processes into them")
-    try:
-        hierarchy = detect_hierarchy(DEFAULT_CGROUP_ROOT)
-    except CgroupLayoutError as error:
-        pytest.skip(f"no usable cgroup hierarchy here: {error}")
+def hierarchy(hierarchy: CgroupHierarchy) -> CgroupHierarchy:
+    """The conftest's hierarchy, narrowed to what these tests build: a v1 tree with a cpu controller."""
     if hierarchy.version is not CgroupVersion.V1:
         pytest.skip("these tests build a cgroup v1 tree (v2 plans are covered by the pure tests)")
     if not (DEFAULT_CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").is_file():

@@ -89,10 +89,6 @@ def assets_current() -> bool:
     return info.get("asset_sources") == _asset_sources()
 
 
-def is_built() -> bool:
-    return not missing_binaries() and assets_current()
-
-
 def _module_workdir(module_dir: str) -> Path:
     """A private copy of the wrapper module, so building never writes into the package."""
     src = versions.GOMOD_DIR / module_dir

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ssl
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -83,8 +83,6 @@ class Component:
     command: Callable[[LabContext], list[str]]
     health: Callable[[LabContext], Health]
     endpoint: Callable[[LabContext], str]
-    metrics_path: str | None = None
-    depends_on: tuple[str, ...] = field(default=())
 
 
 def _etcd(ctx: LabContext) -> list[str]:
@@ -195,23 +193,23 @@ def _http(port_name: str, path: str) -> Callable[[LabContext], Health]:
     return lambda ctx: probe(ctx.url(port_name, path))
 
 
+# In start order: each component needs only those before it (`down` stops them in reverse).
 COMPONENTS: tuple[Component, ...] = (
     Component("etcd", _etcd, _http("etcd_client", "/health"),
               lambda c: c.url("etcd_client", "")),
     Component("kube-apiserver", _apiserver,
               lambda c: probe(c.apiserver_url + "/readyz", admin_tls(c)),
-              lambda c: c.apiserver_url, depends_on=("etcd",)),
+              lambda c: c.apiserver_url),
     Component("kube-controller-manager", _controller_manager,
               lambda c: probe(c.url("controller_manager", "/healthz", "https"), _unverified_tls()),
-              lambda c: c.url("controller_manager", "", "https"), depends_on=("kube-apiserver",)),
+              lambda c: c.url("controller_manager", "", "https")),
     Component("volcano-controller-manager", _volcano_controllers,
               _http("volcano_controllers_healthz", "/healthz"),
-              lambda c: c.url("volcano_controllers_healthz", ""), depends_on=("kube-apiserver",)),
+              lambda c: c.url("volcano_controllers_healthz", "")),
     Component("volcano-scheduler", _volcano_scheduler,
               _http("volcano_scheduler_healthz", "/healthz"),
-              lambda c: c.url("volcano_scheduler_healthz", ""), depends_on=("kube-apiserver",)),
-    Component("kwok", _kwok, _http("kwok", "/healthz"), lambda c: c.url("kwok", ""),
-              depends_on=("kube-apiserver",)),
+              lambda c: c.url("volcano_scheduler_healthz", "")),
+    Component("kwok", _kwok, _http("kwok", "/healthz"), lambda c: c.url("kwok", "")),
     Component("prometheus", _prometheus, _http("prometheus", "/-/ready"),
               lambda c: c.url("prometheus", "")),
 )

@@ -1,0 +1,66 @@
+"""Prometheus metric names every Tidal component exports (prefix ``tidal_``), in one place.
+
+The console's PromQL, the recording rules, the alerts and the Grafana dashboard read these names;
+components create their metrics through the factories below so a name is written once.
+Each factory takes a ``registry`` so tests (and a process acting for several fake nodes) can keep
+their own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+__all__ = ["NodeMetrics", "node_metrics"]
+
+
+@dataclass(frozen=True)
+class NodeMetrics:
+    """What a node agent (``tidal-agent run``, or ``replay`` for fake nodes) reports per node."""
+
+    #: node usage from the kernel (all pods and system daemons)
+    node_cpu: Gauge        # tidal_node_cpu_usage_millicores{node}
+    node_memory: Gauge     # tidal_node_memory_usage_bytes{node}
+    #: usage summed per QoS level (HLS, LS, BE)
+    qos_cpu: Gauge         # tidal_qos_cpu_usage_millicores{node,qos}
+    qos_memory: Gauge      # tidal_qos_memory_usage_bytes{node,qos}
+    #: watermark eviction
+    evicting: Gauge        # tidal_node_evicting{node,resource} 1 while evicting for the resource
+    tainted: Gauge         # tidal_node_offline_evicting_taint{node} 1 while the taint is on
+    evictions: Counter     # tidal_evictions_total{node,resource,reason}
+    #: BE CPU suppression: the quota on the BE parent cgroup
+    be_cpu_quota: Gauge    # tidal_be_cpu_quota_millicores{node}
+    #: pressure stall information, some avg10 in percent
+    psi: Gauge             # tidal_psi_some_avg10_percent{node,resource}
+    #: cgroup writes the QoS engine made (changed values only) and failures
+    cgroup_writes: Counter  # tidal_agent_cgroup_writes_total{node,strategy}
+    cgroup_errors: Counter  # tidal_agent_cgroup_write_errors_total{node}
+
+
+def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
+    r = REGISTRY if registry is None else registry
+    return NodeMetrics(
+        node_cpu=Gauge("tidal_node_cpu_usage_millicores", "Node CPU usage (all processes)",
+                       ["node"], registry=r),
+        node_memory=Gauge("tidal_node_memory_usage_bytes", "Node memory usage (MemTotal - MemAvailable)",
+                          ["node"], registry=r),
+        qos_cpu=Gauge("tidal_qos_cpu_usage_millicores", "CPU usage of the pods of a QoS level",
+                      ["node", "qos"], registry=r),
+        qos_memory=Gauge("tidal_qos_memory_usage_bytes", "Memory working set of the pods of a QoS level",
+                         ["node", "qos"], registry=r),
+        evicting=Gauge("tidal_node_evicting", "1 while the node evicts BE pods for this resource",
+                       ["node", "resource"], registry=r),
+        tainted=Gauge("tidal_node_offline_evicting_taint",
+                      "1 while the node carries colocation.tidal.io/offline-evicting:NoSchedule",
+                      ["node"], registry=r),
+        evictions=Counter("tidal_evictions", "BE pods evicted by watermark or interference",
+                          ["node", "resource", "reason"], registry=r),
+        be_cpu_quota=Gauge("tidal_be_cpu_quota_millicores",
+                           "CPU quota of the BE parent cgroup (BE CPU suppression)", ["node"], registry=r),
+        psi=Gauge("tidal_psi_some_avg10_percent", "Pressure stall information, some avg10",
+                  ["node", "resource"], registry=r),
+        cgroup_writes=Counter("tidal_agent_cgroup_writes", "cgroup files the QoS engine changed",
+                              ["node", "strategy"], registry=r),
+        cgroup_errors=Counter("tidal_agent_cgroup_write_errors", "cgroup writes that failed",
+                              ["node"], registry=r),
+    )

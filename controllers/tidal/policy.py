@@ -46,6 +46,9 @@ __all__ = [
     "LoadAwareScheduling",
     "Watermark",
     "EvictionWatermarks",
+    "Switch",
+    "CPUSuppression",
+    "BEIsolation",
     "Overselling",
     "CPUBurst",
     "MemoryReclaim",
@@ -295,6 +298,65 @@ class EvictionWatermarks:
         maximum=3600,
         description="Minimum time between two eviction rounds on a node, in seconds, so usage "
         "can settle.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A strategy with an on/off switch and nothing else to tune."""
+
+    enabled: bool = _boolean("enabled", True, "Run this strategy on colocation nodes.")
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class CPUSuppression:
+    """BE CPU suppression: a quota on the parent cgroup of all BE pods, recomputed every second
+    as ``node CPUs x thresholdPercent / 100 - online usage``, never below ``floorMillicores``."""
+
+    enabled: bool = _boolean(
+        "enabled", True, "Cap BE pods together at what online pods leave under the threshold."
+    )
+    threshold_percent: int = _integer(
+        "thresholdPercent",
+        default=65,
+        minimum=1,
+        maximum=100,
+        description="Share of the node's CPUs that online plus BE usage may reach, percent.",
+    )
+    floor_millicores: int = _integer(
+        "floorMillicores",
+        default=500,
+        minimum=10,
+        maximum=1000000,
+        description="The BE quota never goes below this, in millicores, so BE pods are never "
+        "frozen.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class BEIsolation:
+    """The node agent's core isolation of BE pods (on nodes labelled for colocation)."""
+
+    cpu_priority: Switch = _object(
+        "cpuPriority",
+        Switch,
+        "BE pod cgroups at the lowest CPU priority: cpu.idle=1 where the kernel has it, else "
+        "minimum shares/weight (openEuler cpu.qos_level=-1 when present).",
+    )
+    batch_resources: Switch = _object(
+        "batchResources",
+        Switch,
+        "CPU quota, shares and memory limit of BE containers from their "
+        "kubernetes.io/batch-cpu and batch-memory requests.",
+    )
+    cpu_suppression: CPUSuppression = _object(
+        "cpuSuppression", CPUSuppression, "Dynamic CPU quota on the parent cgroup of BE pods."
     )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
@@ -632,6 +694,12 @@ class ColocationPolicy:
         "Offline (BE) eviction by node usage. Eviction starts above highPercent and stops "
         "below lowPercent; the node is tainted "
         "colocation.tidal.io/offline-evicting:NoSchedule meanwhile.",
+    )
+    be_isolation: BEIsolation = _object(
+        "beIsolation",
+        BEIsolation,
+        "Isolation of BE pods on colocation nodes by the node agent, each strategy with its "
+        "own switch.",
     )
     overselling: Overselling = _object(
         "overselling",

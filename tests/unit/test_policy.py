@@ -383,7 +383,7 @@ def test_spec_that_is_not_an_object_is_rejected() -> None:
         (
             {"oversell": {}},
             "spec.oversell",
-            "loadAwareScheduling, evictionWatermarks, overselling, features",
+            "loadAwareScheduling, evictionWatermarks, beIsolation, overselling, features",
         ),
         (
             {"evictionWatermarks": {"cpu": {"highPercnt": 90}}},

@@ -84,26 +84,60 @@ def test_never_writes_outside_kubepods(tree, tmp_path, path, file):
     assert journal.originals == {}
 
 
+def _policy(**iso):
+    from tidal.policy import ColocationPolicy
+
+    spec = {"cpuPriority": {"enabled": True}, "batchResources": {"enabled": False},
+            "cpuSuppression": {"enabled": False}}
+    spec.update(iso)
+    return ColocationPolicy.from_spec({"beIsolation": spec})
+
+
 def test_engine_runs_only_with_the_colocation_label_and_restores_when_it_goes(tree, tmp_path):
     from tidal.agent.collector.cgroups import PodQOSClass
-    from tidal.agent.qos.be_cpu_priority import BECPUPriority
     from tidal.agent.qos.engine import QoSEngine, colocation_enabled
     from tidal.agent.qos.strategy import NodeState, PodState
-    from tidal.policy import ColocationPolicy
     from tidal.qos import QoSLevel
 
     layout, pod, _ = tree
     state = NodeState(
         pods=(PodState("x", PodQOSClass.BEST_EFFORT, QoSLevel.BE),), node_cpus=4, online_usage_millicores=0,
-        policy=ColocationPolicy(), capabilities={}, layout=layout,
+        policy=_policy(), capabilities={}, layout=layout,
     )
     assert colocation_enabled({"colocation.tidal.io/colocation": "true"})
     assert not colocation_enabled({"colocation.tidal.io/colocation": "false"}) and not colocation_enabled(None)
-    engine = QoSEngine(tmp_path / "j.json", strategies=[BECPUPriority()])
-    on = {"colocation.tidal.io/colocation": "true"}
-    assert [w.file for w in engine.reconcile(state, on).written] == ["cpu.shares"]
+    engine = QoSEngine(tmp_path / "j.json")
+    result, changed = engine.reconcile(state, True)
+    assert [w.file for w in result.written] == ["cpu.shares"] and changed == {"be-cpu-priority": 1}
     assert (pod / "cpu.shares").read_text() == "2"
-    assert engine.reconcile(state, on).written == []
-    assert engine.reconcile(state, {}).written == []
+    assert engine.reconcile(state, True)[0].written == []
+    assert engine.reconcile(state, False)[0].written == []
     assert (pod / "cpu.shares").read_text() == "1024"
     assert engine.journal.originals == {}
+
+
+def test_a_strategy_switched_off_or_a_pod_no_longer_be_gets_its_originals_back(tree, tmp_path):
+    from dataclasses import replace
+
+    from tidal.agent.collector.cgroups import PodQOSClass
+    from tidal.agent.qos.engine import QoSEngine
+    from tidal.agent.qos.strategy import NodeState, PodState
+    from tidal.qos import QoSLevel
+
+    layout, pod, _ = tree
+    be = PodState("x", PodQOSClass.BEST_EFFORT, QoSLevel.BE)
+    state = NodeState(pods=(be,), node_cpus=4, online_usage_millicores=0, policy=_policy(),
+                      capabilities={}, layout=layout)
+    engine = QoSEngine(tmp_path / "j.json")
+    engine.reconcile(state, True)
+    assert (pod / "cpu.shares").read_text() == "2"
+    off = replace(state, policy=_policy(cpuPriority={"enabled": False}))
+    result, _ = engine.reconcile(off, True)
+    assert result.restore_problems == [] and (pod / "cpu.shares").read_text() == "1024"
+    assert engine.journal.originals == {}
+
+    engine.reconcile(state, True)
+    assert (pod / "cpu.shares").read_text() == "2"
+    not_be = replace(state, pods=(replace(be, tidal_level=QoSLevel.LS),))
+    engine.reconcile(not_be, True)
+    assert (pod / "cpu.shares").read_text() == "1024" and engine.journal.originals == {}

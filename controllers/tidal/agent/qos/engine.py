@@ -1,17 +1,23 @@
 """One reconcile round of the cgroup strategies, and switching them off (restoring).
 
-The engine runs only on nodes labelled ``colocation.tidal.io/colocation=true``. The three core
-strategies (BE CPU priority, BE batch resources, BE CPU suppression) have no switch of their own
-in the ColocationPolicy today, so they are all on wherever the engine runs; when the label goes,
-:meth:`QoSEngine.disable` restores every value the agent changed.
+The engine runs only on nodes labelled ``colocation.tidal.io/colocation=true``. Which strategies
+run, and with which parameters, comes from the ColocationPolicy's ``beIsolation`` section
+(:func:`strategies_for`). Every round is level-triggered:
+
+* the plans of the active strategies are composed and applied (only differing values written,
+  originals journalled first);
+* every journalled file that no active plan mentions any more (strategy switched off, pod no
+  longer BE, pod gone) gets its original value back;
+* when the label goes, :meth:`QoSEngine.disable` restores every value the agent changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from tidal.policy import ColocationPolicy
 from tidal.qos import COLOCATION_NODE_LABEL, NODE_LABEL_ENABLED_VALUE
 
 from .be_batch_resources import BEBatchResources
@@ -28,32 +34,57 @@ from .strategy import (
     restore,
 )
 
-__all__ = ["QoSEngine", "colocation_enabled", "default_strategies"]
+__all__ = ["QoSEngine", "colocation_enabled", "strategies_for"]
 
 
 def colocation_enabled(node_labels: Mapping[str, str] | None) -> bool:
     return (node_labels or {}).get(COLOCATION_NODE_LABEL) == NODE_LABEL_ENABLED_VALUE
 
 
-def default_strategies() -> list[Strategy]:
+def strategies_for(policy: ColocationPolicy) -> list[Strategy]:
+    """The strategies the policy switches on, configured from it (pure)."""
+    iso = policy.be_isolation
+    strategies: list[Strategy] = []
     # Order matters only for readability: compose() resolves overlaps and v1 quota nesting.
-    return [BECPUSuppression(), BECPUPriority(), BEBatchResources()]
+    if iso.cpu_suppression.enabled:
+        strategies.append(
+            BECPUSuppression(
+                threshold=iso.cpu_suppression.threshold_percent / 100,
+                floor_millicores=iso.cpu_suppression.floor_millicores,
+            )
+        )
+    if iso.cpu_priority.enabled:
+        strategies.append(BECPUPriority())
+    if iso.batch_resources.enabled:
+        strategies.append(BEBatchResources())
+    return strategies
 
 
 @dataclass
 class QoSEngine:
     journal_path: Path
-    strategies: Sequence[Strategy] = field(default_factory=default_strategies)
 
     def __post_init__(self) -> None:
         self.journal = RestoreJournal(self.journal_path)
 
-    def reconcile(self, state: NodeState, node_labels: Mapping[str, str] | None) -> ApplyResult:
-        """Apply every strategy's plan, or restore everything when colocation is off here."""
-        if not colocation_enabled(node_labels):
-            return ApplyResult(restore_problems=self.disable())
-        plan = compose([s.plan(state) for s in self.strategies], state.layout.version)
-        return apply(plan, self.journal, allowed_roots(state.layout, state.cpu_controller_root))
+    def reconcile(self, state: NodeState, enabled: bool) -> tuple[ApplyResult, dict[str, int]]:
+        """Apply the policy's strategies, or restore everything when colocation is off here.
+
+        Returns the apply result and, per strategy name, how many files it changed.
+        """
+        if not enabled:
+            return ApplyResult(restore_problems=self.disable()), {}
+        plans = {s.name: s.plan(state) for s in strategies_for(state.policy)}
+        plan = compose(plans.values(), state.layout.version)
+        result = apply(plan, self.journal, allowed_roots(state.layout, state.cpu_controller_root))
+        wanted = {str(w.target) for w in plan}
+        result.restore_problems = restore(self.journal, [k for k in self.journal.originals if k not in wanted])
+        owner = {w.target: name for name, writes in plans.items() for w in writes}
+        changed: dict[str, int] = {}
+        for write in result.written:
+            name = owner.get(write.target, "compose")
+            changed[name] = changed.get(name, 0) + 1
+        return result, changed
 
     def disable(self) -> list[tuple[str, str]]:
         return restore(self.journal)

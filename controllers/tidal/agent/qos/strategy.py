@@ -306,14 +306,18 @@ def _apply_pass(
     return refused
 
 
-def restore(journal: RestoreJournal) -> list[tuple[str, str]]:
-    """Write every recorded original back; returns (file, problem) for those that failed.
+def restore(journal: RestoreJournal, only: Iterable[str] | None = None) -> list[tuple[str, str]]:
+    """Write recorded originals back (every one, or those in ``only``); returns (file, problem)
+    for those that failed.
 
     A cgroup that no longer exists (pod deleted) needs nothing restored and is dropped. Files
     restored successfully (or gone) are removed from the journal; failures stay for a retry.
     """
+    keys = journal.originals if only is None else [k for k in only if k in journal.originals]
+    if not keys:
+        return []
     # Children before parents; v1 quota writes refused (EINVAL) are retried while others progress.
-    pending = sorted(journal.originals, key=lambda k: (-len(Path(k).parts), k))
+    pending = sorted(keys, key=lambda k: (-len(Path(k).parts), k))
     while True:
         problems: list[tuple[str, str]] = []
         for key in pending:

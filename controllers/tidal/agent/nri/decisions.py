@@ -1,0 +1,257 @@
+"""What the NRI plugin asks the runtime for: the node engine's QoS decisions, made at creation.
+
+Pure: no protobuf, no I/O. The plugin (:mod:`.plugin`) turns a :class:`Resources` into NRI
+messages. The arithmetic is the node engine's (:mod:`tidal.agent.qos.be_batch_resources`), so a
+container adjusted here and the same container reconciled later by the engine end up with the
+same cgroup values:
+
+=====  ==========================================================================================
+level  container resources at CreateContainer (and kept at UpdateContainer)
+=====  ==========================================================================================
+BE     batch-cpu m > 0: cpu shares = ``milli_cpu_to_shares(m)``, quota = ``milli_cpu_to_quota(m)``,
+       period = ``CFS_PERIOD_US``; batch-cpu absent: shares = 2 (the minimum weight).
+       batch-memory b > 0: memory limit = b rounded down to the page size (≥ one page).
+LS     the NUMA cpuset from the ``ls_cpuset`` hook when NUMA affinity is on (issue 6), else nothing
+HLS    nothing: exclusive CPUs are the kubelet's static CPU manager's job
+none   nothing (a pod without a QoS annotation is left alone)
+=====  ==========================================================================================
+
+BE CPU *priority* is a pod-level property: the engine writes ``cpu.idle = 1`` (or the minimum
+weight) on the BE pod's cgroup, the parent of its containers. NRI adjusts containers only, and
+the OCI spec has no ``cpu.idle``; ``cpu.idle`` through ``unified`` would land on the container
+cgroup (where it only orders the pod's own containers) and would make runc fail the creation on
+kernels without it, so the plugin leaves priority to the engine. A BE pod is BestEffort to the
+kubelet (no native requests), so its pod cgroup already sits under the BestEffort cgroup, whose
+weight the kubelet keeps at the minimum.
+
+Where the batch resources come from: the CRI (and so NRI) carries no extended resources. They
+are read from the pod annotation :data:`BATCH_RESOURCES_ANNOTATION`, which admission writes
+from the pod spec (``{"<container>": {"kubernetes.io/batch-cpu": "500", ...}}``, the container's
+limits of the batch resources, quantities as in the spec). A BE container whose pod lacks it is
+resolved from the API server after the fact (:mod:`.plugin` asks the runtime to update it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from tidal import qos
+from tidal.agent.qos.be_batch_resources import (
+    CFS_PERIOD_US,
+    PAGE_SIZE,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
+from tidal.agent.qos.be_cpu_priority import MIN_SHARES
+from tidal.manager.admission.quantities import QuantityError, memory_bytes
+
+__all__ = [
+    "BATCH_RESOURCES_ANNOTATION",
+    "BatchRequest",
+    "BatchResourcesAnnotationError",
+    "ContainerRef",
+    "Decision",
+    "LSCpusetHook",
+    "Resources",
+    "batch_requests_of",
+    "be_resources",
+    "decide",
+    "page_rounded",
+    "sync_updates",
+]
+
+#: Written by admission on BE pods: per container, its ``kubernetes.io/batch-*`` limits.
+BATCH_RESOURCES_ANNOTATION = "colocation.tidal.io/batch-resources"
+_BATCH_KEYS = (qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE)
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """A container's oversold resources: batch-cpu in millicores, batch-memory in bytes."""
+
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Resources:
+    """The container resources the plugin sets; None leaves a field to the runtime."""
+
+    cpu_shares: int | None = None
+    cpu_quota: int | None = None
+    cpu_period: int | None = None
+    memory_limit: int | None = None
+    cpuset_cpus: str | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.cpu_shares, self.cpu_quota, self.cpu_period,
+                                           self.memory_limit, self.cpuset_cpus))
+
+    def describe(self) -> str:
+        parts = [f"{name}={value}" for name, value in (
+            ("cpu.shares", self.cpu_shares), ("cpu.quota", self.cpu_quota),
+            ("cpu.period", self.cpu_period), ("memory.limit", self.memory_limit),
+            ("cpuset.cpus", self.cpuset_cpus)) if value is not None]
+        return " ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """What the decisions need of a pod and one of its containers (from NRI's PodSandbox)."""
+
+    namespace: str
+    pod_name: str
+    pod_uid: str
+    container_name: str
+    pod_annotations: Mapping[str, str]
+
+
+#: Issue 6 (NUMA affinity) plugs in here: the cpuset ("0-3,8") for an LS container, or None.
+LSCpusetHook = Callable[[ContainerRef], "str | None"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The plugin's answer for one container.
+
+    Attributes:
+        level: the pod's QoS level, None when it has none (or an invalid one).
+        resources: what to set (empty: nothing).
+        needs_lookup: a BE container whose batch resources are not in its pod's annotations;
+            they must be read from the pod object and applied by a later update.
+        problem: why a Tidal pod gets less than its level asks for (a bad annotation), for the log.
+    """
+
+    level: qos.QoSLevel | None
+    resources: Resources = Resources()
+    needs_lookup: bool = False
+    problem: str | None = None
+
+
+class BatchResourcesAnnotationError(ValueError):
+    """The batch-resources annotation cannot be read; ``str(error)`` names the field and rule."""
+
+
+def _quantity(container: str, key: str, value: object) -> int:
+    where = f"annotation {BATCH_RESOURCES_ANNOTATION!r}: container {container!r}: {key!r}"
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise BatchResourcesAnnotationError(f"{where}: must be a quantity string or an integer, got {value!r}")
+    try:
+        # Extended resources are plain counts: batch-cpu "2k" is 2,000 millicores.
+        count = memory_bytes(str(value))
+    except QuantityError as err:
+        raise BatchResourcesAnnotationError(f"{where}: {err}") from None
+    if count < 0:
+        raise BatchResourcesAnnotationError(f"{where}: must not be negative, got {value!r}")
+    return count
+
+
+def batch_requests_of(annotations: Mapping[str, str] | None) -> dict[str, BatchRequest] | None:
+    """Per container name, the batch resources the annotation records; None without it.
+
+    Raises:
+        BatchResourcesAnnotationError: the value is not a JSON object of container names to
+            objects holding only ``kubernetes.io/batch-cpu`` / ``kubernetes.io/batch-memory``
+            quantities.
+    """
+    if not annotations or BATCH_RESOURCES_ANNOTATION not in annotations:
+        return None
+    raw = annotations[BATCH_RESOURCES_ANNOTATION]
+    try:
+        value = json.loads(raw)
+    except ValueError as err:
+        raise BatchResourcesAnnotationError(
+            f"annotation {BATCH_RESOURCES_ANNOTATION!r}: must be a JSON object, not {raw!r} ({err})") from None
+    if not isinstance(value, dict):
+        raise BatchResourcesAnnotationError(
+            f"annotation {BATCH_RESOURCES_ANNOTATION!r}: must be a JSON object of container names, got {raw!r}")
+    out: dict[str, BatchRequest] = {}
+    for name, resources in value.items():
+        if not isinstance(resources, dict):
+            raise BatchResourcesAnnotationError(
+                f"annotation {BATCH_RESOURCES_ANNOTATION!r}: container {name!r}: must be an object "
+                f"of {', '.join(_BATCH_KEYS)}, got {resources!r}")
+        unknown = sorted(set(resources) - set(_BATCH_KEYS))
+        if unknown:
+            raise BatchResourcesAnnotationError(
+                f"annotation {BATCH_RESOURCES_ANNOTATION!r}: container {name!r}: unknown resource "
+                f"{unknown[0]!r}; allowed: {', '.join(_BATCH_KEYS)}")
+        out[name] = BatchRequest(
+            cpu_millicores=_quantity(name, qos.BATCH_CPU_RESOURCE, resources.get(qos.BATCH_CPU_RESOURCE, 0)),
+            memory_bytes=_quantity(name, qos.BATCH_MEMORY_RESOURCE, resources.get(qos.BATCH_MEMORY_RESOURCE, 0)),
+        )
+    return out
+
+
+def page_rounded(limit: int) -> int:
+    """A memory limit as the kernel stores it (the engine plans the same value)."""
+    return max(PAGE_SIZE, limit - limit % PAGE_SIZE)
+
+
+def be_resources(batch: BatchRequest | None) -> Resources:
+    """A BE container's resources from its batch request (None: nothing requested)."""
+    cpu = batch.cpu_millicores if batch else 0
+    memory = batch.memory_bytes if batch else 0
+    if cpu > 0:
+        shares, quota, period = milli_cpu_to_shares(cpu), milli_cpu_to_quota(cpu), CFS_PERIOD_US
+    else:
+        shares, quota, period = MIN_SHARES, None, None
+    return Resources(cpu_shares=shares, cpu_quota=quota, cpu_period=period,
+                     memory_limit=page_rounded(memory) if memory > 0 else None)
+
+
+def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
+           looked_up: Mapping[str, BatchRequest] | None = None) -> Decision:
+    """The resources one container gets at creation or update.
+
+    Args:
+        ref: the container and its pod.
+        ls_cpuset: the NUMA cpuset hook for LS containers (None: NUMA affinity off).
+        looked_up: batch requests read from the pod object, used when the annotation is absent.
+    """
+    try:
+        level = qos.qos_level_of(ref.pod_annotations)
+    except qos.AnnotationError as err:
+        return Decision(None, problem=str(err))
+    if level is None or level is qos.QoSLevel.HLS:
+        return Decision(level)
+    if level is qos.QoSLevel.LS:
+        cpus = ls_cpuset(ref) if ls_cpuset else None
+        return Decision(level, Resources(cpuset_cpus=cpus) if cpus else Resources())
+    try:
+        requests = batch_requests_of(ref.pod_annotations)
+    except BatchResourcesAnnotationError as err:
+        return Decision(level, be_resources(None), problem=str(err))
+    if requests is None and looked_up is not None:
+        requests = dict(looked_up)
+    if requests is None:
+        return Decision(level, be_resources(None), needs_lookup=True)
+    return Decision(level, be_resources(requests.get(ref.container_name)))
+
+
+def _differs(wanted: Resources, current: Resources) -> bool:
+    return any(w is not None and w != c for w, c in (
+        (wanted.cpu_shares, current.cpu_shares), (wanted.cpu_quota, current.cpu_quota),
+        (wanted.cpu_period, current.cpu_period), (wanted.memory_limit, current.memory_limit),
+        (wanted.cpuset_cpus, current.cpuset_cpus)))
+
+
+def sync_updates(containers: Iterable[tuple[str, ContainerRef, Resources]], *,
+                 ls_cpuset: LSCpusetHook | None = None) -> list[tuple[str, Decision]]:
+    """At Synchronize: the existing containers whose resources differ from their decision.
+
+    Args:
+        containers: (container id, its ref, its current resources) for every running container.
+
+    Returns:
+        (container id, decision) for each container to update; already-right ones are left out,
+        so a plugin that reconnects to an unchanged runtime asks for nothing.
+    """
+    out = []
+    for container_id, ref, current in containers:
+        decision = decide(ref, ls_cpuset=ls_cpuset)
+        if decision.resources and _differs(decision.resources, current):
+            out.append((container_id, decision))
+    return out

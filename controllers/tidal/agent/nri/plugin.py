@@ -1,0 +1,310 @@
+"""The NRI plugin: registers with the runtime and answers its container events with Tidal's QoS.
+
+One session: connect to the runtime's NRI socket, multiplex it (:mod:`.mux`), serve NRI's
+``Plugin`` service on one connection and call its ``Runtime`` service on the other (both
+:mod:`.ttrpc`); register (name, index), answer Configure with the events subscribed to, answer
+Synchronize with updates for existing containers, then the pod and container events. When the
+runtime goes away (restart, timeout that made it drop the plugin) the plugin reconnects with
+exponential backoff.
+
+Manners: a handler never fails a runtime request — a pod it cannot read (bad annotation) is
+logged and left unadjusted — and never waits on I/O: the decision is pure and in memory. A BE
+container whose batch resources are not in its pod's annotations gets the minimum CPU weight at
+once and its limits later, from the pod object, through an unsolicited ``UpdateContainers``
+request (never from inside an event handler: the runtime holds its lock while it waits for us).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+
+from .api import api_pb2 as api
+from .api.source import NRI_VERSION
+from .decisions import BatchRequest, ContainerRef, Decision, LSCpusetHook, Resources, decide, sync_updates
+from .mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from .ttrpc import Client, Handler, Server
+
+__all__ = ["DEFAULT_SOCKET", "PLUGIN_SERVICE", "RUNTIME_SERVICE", "SUBSCRIBED_EVENTS", "PodLookup",
+           "TidalNRIPlugin", "container_ref", "current_resources", "event_mask", "linux_resources"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/var/run/nri/nri.sock"
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+
+SUBSCRIBED_EVENTS = (api.RUN_POD_SANDBOX, api.STOP_POD_SANDBOX, api.REMOVE_POD_SANDBOX,
+                     api.CREATE_CONTAINER, api.UPDATE_CONTAINER, api.STOP_CONTAINER)
+
+#: Reads a pod's batch requests (per container name) from the pod object: (namespace, name, uid).
+PodLookup = Callable[[str, str, str], Awaitable["Mapping[str, BatchRequest] | None"]]
+
+
+def event_mask(events: Iterable[int]) -> int:
+    """NRI's EventMask: bit ``event - 1`` per subscribed event."""
+    mask = 0
+    for event in events:
+        mask |= 1 << (event - 1)
+    return mask
+
+
+def linux_resources(res: Resources) -> api.LinuxResources:
+    out = api.LinuxResources()
+    if res.cpu_shares is not None:
+        out.cpu.shares.value = res.cpu_shares
+    if res.cpu_quota is not None:
+        out.cpu.quota.value = res.cpu_quota
+    if res.cpu_period is not None:
+        out.cpu.period.value = res.cpu_period
+    if res.cpuset_cpus is not None:
+        out.cpu.cpus = res.cpuset_cpus
+    if res.memory_limit is not None:
+        out.memory.limit.value = res.memory_limit
+    return out
+
+
+def current_resources(res: api.LinuxResources) -> Resources:
+    """What a container has now, in the decisions' terms (unset fields are None)."""
+    cpu, memory = res.cpu, res.memory
+    return Resources(
+        cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,
+        cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
+        cpu_period=cpu.period.value if cpu.HasField("period") else None,
+        memory_limit=memory.limit.value if memory.HasField("limit") else None,
+        cpuset_cpus=cpu.cpus or None,
+    )
+
+
+def container_ref(pod: api.PodSandbox, container: api.Container) -> ContainerRef:
+    return ContainerRef(namespace=pod.namespace, pod_name=pod.name, pod_uid=pod.uid,
+                        container_name=container.name, pod_annotations=dict(pod.annotations))
+
+
+def _update(container_id: str, res: Resources) -> api.ContainerUpdate:
+    return api.ContainerUpdate(container_id=container_id,
+                               linux=api.LinuxContainerUpdate(resources=linux_resources(res)))
+
+
+class TidalNRIPlugin:
+    """Tidal's NRI plugin; ``await plugin.run(stop)`` keeps it connected until ``stop`` is set.
+
+    Args:
+        socket_path: the runtime's NRI socket.
+        name, index: how the runtime knows the plugin; plugins are called in index order.
+        ls_cpuset: NUMA cpuset hook for LS containers (issue 6); None while NUMA affinity is off.
+        pod_lookup: reads batch requests from the pod object when a BE pod lacks the annotation.
+        backoff: first and longest wait between connection attempts, seconds.
+        call_timeout: limit on the plugin's own calls to the runtime (RegisterPlugin, UpdateContainers).
+    """
+
+    def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, name: str = "tidal", index: str = "10",
+                 ls_cpuset: LSCpusetHook | None = None, pod_lookup: PodLookup | None = None,
+                 backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0) -> None:
+        self.socket_path = str(socket_path)
+        self.name = name
+        self.index = index
+        self.ls_cpuset = ls_cpuset
+        self.pod_lookup = pod_lookup
+        self.backoff = backoff
+        self.call_timeout = call_timeout
+        #: Set while registered and configured; cleared when the connection is lost.
+        self.ready = asyncio.Event()
+        self.runtime: tuple[str, str] | None = None
+        self.sessions = 0
+        self._client: Client | None = None
+        self._looked_up: dict[str, Mapping[str, BatchRequest]] = {}  # pod uid -> from the pod object
+        self._tasks: set[asyncio.Task] = set()
+
+    # --- connection ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Connect, serve, reconnect with backoff; return when ``stop`` is set."""
+        first, longest = self.backoff
+        delay = first
+        while not stop.is_set():
+            registered = False
+            try:
+                registered = await self._session(stop)
+            except (OSError, asyncio.TimeoutError, ConnectionError) as err:
+                log.info("NRI: no runtime at %s (%s); retrying in %.1fs", self.socket_path, err, delay)
+            except Exception:  # never let a protocol surprise end the agent's NRI path
+                log.exception("NRI: session failed; retrying in %.1fs", delay)
+            if stop.is_set():
+                break
+            delay = first if registered else min(longest, delay * 2)
+            try:
+                await asyncio.wait_for(stop.wait(), delay * (0.8 + 0.4 * random.random()))
+            except asyncio.TimeoutError:
+                pass
+        self.ready.clear()
+
+    async def _session(self, stop: asyncio.Event) -> bool:
+        reader, writer = await asyncio.open_unix_connection(self.socket_path)
+        mux = Mux(reader, writer)
+        server = Server(lambda data: mux.send(PLUGIN_SERVICE_CONN, data), mux.open(PLUGIN_SERVICE_CONN),
+                        self._handlers())
+        client = Client(lambda data: mux.send(RUNTIME_SERVICE_CONN, data), mux.open(RUNTIME_SERVICE_CONN))
+        tasks = [asyncio.create_task(t) for t in (mux.run(), server.run(), client.run())]
+        stopper = asyncio.create_task(stop.wait())
+        self._client = client
+        self.sessions += 1
+        registered = False
+        try:
+            await client.call(RUNTIME_SERVICE, "RegisterPlugin",
+                              api.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.index,
+                                                        NRI_version=NRI_VERSION),
+                              api.Empty, timeout=self.call_timeout)
+            registered = True
+            log.info("NRI: registered as %s-%s with the runtime at %s", self.index, self.name, self.socket_path)
+            await asyncio.wait([tasks[0], stopper], return_when=asyncio.FIRST_COMPLETED)
+            if mux.error:
+                log.warning("NRI: connection error: %s", mux.error)
+            if not stop.is_set():
+                log.info("NRI: runtime connection closed; reconnecting")
+        finally:
+            self.ready.clear()
+            self._client = None
+            mux.close()
+            stopper.cancel()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            writer.close()
+        return registered
+
+    async def update_containers(self, updates: list[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+        """Ask the runtime to update containers (not from inside an event handler); the failed ones."""
+        client = self._client
+        if client is None:
+            raise ConnectionError("NRI plugin is not connected")
+        reply = await client.call(RUNTIME_SERVICE, "UpdateContainers", api.UpdateContainersRequest(update=updates),
+                                  api.UpdateContainersResponse, timeout=self.call_timeout)
+        for failed in reply.failed:
+            log.warning("NRI: runtime failed to update container %s", failed.container_id)
+        return list(reply.failed)
+
+    # --- the Plugin service ---------------------------------------------------------------------
+
+    def _handlers(self) -> dict[tuple[str, str], Handler]:
+        def h(request_type, fn):
+            return Handler(request_type, fn)
+
+        methods = {
+            "Configure": h(api.ConfigureRequest, self._configure),
+            "Synchronize": h(api.SynchronizeRequest, self._synchronize),
+            "Shutdown": h(api.Empty, self._shutdown),
+            "RunPodSandbox": h(api.RunPodSandboxRequest, self._run_pod),
+            "StopPodSandbox": h(api.StopPodSandboxRequest, self._stop_pod),
+            "RemovePodSandbox": h(api.RemovePodSandboxRequest, self._remove_pod),
+            "CreateContainer": h(api.CreateContainerRequest, self._create_container),
+            "UpdateContainer": h(api.UpdateContainerRequest, self._update_container),
+            "StopContainer": h(api.StopContainerRequest, self._stop_container),
+        }
+        return {(PLUGIN_SERVICE, method): handler for method, handler in methods.items()}
+
+    async def _configure(self, req: api.ConfigureRequest) -> api.ConfigureResponse:
+        self.runtime = (req.runtime_name, req.runtime_version)
+        log.info("NRI: configured by %s %s (NRI %s, request timeout %d ms)", req.runtime_name,
+                 req.runtime_version, req.NRI_version or "?", req.request_timeout)
+        return api.ConfigureResponse(events=event_mask(SUBSCRIBED_EVENTS))
+
+    async def _synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
+        pods = {pod.id: pod for pod in req.pods}
+        rows = []
+        for c in req.containers:
+            pod = pods.get(c.pod_sandbox_id)
+            if pod is None or c.state not in (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED):
+                continue
+            rows.append((c.id, container_ref(pod, c), current_resources(c.linux.resources)))
+        updates = []
+        for container_id, decision in sync_updates(rows, ls_cpuset=self.ls_cpuset):
+            log.info("NRI: synchronize: container %s (%s): %s", container_id, decision.level,
+                     decision.resources.describe())
+            updates.append(_update(container_id, decision.resources))
+        log.info("NRI: synchronized %d pods, %d containers; %d updates", len(req.pods), len(req.containers),
+                 len(updates))
+        self.ready.set()
+        return api.SynchronizeResponse(update=updates, more=req.more)
+
+    async def _shutdown(self, req: api.Empty) -> api.Empty:
+        log.info("NRI: runtime is shutting down")
+        return api.Empty()
+
+    async def _run_pod(self, req: api.RunPodSandboxRequest) -> api.RunPodSandboxResponse:
+        log.debug("NRI: pod %s/%s (%s) started", req.pod.namespace, req.pod.name, req.pod.uid)
+        return api.RunPodSandboxResponse()
+
+    async def _stop_pod(self, req: api.StopPodSandboxRequest) -> api.StopPodSandboxResponse:
+        return api.StopPodSandboxResponse()
+
+    async def _remove_pod(self, req: api.RemovePodSandboxRequest) -> api.RemovePodSandboxResponse:
+        self._looked_up.pop(req.pod.uid, None)
+        return api.RemovePodSandboxResponse()
+
+    def _decide(self, pod: api.PodSandbox, container: api.Container) -> tuple[ContainerRef, Decision]:
+        ref = container_ref(pod, container)
+        decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=self._looked_up.get(pod.uid))
+        if decision.problem:
+            log.warning("NRI: %s/%s container %s: %s", ref.namespace, ref.pod_name, ref.container_name,
+                        decision.problem)
+        return ref, decision
+
+    async def _create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
+        ref, decision = self._decide(req.pod, req.container)
+        reply = api.CreateContainerResponse()
+        if decision.resources:
+            reply.adjust.linux.resources.CopyFrom(linux_resources(decision.resources))
+            log.info("NRI: create %s/%s container %s (%s): %s", ref.namespace, ref.pod_name, ref.container_name,
+                     decision.level, decision.resources.describe())
+        if decision.needs_lookup and self.pod_lookup is not None:
+            self._spawn(self._resolve_later(ref, req.container.id))
+        return reply
+
+    async def _update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        ref, decision = self._decide(req.pod, req.container)
+        reply = api.UpdateContainerResponse()
+        if decision.resources:
+            # The update targets the container being updated, so the runtime merges it into the
+            # kubelet's request instead of undoing the limits set at creation.
+            reply.update.append(_update(req.container.id, decision.resources))
+            log.info("NRI: update %s/%s container %s (%s): keep %s", ref.namespace, ref.pod_name,
+                     ref.container_name, decision.level, decision.resources.describe())
+        return reply
+
+    async def _stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
+        log.debug("NRI: container %s of %s/%s stopped", req.container.name, req.pod.namespace, req.pod.name)
+        return api.StopContainerResponse()
+
+    # --- batch resources from the pod object ----------------------------------------------------
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resolve_later(self, ref: ContainerRef, container_id: str) -> None:
+        assert self.pod_lookup is not None
+        try:
+            requests = await asyncio.wait_for(self.pod_lookup(ref.namespace, ref.pod_name, ref.pod_uid),
+                                              self.call_timeout)
+        except Exception as err:
+            log.warning("NRI: cannot read batch resources of %s/%s: %s", ref.namespace, ref.pod_name, err)
+            return
+        if requests is None:
+            return
+        self._looked_up[ref.pod_uid] = requests
+        decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=requests)
+        if not decision.resources:
+            return
+        await asyncio.sleep(0)  # let the runtime finish the creation that triggered the lookup
+        try:
+            failed = await self.update_containers([_update(container_id, decision.resources)])
+        except Exception as err:
+            log.warning("NRI: update of container %s failed: %s", container_id, err)
+            return
+        if not failed:
+            log.info("NRI: %s/%s container %s (BE, from the pod object): %s", ref.namespace, ref.pod_name,
+                     ref.container_name, decision.resources.describe())

@@ -6,8 +6,10 @@
 //
 // Commands ({"op": ...}):
 //
-//	start                  create and start the adaptation (runtime start or restart)
-//	stop                   stop it (runtime shutdown: plugin connections close)
+//	start                  create and start the adaptation
+//	stop                   stop it (NRI leaves external plugins' connections open: a runtime
+//	                       restart is a new harness process, see dump/restore)
+//	dump / restore pods containers   the runtime's pods and containers, to carry them over a restart
 //	wait_plugins n timeout_ms   wait until n plugins are registered and synchronized
 //	run_pod pod            RunPodSandbox; the pod is remembered for Synchronize
 //	create pod_id container     CreateContainer; the adjusted container is remembered
@@ -38,14 +40,16 @@ import (
 )
 
 type command struct {
-	Op          string          `json:"op"`
-	N           int             `json:"n"`
-	TimeoutMs   int             `json:"timeout_ms"`
-	PodID       string          `json:"pod_id"`
-	ContainerID string          `json:"container_id"`
-	Pod         json.RawMessage `json:"pod"`
-	Container   json.RawMessage `json:"container"`
-	Resources   json.RawMessage `json:"resources"`
+	Op          string            `json:"op"`
+	N           int               `json:"n"`
+	TimeoutMs   int               `json:"timeout_ms"`
+	PodID       string            `json:"pod_id"`
+	ContainerID string            `json:"container_id"`
+	Pod         json.RawMessage   `json:"pod"`
+	Container   json.RawMessage   `json:"container"`
+	Resources   json.RawMessage   `json:"resources"`
+	Pods        []json.RawMessage `json:"pods"`
+	Containers  []json.RawMessage `json:"containers"`
 }
 
 type metrics struct {
@@ -54,8 +58,8 @@ type metrics struct {
 	changed chan struct{}
 }
 
-func (m *metrics) RecordPluginInvocation(string, string, error)                              {}
-func (m *metrics) RecordPluginLatency(string, string, time.Duration)                         {}
+func (m *metrics) RecordPluginInvocation(string, string, error)                               {}
+func (m *metrics) RecordPluginLatency(string, string, time.Duration)                          {}
 func (m *metrics) RecordPluginAdjustments(string, string, *api.ContainerAdjustment, int, int) {}
 func (m *metrics) UpdatePluginCount(count int) {
 	m.mu.Lock()
@@ -82,6 +86,7 @@ type harness struct {
 	pods       map[string]*api.PodSandbox
 	containers map[string]*api.Container
 	order      []string
+	syncs      int
 }
 
 func (h *harness) emit(v any) {
@@ -127,7 +132,11 @@ func (h *harness) sync(ctx context.Context, cb adaptation.SyncCB) error {
 	if err != nil {
 		return err
 	}
-	h.emit(map[string]any{"event": "synchronize", "pods": len(pods), "containers": len(ctrs), "updates": rawList(updates)})
+	// The first call is the runtime's own start (pre-installed plugins: none here); later ones
+	// synchronize a plugin that connected.
+	h.syncs++
+	h.emit(map[string]any{"event": "synchronize", "at_start": h.syncs == 1, "pods": len(pods),
+		"containers": len(ctrs), "updates": rawList(updates)})
 	return nil
 }
 
@@ -180,7 +189,7 @@ func unmarshal(b json.RawMessage, m proto.Message, what string) error {
 
 func (h *harness) do(cmd command) (map[string]any, error) {
 	ctx := context.Background()
-	if cmd.Op != "start" && cmd.Op != "exit" && h.r == nil {
+	if cmd.Op != "start" && cmd.Op != "exit" && cmd.Op != "dump" && cmd.Op != "restore" && h.r == nil {
 		return nil, fmt.Errorf("%s: runtime not started", cmd.Op)
 	}
 	switch cmd.Op {
@@ -189,6 +198,34 @@ func (h *harness) do(cmd command) (map[string]any, error) {
 			return nil, fmt.Errorf("already started")
 		}
 		return map[string]any{}, h.start()
+	case "dump":
+		pods, ctrs := []json.RawMessage{}, []json.RawMessage{}
+		for _, p := range h.pods {
+			pods = append(pods, raw(p))
+		}
+		for _, id := range h.order {
+			if c, ok := h.containers[id]; ok {
+				ctrs = append(ctrs, raw(c))
+			}
+		}
+		return map[string]any{"pods": pods, "containers": ctrs}, nil
+	case "restore":
+		for _, b := range cmd.Pods {
+			pod := &api.PodSandbox{}
+			if err := unmarshal(b, pod, "pod"); err != nil {
+				return nil, err
+			}
+			h.pods[pod.Id] = pod
+		}
+		for _, b := range cmd.Containers {
+			ctr := &api.Container{}
+			if err := unmarshal(b, ctr, "container"); err != nil {
+				return nil, err
+			}
+			h.containers[ctr.Id] = ctr
+			h.order = append(h.order, ctr.Id)
+		}
+		return map[string]any{}, nil
 	case "stop":
 		h.r.Stop()
 		h.r = nil

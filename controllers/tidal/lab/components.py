@@ -22,6 +22,9 @@ PORT_NAMES = (
 )
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# Under the lab directory: file_sd target files and rule files of Tidal's own processes.
+PROMETHEUS_TARGETS_DIR = "prometheus-targets"
+PROMETHEUS_RULES_DIR = "prometheus-rules"
 KWOK_NODE_ANNOTATION_VALUE = "fake"
 
 
@@ -227,6 +230,9 @@ def prometheus_config(ctx: LabContext) -> dict:
                         "key_file": str(ctx.pki.admin.key)}
     return {
         "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+        # Recording rules and alerts (monitoring/ of the repo) are copied here by whoever runs
+        # Tidal's processes against the lab; POST /-/reload makes Prometheus read them.
+        "rule_files": [str(ctx.lab_dir / PROMETHEUS_RULES_DIR / "*.yml")],
         "scrape_configs": [
             static("prometheus", "prometheus"),
             static("etcd", "etcd_metrics"),
@@ -234,9 +240,14 @@ def prometheus_config(ctx: LabContext) -> dict:
             static("volcano-scheduler", "volcano_scheduler_metrics"),
             static("volcano-controller-manager", "volcano_controllers_metrics"),
             static("kwok", "kwok"),
+            # Tidal's own processes (tidal-manager, tidal-agent replay, tidal-console) run on
+            # ports chosen at start: each drops a file_sd target file here (read within 5 s).
+            {"job_name": "tidal",
+             "file_sd_configs": [{"files": [str(ctx.lab_dir / PROMETHEUS_TARGETS_DIR / "*.json")],
+                                  "refresh_interval": "5s"}]},
         ],
     }
 
 
 __all__ = ["COMPONENTS", "COMPONENT_NAMES", "Component", "Health", "LabContext",
-           "PORT_NAMES", "prometheus_config", "probe"]
+           "PORT_NAMES", "PROMETHEUS_RULES_DIR", "PROMETHEUS_TARGETS_DIR", "prometheus_config", "probe"]

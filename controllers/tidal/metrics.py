@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["NodeMetrics", "node_metrics"]
+__all__ = ["ConsoleMetrics", "ManagerMetrics", "NodeMetrics", "console_metrics", "manager_metrics",
+           "node_metrics"]
 
 
 @dataclass(frozen=True)
@@ -63,4 +64,61 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
                               ["node", "strategy"], registry=r),
         cgroup_errors=Counter("tidal_agent_cgroup_write_errors", "cgroup writes that failed",
                               ["node"], registry=r),
+    )
+
+
+@dataclass(frozen=True)
+class ManagerMetrics:
+    """What tidal-manager's oversell master reports, per node it oversells."""
+
+    #: the batch resources the master published (resource = cpu in millicores, memory in bytes)
+    batch_allocatable: Gauge  # tidal_node_batch_allocatable{node,resource}
+    #: what BE pods bound to the node request of them
+    batch_requested: Gauge    # tidal_node_batch_requested{node,resource}
+    cycles: Counter           # tidal_oversell_cycles_total{result}
+    last_cycle: Gauge         # tidal_oversell_last_cycle_timestamp_seconds
+
+
+def manager_metrics(registry: CollectorRegistry | None = None) -> ManagerMetrics:
+    r = REGISTRY if registry is None else registry
+    return ManagerMetrics(
+        batch_allocatable=Gauge("tidal_node_batch_allocatable",
+                                "Batch resources published on the node (cpu: millicores, memory: bytes)",
+                                ["node", "resource"], registry=r),
+        batch_requested=Gauge("tidal_node_batch_requested",
+                              "Batch resources requested by BE pods on the node (cpu: millicores, memory: bytes)",
+                              ["node", "resource"], registry=r),
+        cycles=Counter("tidal_oversell_cycles", "Oversell master cycles, by result (ok, error)",
+                       ["result"], registry=r),
+        last_cycle=Gauge("tidal_oversell_last_cycle_timestamp_seconds",
+                         "Unix time the last successful oversell cycle ended", registry=r),
+    )
+
+
+@dataclass(frozen=True)
+class ConsoleMetrics:
+    """What tidal-console reports about its own API."""
+
+    requests: Counter        # tidal_console_requests_total{route,method,code}
+    latency: Histogram       # tidal_console_request_duration_seconds{route}
+    denials: Counter         # tidal_console_auth_denials_total{reason}
+    prometheus_errors: Counter  # tidal_console_prometheus_errors_total
+    writes: Counter          # tidal_console_writes_total{kind,result}
+
+
+def console_metrics(registry: CollectorRegistry | None = None) -> ConsoleMetrics:
+    r = REGISTRY if registry is None else registry
+    return ConsoleMetrics(
+        requests=Counter("tidal_console_requests", "API requests answered", ["route", "method", "code"],
+                         registry=r),
+        latency=Histogram("tidal_console_request_duration_seconds", "Time to answer one API request",
+                          ["route"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                          registry=r),
+        denials=Counter("tidal_console_auth_denials",
+                        "Requests refused: unauthenticated (no or bad token) or forbidden (SubjectAccessReview)",
+                        ["reason"], registry=r),
+        prometheus_errors=Counter("tidal_console_prometheus_errors", "Monitoring queries Prometheus did not answer",
+                                  registry=r),
+        writes=Counter("tidal_console_writes", "Changes made through the console, by kind (node, policy) and result",
+                       ["kind", "result"], registry=r),
     )

@@ -26,6 +26,7 @@ from tidal.agent.collector.sampler import PodInfo, PodUsage, usage_list
 from tidal.agent.node_profile import write_status
 from tidal.agent.run import Predictions
 from tidal.kube import read_policy
+from tidal.metrics import NodeMetrics
 from tidal.policy import ColocationPolicy
 from tidal.qos import QoSLevel
 
@@ -118,10 +119,27 @@ class ReplayedNode:
         return status
 
 
+def export_node_metrics(metrics: NodeMetrics, node: ReplayedNode) -> None:
+    """The replayed node's usage as the agent's metrics: every trace pod is LS; a replayed node
+    has no HLS or BE pods and never evicts."""
+    cpu = sum(u.cpu_millicores for u in node.pod_usages())
+    memory = sum(u.memory_bytes for u in node.pod_usages())
+    metrics.node_cpu.labels(node.name).set(cpu)
+    metrics.node_memory.labels(node.name).set(memory)
+    for level in QoSLevel:
+        metrics.qos_cpu.labels(node.name, level.value).set(cpu if level is QoSLevel.LS else 0)
+        metrics.qos_memory.labels(node.name, level.value).set(memory if level is QoSLevel.LS else 0)
+    for resource in ("cpu", "memory"):
+        metrics.evicting.labels(node.name, resource).set(0)
+    metrics.tainted.labels(node.name).set(0)
+
+
 async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 300.0,
                      report_interval: float = 5.0, predictor: str | None = None, window: int | None = None,
-                     memory_bytes_per_core: int = 4 * 1024**3, stop: asyncio.Event | None = None) -> None:
-    """Replay until `stop`. The predictor and window are the policy's unless given."""
+                     memory_bytes_per_core: int = 4 * 1024**3, stop: asyncio.Event | None = None,
+                     metrics: NodeMetrics | None = None) -> None:
+    """Replay until `stop`. The predictor and window are the policy's unless given. With
+    `metrics`, each fake node also exports what a real agent does (its usage, all of it LS)."""
     stop = stop or asyncio.Event()
     replayed = [ReplayedNode(name, (i * trace.span / max(1, len(nodes))) % trace.span, trace.step_seconds)
                 for i, name in enumerate(nodes)]
@@ -133,6 +151,8 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
         for node in replayed:
             node.observe(trace.at(trace_time + node.offset), now, trace_time + node.offset,
                          memory_bytes_per_core)
+            if metrics is not None:
+                export_node_metrics(metrics, node)
         if now - last_report >= report_interval:
             last_report = now
             policy = await read_policy(api)

@@ -28,7 +28,8 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
     core.create_namespaced_pod(namespace, _pod("web", "LS", "1500m"))
     agent = processes.start("agent", [str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", NODE,
                                       "--kubeconfig", str(lab.kubeconfig_path), "--report-interval", "1",
-                                      "--history-step-seconds", "2"],
+                                      "--history-step-seconds", "2", "--state-dir", str(tmp_path / "state"),
+                                      "--metrics-address", "127.0.0.1", "--metrics-port", "0"],
                             tmp_path / "agent.log")
 
     def profile_with(predicate):

@@ -2,7 +2,7 @@ import pytest
 
 from tidal import qos
 from tidal.agent.collector.cgroups import PodQOSClass
-from tidal.agent.pods import NodePods, pod_info
+from tidal.agent.pods import NodePods, pod_info, pod_state
 
 
 def _pod(annotations=None, requests=None, phase="Running", qos_class="Burstable", container_id="containerd://abc123"):
@@ -10,7 +10,7 @@ def _pod(annotations=None, requests=None, phase="Running", qos_class="Burstable"
                          "resourceVersion": "42"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": requests or {}}}]},
             "status": {"phase": phase, "qosClass": qos_class,
-                       "containerStatuses": [{"containerID": container_id}] if container_id else []}}
+                       "containerStatuses": [{"name": "c", "containerID": container_id}] if container_id else []}}
 
 
 @pytest.mark.parametrize("annotations, requests, level, cpu, memory", [
@@ -28,6 +28,25 @@ def test_pod_info_reads_level_and_requests(annotations, requests, level, cpu, me
     assert info.qos_class is PodQOSClass.BURSTABLE and len(info.container_ids) == 1
 
 
+@pytest.mark.parametrize("annotations, requests, container_id, expected", [
+    # BE: per-container batch resources, by runtime ID (batch-cpu is a plain count of millicores)
+    ({qos.QOS_ANNOTATION: "BE"}, {qos.BATCH_CPU_RESOURCE: "1500", qos.BATCH_MEMORY_RESOURCE: "1Gi"},
+     "containerd://abc", (("containerd://abc", 1500, 1024**3),)),
+    # online pods carry no batch resources to enforce
+    ({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"}, "containerd://abc", (("containerd://abc", 0, 0),)),
+    # a container not started yet has no cgroup to act on
+    ({qos.QOS_ANNOTATION: "BE"}, {qos.BATCH_CPU_RESOURCE: "1000"}, None, ()),
+    # an unparsable batch quantity is not enforced (admission rejects it anyway)
+    ({qos.QOS_ANNOTATION: "BE"}, {qos.BATCH_CPU_RESOURCE: "x"}, "containerd://abc", (("containerd://abc", 0, 0),)),
+])
+def test_pod_state_has_containers_with_their_batch_resources(annotations, requests, container_id, expected):
+    pod = _pod(annotations, requests, qos_class="BestEffort", container_id=container_id)
+    pod["spec"]["priority"] = -100
+    state = pod_state(pod, pod_info(pod))
+    assert tuple((c.id, c.batch_cpu_millicores, c.batch_memory_bytes) for c in state.containers) == expected
+    assert (state.uid, state.priority, state.namespace, state.name) == ("u1", -100, "ns", "p")
+
+
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_finished_pods_hold_no_resources(phase):
     assert pod_info(_pod(phase=phase)) is None
@@ -35,11 +54,11 @@ def test_finished_pods_hold_no_resources(phase):
 
 def test_watch_events_update_the_node_pods_and_resume_point():
     pods = NodePods.__new__(NodePods)
-    pods.pods, pods.resource_version = {}, None
+    pods.pods, pods.states, pods.resource_version = {}, {}, None
     pods._apply("ADDED", _pod({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"}))
-    assert set(pods.pods) == {"u1"} and pods.resource_version == "42"
+    assert set(pods.pods) == {"u1"} == set(pods.states) and pods.resource_version == "42"
     pods._apply("MODIFIED", _pod(phase="Succeeded"))
-    assert pods.pods == {}
+    assert pods.pods == {} == pods.states
     pods._apply("ADDED", _pod())
     pods._apply("DELETED", _pod())
     assert pods.pods == {}
@@ -86,7 +105,7 @@ def test_pod_watch_relists_after_a_410_and_resumes_from_the_new_resource_version
 
     monkeypatch.setattr(watch_module, "Watch", FakeWatch)
     pods = NodePods.__new__(NodePods)
-    pods.core, pods.node, pods.pods, pods.relists = FakeCore(), "n1", {}, 0
+    pods.core, pods.node, pods.pods, pods.states, pods.relists = FakeCore(), "n1", {}, {}, 0
     pods.resource_version, pods.synced = "1", asyncio.Event()
 
     async def scenario():

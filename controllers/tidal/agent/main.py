@@ -1,6 +1,7 @@
-"""`tidal-agent`: `run` collects this node's usage from the kernel and reports it to its
-NodeProfile; `replay` does the same for the lab's fake nodes from a trace. The QoS engine
-joins `run` with the node-engine issue."""
+"""`tidal-agent`: `run` collects this node's usage from the kernel, reports it to its
+NodeProfile and runs the node QoS engine (cgroup isolation of BE pods, watermark eviction);
+`restore` undoes what the engine changed on the node; `replay` writes NodeProfiles for the
+lab's fake nodes from a trace."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +38,17 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--report-interval", type=float, default=10.0)
     n.add_argument("--history-step-seconds", type=int, default=300,
                    help="step of the history the predictors run on (300 s, as evaluated; shorter in tests)")
+    n.add_argument("--kubelet-cgroup-root", default="/",
+                   help="the kubelet's --cgroup-root (where kubepods lives in each hierarchy)")
+    n.add_argument("--state-dir", type=Path, default=Path("/var/lib/tidal-agent"),
+                   help="where the journal of original cgroup values is kept (survives restarts)")
+    n.add_argument("--metrics-address", default="0.0.0.0", help="address of /metrics and /healthz")
+    n.add_argument("--metrics-port", type=int, default=9465, help="port of /metrics and /healthz (0: any)")
+    rs = sub.add_parser("restore", help="put back every cgroup value the agent changed on this node and "
+                        "remove the offline-evicting taint (uninstall, or colocation off for good)")
+    rs.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"))
+    rs.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    rs.add_argument("--state-dir", type=Path, default=Path("/var/lib/tidal-agent"))
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -59,7 +71,18 @@ async def _run(args) -> None:
         await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,
                              report_interval=args.report_interval, stop=stop,
                              history_step_seconds=args.history_step_seconds,
-                             cgroup_driver=CgroupDriver(args.cgroup_driver) if args.cgroup_driver else None)
+                             cgroup_driver=CgroupDriver(args.cgroup_driver) if args.cgroup_driver else None,
+                             kubelet_cgroup_root=args.kubelet_cgroup_root, state_dir=args.state_dir,
+                             metrics_address=args.metrics_address, metrics_port=args.metrics_port)
+
+
+async def _restore(args) -> int:
+    from tidal.agent.run import restore_node
+    async with await api_client(args.kubeconfig) as api:
+        problems = await restore_node(api, args.node, args.state_dir)
+    for file, problem in problems:
+        print(f"tidal-agent restore: {file}: {problem}")
+    return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     from tidal.agent.replay import TraceError
     try:
+        if args.command == "restore":
+            return asyncio.run(_restore(args))
         asyncio.run(_replay(args) if args.command == "replay" else _run(args))
     except TraceError as err:
         print(f"tidal-agent replay: {err}")

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from tidal import qos
 from tidal.agent.collector.cgroups import ContainerID, PodQOSClass
 from tidal.agent.collector.sampler import PodInfo
+from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.kube import raw_json
 from tidal.manager.admission.quantities import QuantityError, cpu_millicores, memory_bytes
 
@@ -60,6 +61,36 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
                    cpu_request_millicores=cpu, memory_request_bytes=memory)
 
 
+def _container_batch(container: Mapping[str, Any]) -> tuple[int, int]:
+    resources = container.get("resources") or {}
+    # Limits equal requests for extended resources; admission writes both.
+    amounts = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    try:
+        cpu = memory_bytes(amounts[qos.BATCH_CPU_RESOURCE]) if qos.BATCH_CPU_RESOURCE in amounts else 0
+        memory = memory_bytes(amounts[qos.BATCH_MEMORY_RESOURCE]) if qos.BATCH_MEMORY_RESOURCE in amounts else 0
+    except QuantityError:
+        return 0, 0
+    return cpu, memory
+
+
+def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
+    """The QoS engine's view of a pod: its containers (by runtime ID, once running) with their
+    batch resources, and its priority (lowest evicted first)."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    ids = {cs.get("name"): cs.get("containerID") for cs in status.get("containerStatuses") or []}
+    containers = []
+    for container in spec.get("containers") or []:
+        cid = ids.get(container.get("name"))
+        if not cid:
+            continue  # not started yet: its cgroup does not exist
+        cpu, memory = _container_batch(container) if info.tidal_level is qos.QoSLevel.BE else (0, 0)
+        containers.append(ContainerState(cid, cpu, memory))
+    priority = spec.get("priority")
+    return PodState(uid=info.uid, qos_class=info.qos_class, tidal_level=info.tidal_level,
+                    containers=tuple(containers), namespace=info.namespace, name=info.name,
+                    priority=priority if isinstance(priority, int) else 0)
+
+
 class NodePods:
     """The current pods of one node, kept up to date by `run()`."""
 
@@ -68,6 +99,7 @@ class NodePods:
         self.core = client.CoreV1Api(api)
         self.node = node
         self.pods: dict[str, PodInfo] = {}
+        self.states: dict[str, PodState] = {}
         self.resource_version: str | None = None
         self.relists = 0
         self.synced = asyncio.Event()
@@ -79,19 +111,22 @@ class NodePods:
         info = pod_info(obj) if event_type != "DELETED" else None
         if info is None:
             self.pods.pop(uid, None)
+            self.states.pop(uid, None)
         else:
             self.pods[uid] = info
+            self.states[uid] = pod_state(obj, info)
         self.resource_version = (obj.get("metadata") or {}).get("resourceVersion") or self.resource_version
 
     async def relist(self) -> None:
         listing = await raw_json(self.core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self.node}", _preload_content=False))
-        pods = {}
+        pods, states = {}, {}
         for obj in listing.get("items", []):
             info = pod_info(obj)
             if info is not None:
                 pods[info.uid] = info
-        self.pods = pods
+                states[info.uid] = pod_state(obj, info)
+        self.pods, self.states = pods, states
         self.resource_version = listing["metadata"]["resourceVersion"]
         self.relists += 1
         self.synced.set()

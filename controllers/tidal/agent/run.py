@@ -1,5 +1,6 @@
-"""The node agent's collection loop: sample every second, report to the node's own
-NodeProfile every `report_interval` seconds with the policy's online-peak prediction."""
+"""The node agent's loop: every second sample usage and run the QoS engine's round (cgroups,
+watermark eviction); every `report_interval` seconds report to the node's own NodeProfile with
+the policy's online-peak prediction and the capability probe."""
 from __future__ import annotations
 
 import asyncio
@@ -14,10 +15,14 @@ from tidal.agent.history import STEP_SECONDS, OnlineHistory
 from tidal.agent.node_profile import write_status
 from tidal.agent.pods import NodePods
 from tidal.agent.prediction import STATISTICS, online_peak
-from tidal.agent.qos.capabilities import probe
+from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
-from tidal.kube import read_policy
-from tidal.policy import ColocationPolicy
+from tidal.agent.qos.engine import QoSEngine
+from tidal.agent.qos.node_actions import NodeActions
+from tidal.agent.qos.node_qos import NodeQoS
+from tidal.agent.watch import ObjectWatch
+from tidal.metrics import node_metrics
+from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 from tidal.predict.predictors import REALISABLE
 
 log = logging.getLogger(__name__)
@@ -80,42 +85,109 @@ def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
     return status
 
 
-async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cgroup"),
-                         proc_root: Path = Path("/proc"), report_interval: float = 10.0,
-                         cgroup_driver: CgroupDriver | None = None, history_step_seconds: int = STEP_SECONDS,
-                         stop: asyncio.Event | None = None) -> None:
-    stop = stop or asyncio.Event()
+async def serve_health(address: str, port: int, registry, alive) -> "web.AppRunner":
+    """``/metrics`` and ``/healthz`` (200 while rounds keep running) on plain HTTP."""
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    async def metrics(_):
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_):
+        return web.Response(text="ok\n") if alive() else web.Response(status=503, text="rounds stalled\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, address, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    log.info("metrics and health on http://%s:%s/", address, bound)
+    return runner
+
+
+def node_layout(cgroup_root: Path, cgroup_driver: CgroupDriver | None, kubelet_cgroup_root: str):
     try:
-        layout = detect_layout(cgroup_root, driver=cgroup_driver)
+        return detect_layout(cgroup_root, driver=cgroup_driver, kubelet_root=kubelet_cgroup_root)
     except CgroupLayoutError as err:
         # No kubelet cgroups (yet): node usage still comes from /proc, and every pod counts
         # at its request until its cgroup appears — never less than it asked for.
         log.warning("%s: assuming the cgroupfs driver; pods count at their request", err)
-        layout = detect_layout(cgroup_root, driver=CgroupDriver.CGROUPFS)
+        return detect_layout(cgroup_root, driver=CgroupDriver.CGROUPFS, kubelet_root=kubelet_cgroup_root)
+
+
+async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cgroup"),
+                         proc_root: Path = Path("/proc"), report_interval: float = 10.0,
+                         cgroup_driver: CgroupDriver | None = None, kubelet_cgroup_root: str = "/",
+                         history_step_seconds: int = STEP_SECONDS,
+                         state_dir: Path = Path("/var/lib/tidal-agent"),
+                         metrics_address: str = "0.0.0.0", metrics_port: int | None = 9465,
+                         registry=None, stop: asyncio.Event | None = None) -> None:
+    from kubernetes_asyncio import client
+    from prometheus_client import REGISTRY
+
+    stop = stop or asyncio.Event()
+    layout = node_layout(cgroup_root, cgroup_driver, kubelet_cgroup_root)
     window = ColocationPolicy.from_spec({}).overselling.window_seconds
     sampler = Sampler(layout, proc_root=proc_root, windows=sorted({60, window, 1800}))
     pods = NodePods(api, node)
+    node_watch = ObjectWatch(client.CoreV1Api(api).list_node, node, what=f"node {node}")
+    policy_watch = ObjectWatch(client.CustomObjectsApi(api).list_cluster_custom_object, DEFAULT_POLICY_NAME,
+                               qos.API_GROUP, qos.API_VERSION, "colocationpolicies",
+                               what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
     predictions = Predictions(history_step_seconds)
     # Probed once at start: kernels and hardware do not change under a running agent.
-    capabilities = capability_status(probe(cgroup_root, proc_root, Path("/sys"), layout.kubelet_root))
-    watcher = asyncio.create_task(pods.run())
+    probed = probe(cgroup_root, proc_root, Path("/sys"), layout.kubelet_root)
+    capabilities = capability_status(probed)
+    registry = REGISTRY if registry is None else registry
+    metrics = node_metrics(registry)
+    engine = QoSEngine(Path(state_dir) / "qos-journal.json")
+    node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics)
+    watchers = [asyncio.create_task(w.run()) for w in (pods, node_watch, policy_watch)]
     loop = asyncio.get_running_loop()
+    last_round = loop.time()
+    runner = None
+    if metrics_port is not None:
+        runner = await serve_health(metrics_address, metrics_port, registry,
+                                    lambda: loop.time() - last_round < 10)
     last_report = None
     try:
-        await asyncio.wait_for(pods.synced.wait(), timeout=60)
+        await asyncio.wait_for(asyncio.gather(pods.synced.wait(), node_watch.synced.wait(),
+                                              policy_watch.synced.wait()), timeout=60)
+        node_qos.start()
         while not stop.is_set():
+            started = loop.time()
             sampler.sample(pods.pods.values())
             predictions.observe(sampler, time.time())
-            now = loop.time()
-            if last_report is None or now - last_report >= report_interval:
-                last_report = now
+            node_qos.observe_policy(policy_watch.object)
+            node_qos.observe_node(node_watch.object)
+            node_qos.round(sampler, pods.states.values())
+            last_round = loop.time()
+            if last_report is None or started - last_report >= report_interval:
+                last_report = started
                 try:
-                    await write_status(api, node, report(sampler, await read_policy(api), predictions, capabilities))
+                    await asyncio.wait_for(write_status(api, node, report(
+                        sampler, node_qos.policy, predictions, capabilities)), timeout=10)
                 except Exception as err:  # the next report retries; stale data degrades to 0
                     log.warning("NodeProfile %s not written: %s", node, err)
             try:
-                await asyncio.wait_for(stop.wait(), timeout=1.0)
+                await asyncio.wait_for(stop.wait(), timeout=max(0.05, 1.0 - (loop.time() - started)))
             except asyncio.TimeoutError:
                 pass
     finally:
-        watcher.cancel()
+        await node_qos.stop()
+        for w in watchers:
+            w.cancel()
+        if runner is not None:
+            await runner.cleanup()
+
+
+async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]:
+    """Uninstall / colocation off for good: put back every cgroup value the agent changed and
+    remove the offline-evicting taint. Returns the files that could not be restored."""
+    problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
+    if api is not None and await NodeActions(api, node).set_offline_taint(False):
+        log.info("node %s: offline-evicting taint removed", node)
+    return problems

@@ -235,6 +235,7 @@ class Sampler:
         self._observed_at: datetime | None = None
         self.node_cpu_millicores: float | None = None
         self.node_memory_bytes: int | None = None
+        self.node_memory_total_bytes: int | None = None
 
     # -- one step --
 
@@ -252,6 +253,7 @@ class Sampler:
         self._previous_cpu_times = cpu_times
         self.node_cpu_millicores = None if cores is None else cores * 1000
         self.node_memory_bytes = meminfo.used_bytes
+        self.node_memory_total_bytes = meminfo.total_bytes
 
         self._forget_all_but(pods)
         self._pod_usage = {uid: self._sample_pod(pod) for uid, pod in pods.items()}
@@ -260,7 +262,7 @@ class Sampler:
             self._node.add(self.node_cpu_millicores, self.node_memory_bytes, now)
             online_cpu = online_memory = 0.0
             for level, series in self._levels.items():
-                cpu, memory = self._level_current(level)
+                cpu, memory = self.level_current(level)
                 series.add(cpu, memory, now)
                 if level in ONLINE_LEVELS:
                     online_cpu, online_memory = online_cpu + cpu, online_memory + memory
@@ -319,7 +321,8 @@ class Sampler:
             histograms.memory_bytes.add(float(memory_bytes), 1.0, self._clock())
         return PodUsage(pod, cpu_millicores, memory_bytes, tuple(reasons))
 
-    def _level_current(self, level: QoSLevel) -> tuple[float, float]:
+    def level_current(self, level: QoSLevel) -> tuple[float, float]:
+        """(CPU millicores, memory bytes) of a level at the last step, unmeasured pods at request."""
         cpu = memory = 0.0
         for usage in self._pod_usage.values():
             pod = usage.pod
@@ -377,7 +380,7 @@ class Sampler:
         per_qos = {}
         for level, series in self._levels.items():
             pods = [u for u in self._pod_usage.values() if u.pod.tidal_level is level]
-            cpu, memory = self._level_current(level)
+            cpu, memory = self.level_current(level)
             per_qos[level.value] = {
                 "pods": len(pods),
                 "requests": {

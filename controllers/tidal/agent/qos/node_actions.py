@@ -1,0 +1,93 @@
+"""The node engine's API calls: the offline-evicting taint, evictions, and Events (I/O only).
+
+* The taint is set or removed with a merge patch carrying the node's ``resourceVersion`` as a
+  precondition, so a concurrent change of other taints is never lost (409: retried next round).
+* Evictions go through the Eviction API (``pods/eviction``), so PodDisruptionBudgets are honoured:
+  429 means a budget blocks it now.
+* Events are ``core/v1`` Events from ``tidal-agent`` on the node or the pod, with the figures.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from tidal import qos
+from tidal.kube import raw, raw_json
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EvictOutcome", "NodeActions", "has_offline_taint", "with_offline_taint"]
+
+COMPONENT = "tidal-agent"
+
+
+def has_offline_taint(node: Mapping[str, Any] | None) -> bool:
+    return any(t.get("key") == qos.OFFLINE_EVICTING_TAINT_KEY
+               for t in ((node or {}).get("spec") or {}).get("taints") or [])
+
+
+def with_offline_taint(taints: list[dict[str, Any]] | None, present: bool) -> list[dict[str, Any]]:
+    """The node's taints with ours added or removed; every other taint kept as it is (pure)."""
+    others = [t for t in taints or [] if t.get("key") != qos.OFFLINE_EVICTING_TAINT_KEY]
+    if present:
+        others.append({"key": qos.OFFLINE_EVICTING_TAINT_KEY, "effect": qos.OFFLINE_EVICTING_TAINT_EFFECT})
+    return others
+
+
+class EvictOutcome(enum.StrEnum):
+    EVICTED = "evicted"
+    BLOCKED = "blocked"  # a PodDisruptionBudget does not allow it now (429)
+    GONE = "gone"        # the pod is already gone (404)
+
+
+class NodeActions:
+    def __init__(self, api, node: str) -> None:
+        from kubernetes_asyncio import client
+        self.core = client.CoreV1Api(api)
+        self.node = node
+
+    async def set_offline_taint(self, present: bool) -> bool:
+        """Make the taint present or absent; True when the node was changed."""
+        node = await raw_json(self.core.read_node(self.node, _preload_content=False))
+        taints = (node.get("spec") or {}).get("taints") or []
+        if has_offline_taint(node) == present:
+            return False
+        body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "spec": {"taints": with_offline_taint(taints, present)}}
+        await raw(self.core.patch_node(self.node, body, _content_type="application/merge-patch+json",
+                                       _preload_content=False))
+        return True
+
+    async def evict(self, namespace: str, name: str) -> EvictOutcome:
+        from kubernetes_asyncio.client.exceptions import ApiException
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace}}
+        try:
+            await raw(self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False))
+        except ApiException as err:
+            if err.status == 429:
+                return EvictOutcome.BLOCKED
+            if err.status == 404:
+                return EvictOutcome.GONE
+            raise
+        return EvictOutcome.EVICTED
+
+    async def event(self, *, kind: str, name: str, namespace: str, uid: str | None, reason: str,
+                    message: str, warning: bool = False) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ns = namespace or "default"
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{name}.tidal-", "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": kind, "name": name,
+                               **({"namespace": namespace} if namespace else {}),
+                               **({"uid": uid} if uid else {})},
+            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT, "host": self.node},
+            "reportingComponent": COMPONENT, "reportingInstance": self.node,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        await raw(self.core.create_namespaced_event(ns, body, _preload_content=False))

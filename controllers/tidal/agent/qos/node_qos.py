@@ -1,0 +1,318 @@
+"""The node QoS engine's round, once per second, after the collector's sample.
+
+Inputs are what the agent last knew — pods of this node, this Node object, the ColocationPolicy
+(all kept by watches, so an unreachable API server leaves the last known values in force) — and
+the sampler's fresh usage. Each round:
+
+1. cgroups: the policy's strategies are applied (or everything restored when the node is not
+   labelled for colocation) — synchronously, so enforcement never waits for the API server;
+2. watermark eviction: the pure state machine decides taint / untaint / evict, with the node's
+   annotation overrides applied to the policy's watermarks;
+3. API work (taint, evictions, Events) is handed to one background worker, so a slow or absent
+   API server never delays the cgroup work. The taint is level-triggered: the worker makes the
+   node's taint match the state machine, so a restarted agent or a lost patch converges.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidal.agent.collector.cgroups import CgroupLayout
+from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler
+from tidal.metrics import NodeMetrics
+from tidal.policy import ColocationPolicy, PolicyValidationError
+from tidal.qos import QoSLevel
+
+from .engine import QoSEngine, colocation_enabled
+from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction
+from .node_actions import EvictOutcome, NodeActions, has_offline_taint
+from .overrides import effective_watermarks
+from .strategy import ApplyResult, NodeState, PodState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["NodeQoS", "Round", "usage_percent"]
+
+#: a pod whose eviction a PodDisruptionBudget refused is not chosen again for this long
+BLOCKED_RETRY_SECONDS = 30.0
+API_TIMEOUT_SECONDS = 10.0
+
+
+def usage_percent(sampler: Sampler, node_cpus: float) -> dict[str, float]:
+    """Node CPU and memory usage in percent of capacity (a resource without a sample is absent)."""
+    usage = {}
+    if sampler.node_cpu_millicores is not None and node_cpus > 0:
+        usage["cpu"] = sampler.node_cpu_millicores / (node_cpus * 1000) * 100
+    if sampler.node_memory_bytes is not None and sampler.node_memory_total_bytes:
+        usage["memory"] = sampler.node_memory_bytes / sampler.node_memory_total_bytes * 100
+    return usage
+
+
+def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
+    out = []
+    for pod in states:
+        measured = sampler.pod_usage(pod.uid)
+        usage = {}
+        if measured is not None:
+            usage = {"cpu": measured.cpu_millicores or 0.0, "memory": float(measured.memory_bytes or 0)}
+        out.append(Candidate(pod.uid, pod.is_be, pod.priority, usage, pod.namespace, pod.name))
+    return out
+
+
+@dataclass
+class Round:
+    """What one round did (for logs, metrics and tests)."""
+
+    enabled: bool
+    usage: dict[str, float]
+    result: ApplyResult
+    changed: dict[str, int]
+    decisions: list[Decision] = field(default_factory=list)
+
+
+class NodeQoS:
+    def __init__(self, node: str, layout: CgroupLayout, engine: QoSEngine,
+                 capabilities: Mapping[str, bool], actions: NodeActions | None = None,
+                 metrics: NodeMetrics | None = None, *, node_cpus: float | None = None,
+                 cpu_controller_root: Path | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.node = node
+        self.layout = layout
+        self.engine = engine
+        self.capabilities = dict(capabilities)
+        self.actions = actions
+        self.metrics = metrics
+        self.node_cpus = float(node_cpus or os.cpu_count() or 1)
+        self.cpu_controller_root = cpu_controller_root
+        self.clock = clock
+        self.eviction = WatermarkEviction()
+        self.policy = ColocationPolicy()
+        self._policy_key: Any = object()
+        self._override_problems: list[str] = []
+        self._marks_key: Any = None
+        self._labels: dict[str, str] = {}
+        self._annotations: dict[str, str] = {}
+        self._node_seen = False
+        self._initial_taint_read = False
+        self._states: dict[str, PodState] = {}
+        self.blocked: dict[str, float] = {}
+        self._work: asyncio.Queue[tuple[Decision, PodState | None]] | None = None
+        self._worker: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self.node_tainted: bool | None = None  # as last seen at the API server
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def observe_policy(self, obj: Mapping[str, Any] | None) -> None:
+        """Take the ColocationPolicy object (None: none exists -> defaults). An invalid one keeps
+        the last valid policy in force (its CRD schema should make that impossible)."""
+        key = None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+        if key == self._policy_key:
+            return
+        self._policy_key = key
+        try:
+            policy = ColocationPolicy.from_spec((obj or {}).get("spec") or {})
+        except PolicyValidationError as err:
+            log.error("ColocationPolicy is invalid (%s): keeping the policy in force", err)
+            return
+        if policy != self.policy:
+            log.info("ColocationPolicy applied (resourceVersion %s)", key)
+        self.policy = policy
+
+    def observe_node(self, obj: Mapping[str, Any] | None) -> None:
+        """Take this Node's object; None (unknown or unreachable) keeps the last known one."""
+        if obj is None:
+            return
+        meta = obj.get("metadata") or {}
+        self._labels = dict(meta.get("labels") or {})
+        self._annotations = dict(meta.get("annotations") or {})
+        self.node_tainted = has_offline_taint(obj)
+        if not self._node_seen:
+            self._node_seen = True
+            # Restart-safe: a taint left by a previous run stays until usage is back at or below
+            # the low watermarks (the state machine's rule), instead of being dropped blindly.
+            self.eviction.tainted = self.node_tainted
+
+    def _refresh_watermarks(self) -> None:
+        key = (self.policy, tuple(sorted(self._annotations.items())))
+        if key == self._marks_key:
+            return
+        self._marks_key = key
+        marks, problems = effective_watermarks(self.policy, self._annotations)
+        if problems != self._override_problems:
+            for problem in problems:
+                log.error("%s; the policy's watermarks stay in force", problem)
+            self._override_problems = problems
+        self.eviction.config = marks
+
+    @property
+    def enabled(self) -> bool:
+        return colocation_enabled(self._labels)
+
+    # -- one round ---------------------------------------------------------------------------
+
+    def round(self, sampler: Sampler, states: Iterable[PodState]) -> Round:
+        """Enforce cgroups and decide evictions; API work is queued for the worker."""
+        self._states = {s.uid: s for s in states}
+        online = sum(sampler.level_current(level)[0] for level in ONLINE_LEVELS)
+        state = NodeState(pods=tuple(self._states.values()), node_cpus=self.node_cpus,
+                          online_usage_millicores=online, policy=self.policy,
+                          capabilities=self.capabilities, layout=self.layout,
+                          cpu_controller_root=self.cpu_controller_root)
+        enabled = self.enabled
+        result, changed = self.engine.reconcile(state, enabled)
+        for write, problem in result.errors:
+            log.warning("cgroup write failed: %s", problem)
+        usage = usage_percent(sampler, self.node_cpus)
+        decisions: list[Decision] = []
+        self._refresh_watermarks()
+        if enabled:
+            now = self.clock()
+            self.blocked = {uid: t for uid, t in self.blocked.items() if t > now and uid in self._states}
+            pods = [c for c in candidates(self._states.values(), sampler) if c.uid not in self.blocked]
+            decisions = self.eviction.step(now, usage, pods)
+        else:
+            self.eviction = WatermarkEviction(config=self.eviction.config)
+            self.blocked.clear()
+        for decision in decisions:
+            log.info("%s: %s", decision.action, decision.reason)
+            if decision.action is Action.EVICT:
+                self._queue(decision, self._states.get(decision.pod_uid or ""))
+        if self._wake is not None and self.node_tainted is not None and self.node_tainted != self.want_taint:
+            self._wake.set()
+        self._export(sampler, usage, changed, result, enabled, state)
+        return Round(enabled, usage, result, changed, decisions)
+
+    @property
+    def want_taint(self) -> bool:
+        return self.enabled and self.eviction.tainted
+
+    def _export(self, sampler: Sampler, usage, changed, result, enabled, state: NodeState) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        n = self.node
+        if sampler.node_cpu_millicores is not None:
+            m.node_cpu.labels(n).set(sampler.node_cpu_millicores)
+        if sampler.node_memory_bytes is not None:
+            m.node_memory.labels(n).set(sampler.node_memory_bytes)
+        for level in QoSLevel:
+            cpu, memory = sampler.level_current(level)
+            m.qos_cpu.labels(n, level.value).set(cpu)
+            m.qos_memory.labels(n, level.value).set(memory)
+        for resource in RESOURCES:
+            m.evicting.labels(n, resource).set(1 if self.eviction.resources[resource].evicting else 0)
+        m.tainted.labels(n).set(1 if self.node_tainted else 0)
+        for name, count in changed.items():
+            m.cgroup_writes.labels(n, name).inc(count)
+        if result.errors:
+            m.cgroup_errors.labels(n).inc(len(result.errors))
+        suppression = state.policy.be_isolation.cpu_suppression
+        if enabled and suppression.enabled:
+            from .be_cpu_suppression import suppressed_millicores
+            m.be_cpu_quota.labels(n).set(suppressed_millicores(
+                state.node_cpus, state.online_usage_millicores, suppression.threshold_percent / 100,
+                suppression.floor_millicores))
+        else:
+            m.be_cpu_quota.labels(n).set(0)
+
+    # -- API work ----------------------------------------------------------------------------
+
+    def _queue(self, decision: Decision, pod: PodState | None) -> None:
+        if self._work is None or pod is None:
+            # no API (tests of the round alone) or pod vanished: let the machine choose again
+            self.eviction.evicted.discard(decision.pod_uid or "")
+            return
+        self._work.put_nowait((decision, pod))
+        assert self._wake is not None
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the API worker (needs a running event loop and ``actions``)."""
+        if self.actions is None or self._worker is not None:
+            return
+        self._work = asyncio.Queue()
+        self._wake = asyncio.Event()
+        self._worker = asyncio.create_task(self._run_worker())
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+            self._worker = None
+
+    async def _run_worker(self) -> None:
+        assert self._work is not None and self._wake is not None
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=5.0)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._sync_taint(), API_TIMEOUT_SECONDS)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # retried on the next wake-up or after 5 s
+                log.warning("taint of node %s not updated: %s", self.node, err)
+            while not self._work.empty():
+                decision, pod = self._work.get_nowait()
+                try:
+                    await asyncio.wait_for(self._evict(decision, pod), API_TIMEOUT_SECONDS)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    log.warning("eviction of %s/%s failed (%s): it will be chosen again",
+                                pod.namespace, pod.name, err)
+                    self.eviction.evicted.discard(pod.uid)
+                    self.eviction.last_eviction = None
+
+    async def _sync_taint(self) -> None:
+        assert self.actions is not None
+        want = self.want_taint
+        if self.node_tainted == want:
+            return
+        if await self.actions.set_offline_taint(want):
+            self.node_tainted = want
+            resource = next((r for r in RESOURCES if self.eviction.resources[r].evicting), None)
+            if want:
+                usage = f" ({resource} above its high watermark)" if resource else ""
+                message = (f"node tainted colocation.tidal.io/offline-evicting:NoSchedule{usage}: "
+                           "no new BE pods until usage is back at or below the low watermarks")
+            else:
+                message = "offline-evicting taint removed: every resource at or below its low watermark"
+            log.info("node %s: %s", self.node, message)
+            await self.actions.event(kind="Node", name=self.node, namespace="", uid=None,
+                                     reason="TidalOfflineEvicting" if want else "TidalOfflineEvictingCleared",
+                                     message=message, warning=want)
+        else:
+            self.node_tainted = want
+
+    async def _evict(self, decision: Decision, pod: PodState) -> None:
+        assert self.actions is not None
+        outcome = await self.actions.evict(pod.namespace, pod.name)
+        if outcome is EvictOutcome.BLOCKED:
+            self.blocked[pod.uid] = self.clock() + BLOCKED_RETRY_SECONDS
+            self.eviction.evicted.discard(pod.uid)
+            self.eviction.last_eviction = None  # try the next candidate right away
+            message = f"eviction blocked by a PodDisruptionBudget; {decision.reason}"
+            log.info("%s/%s: %s", pod.namespace, pod.name, message)
+            await self.actions.event(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid,
+                                     reason="TidalEvictionBlocked", message=message, warning=True)
+            return
+        if outcome is EvictOutcome.GONE:
+            return
+        log.info("evicted %s/%s: %s", pod.namespace, pod.name, decision.reason)
+        if self.metrics is not None:
+            self.metrics.evictions.labels(self.node, decision.resource or "", "watermark").inc()
+        await self.actions.event(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid,
+                                 reason="TidalEvicted", message=decision.reason, warning=True)

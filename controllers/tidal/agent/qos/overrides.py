@@ -1,0 +1,86 @@
+"""Per-node overrides of the eviction watermarks, from node annotations (pure).
+
+========================================================  ====================================
+annotation                                                policy field
+========================================================  ====================================
+``colocation.tidal.io/eviction-enabled``                  ``evictionWatermarks.enabled``
+``colocation.tidal.io/eviction-cpu-high-percent``         ``evictionWatermarks.cpu.highPercent``
+``colocation.tidal.io/eviction-cpu-low-percent``          ``evictionWatermarks.cpu.lowPercent``
+``colocation.tidal.io/eviction-memory-high-percent``      ``evictionWatermarks.memory.highPercent``
+``colocation.tidal.io/eviction-memory-low-percent``       ``evictionWatermarks.memory.lowPercent``
+``colocation.tidal.io/eviction-dwell-seconds``            ``evictionWatermarks.dwellSeconds``
+``colocation.tidal.io/eviction-cooldown-seconds``         ``evictionWatermarks.cooldownSeconds``
+========================================================  ====================================
+
+The overridden section is validated by the policy model itself (same ranges, ``low < high``).
+Any invalid override rejects *all* of the node's overrides (the policy's values stay in force:
+bad input changes nothing), with one message per problem naming the annotation and the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tidal.policy import ColocationPolicy, EvictionWatermarks, PolicyValidationError
+
+__all__ = ["ANNOTATIONS", "effective_watermarks"]
+
+_PREFIX = "colocation.tidal.io/"
+
+#: annotation -> path in the evictionWatermarks spec
+ANNOTATIONS: dict[str, tuple[str, ...]] = {
+    _PREFIX + "eviction-enabled": ("enabled",),
+    _PREFIX + "eviction-cpu-high-percent": ("cpu", "highPercent"),
+    _PREFIX + "eviction-cpu-low-percent": ("cpu", "lowPercent"),
+    _PREFIX + "eviction-memory-high-percent": ("memory", "highPercent"),
+    _PREFIX + "eviction-memory-low-percent": ("memory", "lowPercent"),
+    _PREFIX + "eviction-dwell-seconds": ("dwellSeconds",),
+    _PREFIX + "eviction-cooldown-seconds": ("cooldownSeconds",),
+}
+_BY_FIELD = {".".join(path): annotation for annotation, path in ANNOTATIONS.items()}
+_SECTION = "spec.evictionWatermarks"
+
+
+def _value(annotation: str, text: str) -> Any:
+    if ANNOTATIONS[annotation] == ("enabled",):
+        if text in ("true", "false"):
+            return text == "true"
+        raise ValueError("must be \"true\" or \"false\"")
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("must be an integer") from None
+
+
+def effective_watermarks(
+    policy: ColocationPolicy, annotations: Mapping[str, str] | None
+) -> tuple[EvictionWatermarks, list[str]]:
+    """The node's watermarks and the problems found (empty when every override is valid)."""
+    present = {k: v for k, v in (annotations or {}).items() if k in ANNOTATIONS}
+    if not present:
+        return policy.eviction_watermarks, []
+    spec = policy.to_spec()
+    section = spec["evictionWatermarks"]
+    problems = []
+    for annotation, text in sorted(present.items()):
+        try:
+            value = _value(annotation, text)
+        except ValueError as err:
+            problems.append(f"node annotation {annotation}={text!r}: {err}")
+            continue
+        target = section
+        *parents, last = ANNOTATIONS[annotation]
+        for key in parents:
+            target = target[key]
+        target[last] = value
+    if not problems:
+        try:
+            return ColocationPolicy.from_spec(spec).eviction_watermarks, []
+        except PolicyValidationError as err:
+            for error in err.errors:
+                field = error.path.removeprefix(_SECTION + ".")
+                source = _BY_FIELD.get(field)
+                name = f"node annotation {source}" if source else error.path
+                problems.append(f"{name}: {error.message} (with the node's overrides applied)")
+    return policy.eviction_watermarks, problems

@@ -1,0 +1,67 @@
+"""The node QoS round's pure helpers and its input handling (no API, no cgroups written)."""
+import pytest
+from tidal import qos
+from tidal.agent.qos.eviction import WatermarkEviction
+from tidal.agent.qos.node_actions import has_offline_taint, with_offline_taint
+from tidal.agent.qos.node_qos import NodeQoS
+from tidal.policy import ColocationPolicy
+
+TAINT = {"key": qos.OFFLINE_EVICTING_TAINT_KEY, "effect": "NoSchedule"}
+OTHER = {"key": "dedicated", "value": "gpu", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize("taints, present, expected", [
+    ([], True, [TAINT]),
+    (None, False, []),
+    ([OTHER], True, [OTHER, TAINT]),
+    ([OTHER, TAINT], True, [OTHER, TAINT]),
+    ([TAINT, OTHER], False, [OTHER]),
+])
+def test_our_taint_is_added_or_removed_and_every_other_taint_kept(taints, present, expected):
+    assert with_offline_taint(taints, present) == expected
+    assert has_offline_taint({"spec": {"taints": expected}}) is present
+
+
+def _engine(tmp_path):
+    from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
+    from tidal.agent.qos.engine import QoSEngine
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path), CgroupDriver.CGROUPFS)
+    return NodeQoS("n1", layout, QoSEngine(tmp_path / "j.json"), {})
+
+
+def _policy_obj(spec, rv):
+    return {"metadata": {"name": "default", "resourceVersion": rv}, "spec": spec}
+
+
+def test_policy_changes_apply_and_an_invalid_policy_keeps_the_one_in_force(tmp_path):
+    node_qos = _engine(tmp_path)
+    node_qos.observe_policy(None)
+    assert node_qos.policy == ColocationPolicy()
+    node_qos.observe_policy(_policy_obj({"beIsolation": {"cpuSuppression": {"thresholdPercent": 40}}}, "2"))
+    assert node_qos.policy.be_isolation.cpu_suppression.threshold_percent == 40
+    node_qos.observe_policy(_policy_obj({"beIsolation": {"cpuSuppression": {"thresholdPercent": 400}}}, "3"))
+    assert node_qos.policy.be_isolation.cpu_suppression.threshold_percent == 40
+
+
+def test_the_node_labels_switch_the_engine_and_an_unknown_node_keeps_the_last_known(tmp_path):
+    node_qos = _engine(tmp_path)
+    assert not node_qos.enabled
+    on = {"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: "true"}}, "spec": {"taints": [TAINT]}}
+    node_qos.observe_node(on)
+    assert node_qos.enabled and node_qos.node_tainted
+    # restart-safe: a taint found at start is kept until usage is at or below the low marks
+    assert node_qos.eviction.tainted and node_qos.want_taint
+    node_qos.observe_node(None)  # API server unreachable
+    assert node_qos.enabled
+    node_qos.observe_node({"metadata": {"labels": {}}, "spec": {}})
+    assert not node_qos.enabled and not node_qos.want_taint
+
+
+def test_node_annotations_override_the_watermarks_and_bad_ones_change_nothing(tmp_path):
+    node_qos = _engine(tmp_path)
+    node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "90"}}})
+    node_qos._refresh_watermarks()
+    assert node_qos.eviction.config.cpu.high_percent == 90
+    node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "x"}}})
+    node_qos._refresh_watermarks()
+    assert node_qos.eviction.config == WatermarkEviction().config

@@ -9,6 +9,7 @@
 //	start                  create and start the adaptation
 //	stop                   stop it (NRI leaves external plugins' connections open: a runtime
 //	                       restart is a new harness process, see dump/restore)
+//	descriptor             NRI's api.proto as compiled into its Go code (serialized FileDescriptorProto)
 //	dump / restore pods containers   the runtime's pods and containers, to carry them over a restart
 //	wait_plugins n timeout_ms   wait until n plugins are registered and synchronized
 //	run_pod pod            RunPodSandbox; the pod is remembered for Synchronize
@@ -37,6 +38,7 @@ import (
 	"github.com/containerd/nri/pkg/log"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
 )
 
 type command struct {
@@ -189,7 +191,7 @@ func unmarshal(b json.RawMessage, m proto.Message, what string) error {
 
 func (h *harness) do(cmd command) (map[string]any, error) {
 	ctx := context.Background()
-	if cmd.Op != "start" && cmd.Op != "exit" && cmd.Op != "dump" && cmd.Op != "restore" && h.r == nil {
+	if cmd.Op != "start" && cmd.Op != "exit" && cmd.Op != "dump" && cmd.Op != "restore" && cmd.Op != "descriptor" && h.r == nil {
 		return nil, fmt.Errorf("%s: runtime not started", cmd.Op)
 	}
 	switch cmd.Op {
@@ -198,6 +200,10 @@ func (h *harness) do(cmd command) (map[string]any, error) {
 			return nil, fmt.Errorf("already started")
 		}
 		return map[string]any{}, h.start()
+	case "descriptor":
+		// api.proto as compiled into NRI's Go code, to compare with Tidal's generated Python
+		b, err := proto.Marshal(protodesc.ToFileDescriptorProto(api.File_pkg_api_api_proto))
+		return map[string]any{"file_descriptor_proto": b}, err
 	case "dump":
 		pods, ctrs := []json.RawMessage{}, []json.RawMessage{}
 		for _, p := range h.pods {

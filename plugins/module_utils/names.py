@@ -1,0 +1,80 @@
+# Copyright: Tidal maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""The names of Tidal's contract (DESIGN.md "Names") that the modules read and write.
+
+The same values as ``tidal.qos``, which modules cannot import on a managed host; a unit test
+checks that every value here equals its ``tidal.qos`` counterpart and that `is_best_effort`
+agrees with ``tidal.qos.qos_level_of`` on a table of annotations.
+"""
+
+from __future__ import annotations
+
+API_GROUP = "colocation.tidal.io"
+API_VERSION = "v1alpha1"
+NAMESPACE = "tidal-system"
+POLICY_PLURAL = "colocationpolicies"
+POLICY_NAME = "default"
+NODE_PROFILE_PLURAL = "nodeprofiles"
+
+QOS_ANNOTATION = "colocation.tidal.io/qos-level"
+OPENFUYAO_QOS_ANNOTATION = "openfuyao.com/qos-level"
+VOLCANO_QOS_ANNOTATION = "volcano.sh/qos-level"
+
+COLOCATION_NODE_LABEL = "colocation.tidal.io/colocation"
+OVERSUBSCRIPTION_NODE_LABEL = "colocation.tidal.io/oversubscription"
+NODE_LABEL_ENABLED_VALUE = "true"
+
+OFFLINE_EVICTING_TAINT_KEY = "colocation.tidal.io/offline-evicting"
+OFFLINE_EVICTING_TAINT_EFFECT = "NoSchedule"
+
+BATCH_CPU_RESOURCE = "kubernetes.io/batch-cpu"
+BATCH_MEMORY_RESOURCE = "kubernetes.io/batch-memory"
+BATCH_RESOURCES = (BATCH_CPU_RESOURCE, BATCH_MEMORY_RESOURCE)
+
+# Volcano's oversubscription reporting (policy overselling.reportingMode: volcanoAnnotations).
+VOLCANO_OVERSUBSCRIPTION_LABEL = "volcano.sh/oversubscription"
+VOLCANO_OVERSUBSCRIPTION_ANNOTATIONS = ("volcano.sh/oversubscription-cpu", "volcano.sh/oversubscription-memory")
+
+QOS_LEVELS = ("HLS", "LS", "BE")
+_VOLCANO_LEVELS = {"LC": "HLS", "HLS": "LS", "LS": "LS", "BE": "BE"}
+
+
+def qos_level(annotations):
+    """The QoS level a pod's annotations ask for (``HLS``, ``LS``, ``BE``), or None.
+
+    The canonical annotation wins; the aliases are read only without it. An unparsable value
+    gives None here: the admission webhook rejects such pods, so none should exist.
+    """
+    annotations = annotations or {}
+    if QOS_ANNOTATION in annotations:
+        value = annotations[QOS_ANNOTATION].strip()
+        return value if value in QOS_LEVELS else None
+    levels = set()
+    if OPENFUYAO_QOS_ANNOTATION in annotations:
+        value = annotations[OPENFUYAO_QOS_ANNOTATION].strip()
+        levels.add(value if value in QOS_LEVELS else None)
+    if VOLCANO_QOS_ANNOTATION in annotations:
+        value = annotations[VOLCANO_QOS_ANNOTATION].strip()
+        if value in _VOLCANO_LEVELS:
+            levels.add(_VOLCANO_LEVELS[value])
+        else:
+            try:
+                levels.add("BE" if int(value) < 0 else "LS")
+            except ValueError:
+                levels.add(None)
+    if len(levels) != 1:
+        return None
+    return levels.pop()
+
+
+def is_best_effort(pod):
+    """Whether a pod (a dict as the API returns it) is an offline BE pod: its QoS annotation
+    says BE, or it asks for batch resources (what the mutating webhook turns BE pods into)."""
+    metadata = pod.get("metadata") or {}
+    if qos_level(metadata.get("annotations")) == "BE":
+        return True
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        if any(name in requests for name in BATCH_RESOURCES):
+            return True
+    return False

@@ -1,0 +1,954 @@
+# Copyright: Tidal maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+#
+# GENERATED from controllers/tidal/policy.py by tests/ansible/vendor_policy.py: do not edit.
+# Regenerate with `.venv/bin/python tests/ansible/vendor_policy.py`; a test fails on drift.
+"""The ColocationPolicy model: every tunable of Tidal, its defaults, ranges and cross-field rules.
+
+One frozen dataclass per object of the CRD's ``spec``. Each field carries a `FieldSpec` in its
+dataclass metadata (JSON name, type, range, enum, description), and each class lists its
+`CrossFieldRule`\\ s, so parsing, serialising and the CRD consistency test all read one
+description of the schema. The CRD YAML (``tidal/crds/``) states the same schema for the API
+server; ``tests/unit/test_policy.py`` checks that both agree field by field.
+
+The module is pure: no I/O. Units are in the field names (``...Percent`` is 0-100 of the node's
+capacity unless the description says otherwise, ``...Seconds`` are seconds).
+
+Enabled-by-default choices (all settable):
+
+* ``loadAwareScheduling``, ``evictionWatermarks``: on. They only ever protect online pods.
+* ``overselling``: on. It acts only on nodes labelled
+  ``colocation.tidal.io/oversubscription=true``, so the label stays the per-node switch.
+* ``features.cpuBurst``: on. It acts only on pods that opt in by annotation.
+* ``features.memoryReclaim``: on. It touches BE pods only, and only above its trigger.
+* ``features.cacheLimits``, ``psiInterference``, ``numaAffinity``, ``egressBandwidth``: off.
+  They need hardware or kernel support (resctrl, PSI, several NUMA nodes, tc) that many nodes
+  lack, or they change where online pods' CPUs come from; each node's capability probe reports
+  whether they can work before an operator turns them on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+API_GROUP_VERSION = "colocation.tidal.io/v1alpha1"  # tidal.qos.API_GROUP_VERSION
+
+__all__ = [
+    "DEFAULT_POLICY_NAME",
+    "POLICY_KIND",
+    "Predictor",
+    "ReportingMode",
+    "PSIResource",
+    "FieldSpec",
+    "CrossFieldRule",
+    "FieldError",
+    "PolicyValidationError",
+    "LoadAwareScheduling",
+    "Watermark",
+    "EvictionWatermarks",
+    "Switch",
+    "CPUSuppression",
+    "BEIsolation",
+    "Overselling",
+    "CPUBurst",
+    "MemoryReclaim",
+    "CacheShares",
+    "CacheLimits",
+    "PSIInterference",
+    "NUMAAffinity",
+    "EgressBandwidth",
+    "Features",
+    "ColocationPolicy",
+    "field_specs",
+    "cross_field_rules",
+    "policy_manifest",
+]
+
+#: The only ColocationPolicy name the API server accepts (a CEL rule at the CRD root).
+DEFAULT_POLICY_NAME = "default"
+POLICY_KIND = "ColocationPolicy"
+
+
+class Predictor(str, enum.Enum):
+    """How the agent predicts the online CPU peak.
+
+    ``p90``/``p95``/``p99``/``max``: that statistic of online usage over
+    ``overselling.windowSeconds``. The others are the predictors of ``tidal.predict`` run on the
+    node's 5-minute history (evaluated on real traces in the README); ``tidal`` is Tidal's own.
+    Memory always uses the window's maximum with the history predictors.
+    """
+
+    TIDAL = "tidal"
+    P90 = "p90"
+    P95 = "p95"
+    P99 = "p99"
+    MAX = "max"
+    NSIGMA = "nsigma"
+    RC = "rc"
+    RC_NSIGMA_MAX = "rc-nsigma-max"
+    VOLCANO = "volcano"
+    KOORDINATOR = "koordinator"
+
+
+class ReportingMode(str, enum.Enum):
+    """How the oversell master publishes a node's batch resources.
+
+    extendedResources:  node status capacity/allocatable ``kubernetes.io/batch-cpu`` and
+                        ``kubernetes.io/batch-memory``.
+    volcanoAnnotations: the node annotations Volcano's own oversubscription reads.
+    """
+
+    EXTENDED_RESOURCES = "extendedResources"
+    VOLCANO_ANNOTATIONS = "volcanoAnnotations"
+
+
+class PSIResource(str, enum.Enum):
+    """A resource whose pressure stall information (``/proc/pressure/<name>``) can be watched."""
+
+    CPU = "cpu"
+    MEMORY = "memory"
+    IO = "io"
+
+
+# --- Schema description -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """How one dataclass field appears in the CRD.
+
+    Attributes:
+        name: JSON name (camelCase), as in the CRD.
+        kind: OpenAPI type: ``boolean``, ``integer``, ``number``, ``string``, ``array`` or
+            ``object``.
+        description: what the field means, with units.
+        minimum, maximum: inclusive bounds for numbers.
+        enum_type: the Enum of a ``string`` field, or of each item of an ``array`` field.
+        min_items: smallest allowed array length; arrays never hold duplicates.
+        object_type: the dataclass of an ``object`` field.
+    """
+
+    name: str
+    kind: str
+    description: str
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    enum_type: type[enum.Enum] | None = None
+    min_items: int | None = None
+    object_type: type | None = None
+
+    @property
+    def enum(self) -> tuple[str, ...] | None:
+        """The allowed string values, in declaration order, or None without an enum."""
+        return None if self.enum_type is None else tuple(m.value for m in self.enum_type)
+
+    @staticmethod
+    def of(dataclass_field: dataclasses.Field) -> FieldSpec:
+        """The FieldSpec of a field of one of this module's dataclasses."""
+        return dataclass_field.metadata[_SPEC]
+
+
+@dataclass(frozen=True)
+class CrossFieldRule:
+    """A rule over several fields of one object, mirrored by a CEL rule in the CRD.
+
+    Attributes:
+        field: JSON name of the field the error is reported on, or None for the object itself.
+        message: the rule, phrased to follow the field path (e.g. "must be lower than
+            highPercent"). The CRD's CEL message is ``"<path> <message>"`` verbatim.
+        cel: the CEL expression in the CRD (``self`` is the object).
+        holds: the same rule in Python.
+        operands: JSON names of the fields the rule reads; their values are quoted in the
+            Python error so a user sees what to change.
+    """
+
+    field: str | None
+    message: str
+    cel: str
+    holds: Callable[[Any], bool]
+    operands: tuple[str, ...]
+
+
+_SPEC = "tidal.policy/field"
+
+
+def _boolean(name: str, default: bool, description: str) -> Any:
+    return field(default=default, metadata={_SPEC: FieldSpec(name, "boolean", description)})
+
+
+def _integer(name: str, *, default: int, minimum: int, maximum: int, description: str) -> Any:
+    spec = FieldSpec(name, "integer", description, minimum=minimum, maximum=maximum)
+    return field(default=default, metadata={_SPEC: spec})
+
+
+def _required_integer(name: str, *, minimum: int, maximum: int, description: str) -> Any:
+    # No class default: the enclosing object supplies the instance (e.g. CPU and memory
+    # watermarks share a class but not their defaults).
+    spec = FieldSpec(name, "integer", description, minimum=minimum, maximum=maximum)
+    return field(metadata={_SPEC: spec})
+
+
+def _number(name: str, *, default: float, minimum: float, maximum: float, description: str) -> Any:
+    spec = FieldSpec(name, "number", description, minimum=minimum, maximum=maximum)
+    return field(default=default, metadata={_SPEC: spec})
+
+
+def _choice(name: str, default: enum.Enum, description: str) -> Any:
+    spec = FieldSpec(name, "string", description, enum_type=type(default))
+    return field(default=default, metadata={_SPEC: spec})
+
+
+def _choices(
+    name: str, default: tuple[enum.Enum, ...], item_type: type[enum.Enum], description: str
+) -> Any:
+    spec = FieldSpec(name, "array", description, enum_type=item_type, min_items=1)
+    return field(default=default, metadata={_SPEC: spec})
+
+
+def _object(name: str, default_factory: Callable[[], Any], description: str) -> Any:
+    object_type = type(default_factory())
+    spec = FieldSpec(name, "object", description, object_type=object_type)
+    return field(default_factory=default_factory, metadata={_SPEC: spec})
+
+
+# --- The model --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadAwareScheduling:
+    """Volcano's usage-based filtering: a node above a threshold takes no new pods."""
+
+    enabled: bool = _boolean(
+        "enabled", True, "Filter out nodes whose real usage is above the thresholds."
+    )
+    cpu_threshold_percent: int = _integer(
+        "cpuThresholdPercent",
+        default=60,
+        minimum=0,
+        maximum=100,
+        description="Node CPU usage, percent of allocatable, above which no new pods are placed.",
+    )
+    memory_threshold_percent: int = _integer(
+        "memoryThresholdPercent",
+        default=60,
+        minimum=0,
+        maximum=100,
+        description="Node memory usage, percent of allocatable, above which no new pods are "
+        "placed.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """A high/low pair: eviction starts above high and stops once usage is back below low."""
+
+    high_percent: int = _required_integer(
+        "highPercent",
+        minimum=0,
+        maximum=99,
+        description="Node usage, percent of capacity, above which BE pods are evicted.",
+    )
+    low_percent: int = _required_integer(
+        "lowPercent",
+        minimum=0,
+        maximum=99,
+        description="Node usage, percent of capacity, below which eviction stops.",
+    )
+
+    # Hysteresis: with low >= high eviction would never stop, or never start.
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = (
+        CrossFieldRule(
+            field="lowPercent",
+            message="must be lower than highPercent",
+            cel="self.lowPercent < self.highPercent",
+            holds=lambda w: w.low_percent < w.high_percent,
+            operands=("lowPercent", "highPercent"),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class EvictionWatermarks:
+    """Offline (BE) eviction by node usage, with the node tainted while it evicts."""
+
+    enabled: bool = _boolean(
+        "enabled", True, "Evict BE pods when node usage crosses the high watermark."
+    )
+    cpu: Watermark = _object(
+        "cpu", lambda: Watermark(high_percent=80, low_percent=30), "CPU watermarks."
+    )
+    memory: Watermark = _object(
+        "memory", lambda: Watermark(high_percent=60, low_percent=30), "Memory watermarks."
+    )
+    dwell_seconds: int = _integer(
+        "dwellSeconds",
+        default=10,
+        minimum=0,
+        maximum=3600,
+        description="How long usage must stay above a high watermark before eviction starts, in "
+        "seconds; "
+        "filters short spikes.",
+    )
+    cooldown_seconds: int = _integer(
+        "cooldownSeconds",
+        default=30,
+        minimum=0,
+        maximum=3600,
+        description="Minimum time between two eviction rounds on a node, in seconds, so usage "
+        "can settle.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A strategy with an on/off switch and nothing else to tune."""
+
+    enabled: bool = _boolean("enabled", True, "Run this strategy on colocation nodes.")
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class CPUSuppression:
+    """BE CPU suppression: a quota on the parent cgroup of all BE pods, recomputed every second
+    as ``node CPUs x thresholdPercent / 100 - online usage``, never below ``floorMillicores``."""
+
+    enabled: bool = _boolean(
+        "enabled", True, "Cap BE pods together at what online pods leave under the threshold."
+    )
+    threshold_percent: int = _integer(
+        "thresholdPercent",
+        default=65,
+        minimum=1,
+        maximum=100,
+        description="Share of the node's CPUs that online plus BE usage may reach, percent.",
+    )
+    floor_millicores: int = _integer(
+        "floorMillicores",
+        default=500,
+        minimum=10,
+        maximum=1000000,
+        description="The BE quota never goes below this, in millicores, so BE pods are never "
+        "frozen.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class BEIsolation:
+    """The node agent's core isolation of BE pods (on nodes labelled for colocation)."""
+
+    cpu_priority: Switch = _object(
+        "cpuPriority",
+        Switch,
+        "BE pod cgroups at the lowest CPU priority: cpu.idle=1 where the kernel has it, else "
+        "minimum shares/weight (openEuler cpu.qos_level=-1 when present).",
+    )
+    batch_resources: Switch = _object(
+        "batchResources",
+        Switch,
+        "CPU quota, shares and memory limit of BE containers from their "
+        "kubernetes.io/batch-cpu and batch-memory requests.",
+    )
+    cpu_suppression: CPUSuppression = _object(
+        "cpuSuppression", CPUSuppression, "Dynamic CPU quota on the parent cgroup of BE pods."
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class Overselling:
+    """How the oversell master turns NodeProfile reports into a node's batch resources."""
+
+    enabled: bool = _boolean(
+        "enabled",
+        True,
+        "Publish batch resources on nodes labelled colocation.tidal.io/oversubscription=true.",
+    )
+    ratio_percent: int = _integer(
+        "ratioPercent",
+        default=60,
+        minimum=0,
+        maximum=100,
+        description="Cap: the share of allocatable that online usage and BE pods together may fill; "
+        "batch = allocatable × cap − predicted online peak − system overhead − safety margin.",
+    )
+    predictor: Predictor = _choice(
+        "predictor", Predictor.TIDAL, "How the online CPU peak is predicted: a statistic over the window "
+        "(p90, p95, p99, max) or a history predictor (tidal, nsigma, rc, rc-nsigma-max, volcano, koordinator)."
+    )
+    window_seconds: int = _integer(
+        "windowSeconds",
+        default=300,
+        minimum=60,
+        maximum=86400,
+        description="Length of the usage history the predictor reads, in seconds.",
+    )
+    safety_margin_percent: int = _integer(
+        "safetyMarginPercent",
+        default=10,
+        minimum=0,
+        maximum=100,
+        description="Added to the predicted online peak, in percent of that peak, "
+        "before reclaimable is computed.",
+    )
+    degrade_seconds: int = _integer(
+        "degradeSeconds",
+        default=180,
+        minimum=10,
+        maximum=86400,
+        description="A NodeProfile report older than this, in seconds, "
+        "drives the node's batch resources to zero.",
+    )
+    change_threshold_percent: int = _integer(
+        "changeThresholdPercent",
+        default=10,
+        minimum=0,
+        maximum=100,
+        description="Relative change, in percent, below which batch resources are not rewritten "
+        "on the node.",
+    )
+    reporting_mode: ReportingMode = _choice(
+        "reportingMode",
+        ReportingMode.EXTENDED_RESOURCES,
+        "Where batch resources are published: node extended resources kubernetes.io/batch-cpu "
+        "(millicores) and kubernetes.io/batch-memory (bytes), or the node annotations Volcano's "
+        "oversubscription reads.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class CPUBurst:
+    """CPU burst for opted-in pods, throttled by node CPU load."""
+
+    enabled: bool = _boolean(
+        "enabled", True, "Honour the cpu-burst annotations of pods (only opted-in pods burst)."
+    )
+    load_high_percent: int = _integer(
+        "loadHighPercent",
+        default=60,
+        minimum=0,
+        maximum=100,
+        description="Node CPU usage, percent, above which burst quotas are reduced.",
+    )
+    load_alert_percent: int = _integer(
+        "loadAlertPercent",
+        default=80,
+        minimum=0,
+        maximum=100,
+        description="Node CPU usage, percent, above which burst is switched off.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = (
+        CrossFieldRule(
+            field="loadHighPercent",
+            message="must be lower than loadAlertPercent",
+            cel="self.loadHighPercent < self.loadAlertPercent",
+            holds=lambda b: b.load_high_percent < b.load_alert_percent,
+            operands=("loadHighPercent", "loadAlertPercent"),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class MemoryReclaim:
+    """Reclaims BE pods' memory (page cache first) before online pods feel memory pressure."""
+
+    enabled: bool = _boolean(
+        "enabled", True, "Lower BE pods' memory.high under node memory pressure."
+    )
+    trigger_percent: int = _integer(
+        "triggerPercent",
+        default=50,
+        minimum=0,
+        maximum=100,
+        description="Node memory usage, percent of capacity, above which BE memory is "
+        "reclaimed. Keep it below "
+        "evictionWatermarks.memory.highPercent so reclaim acts before eviction.",
+    )
+    step_percent: int = _integer(
+        "stepPercent",
+        default=10,
+        minimum=1,
+        maximum=100,
+        description="How much a BE pod's memory.high is lowered per interval, in percent of its "
+        "memory limit (the cgroup limit set from its kubernetes.io/batch-memory request).",
+    )
+    interval_seconds: int = _integer(
+        "intervalSeconds",
+        default=5,
+        minimum=1,
+        maximum=300,
+        description="Period of the reclaim check, in seconds.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class CacheShares:
+    """Share of a resource given to each cache level; a level never gets more than a higher one."""
+
+    # At least 1: a resctrl schemata cannot grant an empty L3 mask or 0 % bandwidth.
+    low: int = _required_integer(
+        "low", minimum=1, maximum=100, description="Share for cache-limit low, percent."
+    )
+    mid: int = _required_integer(
+        "mid", minimum=1, maximum=100, description="Share for cache-limit mid, percent."
+    )
+    high: int = _required_integer(
+        "high", minimum=1, maximum=100, description="Share for cache-limit high, percent."
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = (
+        CrossFieldRule(
+            field=None,
+            message="must satisfy low <= mid <= high",
+            cel="self.low <= self.mid && self.mid <= self.high",
+            holds=lambda s: s.low <= s.mid <= s.high,
+            operands=("low", "mid", "high"),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class CacheLimits:
+    """LLC and memory-bandwidth limits of BE pods by their cache-limit level (resctrl)."""
+
+    enabled: bool = _boolean(
+        "enabled",
+        False,
+        "Place BE pods in resctrl groups by their cache-limit level (needs RDT/MPAM).",
+    )
+    l3_percent: CacheShares = _object(
+        "l3Percent",
+        lambda: CacheShares(low=20, mid=30, high=50),
+        "Last-level cache share per level, percent.",
+    )
+    memory_bandwidth_percent: CacheShares = _object(
+        "memoryBandwidthPercent",
+        lambda: CacheShares(low=20, mid=30, high=50),
+        "Memory bandwidth share per level, percent.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class PSIInterference:
+    """Suppresses BE pods while online pods stall on a resource (pressure stall information)."""
+
+    enabled: bool = _boolean(
+        "enabled", False, "Watch online pods' PSI and suppress BE pods on interference (needs PSI)."
+    )
+    resources: tuple[PSIResource, ...] = _choices(
+        "resources",
+        (PSIResource.CPU, PSIResource.MEMORY),
+        PSIResource,
+        "Resources whose pressure is watched; no duplicates.",
+    )
+    avg10_threshold_percent: float = _number(
+        "avg10ThresholdPercent",
+        default=5.0,
+        minimum=0.0,
+        maximum=100.0,
+        description="An online pod's 'some' avg10 stall, percent, above which BE pods are "
+        "suppressed.",
+    )
+    cooldown_seconds: int = _integer(
+        "cooldownSeconds",
+        default=60,
+        minimum=0,
+        maximum=3600,
+        description="How long BE pods stay suppressed after pressure falls below the threshold, "
+        "in seconds.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class NUMAAffinity:
+    """Keeps an LS pod's CPUs and memory on the NUMA node(s) that fit it best."""
+
+    enabled: bool = _boolean(
+        "enabled", False, "Bind LS pods' cpusets to the best-fitting NUMA nodes."
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class EgressBandwidth:
+    """Caps BE pods' egress bandwidth, tighter while online egress is high."""
+
+    enabled: bool = _boolean(
+        "enabled", False, "Limit BE pods' egress bandwidth (needs tc on the node)."
+    )
+    node_bandwidth_mbps: int = _integer(
+        "nodeBandwidthMbps",
+        default=0,
+        minimum=0,
+        maximum=1000000,
+        description="Node egress bandwidth in megabits per second; 0 means the link speed of "
+        "the NIC.",
+    )
+    online_watermark_percent: int = _integer(
+        "onlineWatermarkPercent",
+        default=80,
+        minimum=0,
+        maximum=100,
+        description="Online egress, percent of node bandwidth, "
+        "above which BE egress is capped at offlineLowPercent.",
+    )
+    offline_low_percent: int = _integer(
+        "offlineLowPercent",
+        default=10,
+        minimum=0,
+        maximum=100,
+        description="BE egress cap while online egress is above the watermark, percent of node "
+        "bandwidth.",
+    )
+    offline_high_percent: int = _integer(
+        "offlineHighPercent",
+        default=40,
+        minimum=0,
+        maximum=100,
+        description="BE egress cap otherwise, percent of node bandwidth.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = (
+        CrossFieldRule(
+            field="offlineLowPercent",
+            message="must not exceed offlineHighPercent",
+            cel="self.offlineLowPercent <= self.offlineHighPercent",
+            holds=lambda e: e.offline_low_percent <= e.offline_high_percent,
+            operands=("offlineLowPercent", "offlineHighPercent"),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Features:
+    """Advanced node-level QoS features, each with its own switch."""
+
+    cpu_burst: CPUBurst = _object(
+        "cpuBurst",
+        CPUBurst,
+        "CPU burst for pods that opt in by annotation, throttled by node CPU load.",
+    )
+    memory_reclaim: MemoryReclaim = _object(
+        "memoryReclaim",
+        MemoryReclaim,
+        "Reclaims BE pods' memory (page cache first) before online pods feel memory pressure.",
+    )
+    cache_limits: CacheLimits = _object(
+        "cacheLimits",
+        CacheLimits,
+        "LLC and memory-bandwidth limits of BE pods by their colocation.tidal.io/cache-limit level "
+        "(needs resctrl: Intel RDT or Arm MPAM). Shares are at least 1 because resctrl cannot "
+        "grant an empty share.",
+    )
+    psi_interference: PSIInterference = _object(
+        "psiInterference",
+        PSIInterference,
+        "Suppresses BE pods while online pods stall on a resource (pressure stall information).",
+    )
+    numa_affinity: NUMAAffinity = _object(
+        "numaAffinity",
+        NUMAAffinity,
+        "Keeps an LS pod's CPUs and memory on the NUMA node(s) that fit it best.",
+    )
+    egress_bandwidth: EgressBandwidth = _object(
+        "egressBandwidth",
+        EgressBandwidth,
+        "Caps BE pods' egress bandwidth, tighter while online egress is high.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
+class ColocationPolicy:
+    """The ``spec`` of the singleton ColocationPolicy ``default``; ``ColocationPolicy()`` holds
+    the defaults.
+
+    Build one from an API object's spec with `from_spec`, which applies defaults and collects
+    every validation error; `to_spec` gives back a complete spec with every field set.
+    """
+
+    load_aware_scheduling: LoadAwareScheduling = _object(
+        "loadAwareScheduling", LoadAwareScheduling, "Load-aware scheduling thresholds."
+    )
+    eviction_watermarks: EvictionWatermarks = _object(
+        "evictionWatermarks",
+        EvictionWatermarks,
+        "Offline (BE) eviction by node usage. Eviction starts above highPercent and stops "
+        "below lowPercent; the node is tainted "
+        "colocation.tidal.io/offline-evicting:NoSchedule meanwhile.",
+    )
+    be_isolation: BEIsolation = _object(
+        "beIsolation",
+        BEIsolation,
+        "Isolation of BE pods on colocation nodes by the node agent, each strategy with its "
+        "own switch.",
+    )
+    overselling: Overselling = _object(
+        "overselling",
+        Overselling,
+        "Overselling of reclaimable resources to BE pods. Acts only on nodes labelled "
+        "colocation.tidal.io/oversubscription=true.",
+    )
+    features: Features = _object(
+        "features", Features, "Advanced node-level QoS features, each with its own switch."
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None, *, path: str = "spec") -> ColocationPolicy:
+        """Parse a ColocationPolicy ``spec``.
+
+        Missing keys take their defaults. ``None`` anywhere counts as missing, as it does at the
+        API server, which prunes nulls of non-nullable fields before defaulting. Integers are
+        accepted for ``number`` fields; booleans are never numbers.
+
+        Raises:
+            PolicyValidationError: listing every unknown key, wrong type, out-of-range value and
+                broken cross-field rule, each with its full field path (``path`` is the prefix).
+        """
+        errors: list[FieldError] = []
+        policy = _parse_object(cls, spec, cls(), path, errors)
+        if errors:
+            raise PolicyValidationError(errors)
+        return policy
+
+    def to_spec(self) -> dict[str, Any]:
+        """The complete spec as plain JSON-compatible data; ``from_spec(p.to_spec()) == p``."""
+        return _dump_object(self)
+
+    def validate(self) -> None:
+        """Check a policy built in code (ranges, cross-field rules); raise PolicyValidationError."""
+        ColocationPolicy.from_spec(self.to_spec())
+
+
+# --- Errors -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One validation error: the field's full path (e.g. ``spec.overselling.ratioPercent``)
+    and the rule it breaks."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class PolicyValidationError(ValueError):
+    """A ColocationPolicy spec is invalid; ``errors`` holds every problem found, in field order."""
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        self.errors = tuple(errors)
+        count = len(self.errors)
+        noun = "error" if count == 1 else "errors"
+        super().__init__(
+            f"invalid {POLICY_KIND} ({count} {noun}): " + "; ".join(str(e) for e in self.errors)
+        )
+
+
+# --- Parsing and serialising ------------------------------------------------------------------
+
+
+_spec_of = FieldSpec.of
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return type(value).__name__
+
+
+def _got(value: Any) -> str:
+    return f"got {value!r} ({_json_type(value)})"
+
+
+def _parse_object(cls: type, data: Any, default: Any, path: str, errors: list[FieldError]) -> Any:
+    if data is None:
+        return default
+    if not isinstance(data, Mapping):
+        errors.append(FieldError(path, f"must be an object, got {_json_type(data)}"))
+        return default
+
+    errors_before = len(errors)
+    known = {_spec_of(f).name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            errors.append(
+                FieldError(f"{path}.{key}", f"unknown field; known fields: {', '.join(known)}")
+            )
+
+    values: dict[str, Any] = {}
+    for name, f in known.items():
+        spec = _spec_of(f)
+        field_path = f"{path}.{name}"
+        fallback = getattr(default, f.name)
+        raw = data.get(name)
+        if raw is None:
+            values[f.name] = fallback
+        elif spec.kind == "object":
+            values[f.name] = _parse_object(spec.object_type, raw, fallback, field_path, errors)
+        else:
+            values[f.name] = _parse_leaf(f, raw, fallback, field_path, errors)
+    result = cls(**values)
+
+    # A cross-field rule over values that are already wrong would only repeat the problem.
+    if len(errors) == errors_before:
+        for rule in cls.RULES:
+            if not rule.holds(result):
+                rule_path = f"{path}.{rule.field}" if rule.field else path
+                dumped = _dump_object(result)
+                got = ", ".join(f"{name} {dumped[name]!r}" for name in rule.operands)
+                errors.append(FieldError(rule_path, f"{rule.message}, got {got}"))
+    return result
+
+
+def _parse_leaf(
+    f: dataclasses.Field, raw: Any, fallback: Any, path: str, errors: list[FieldError]
+) -> Any:
+    spec = _spec_of(f)
+    error = None
+    value = fallback
+    if spec.kind == "boolean":
+        if isinstance(raw, bool):
+            value = raw
+        else:
+            error = f"must be a boolean, {_got(raw)}"
+    elif spec.kind in ("integer", "number"):
+        numeric = (int,) if spec.kind == "integer" else (int, float)
+        if isinstance(raw, bool) or not isinstance(raw, numeric):
+            error = f"must be {'an integer' if spec.kind == 'integer' else 'a number'}, {_got(raw)}"
+        elif isinstance(raw, float) and not math.isfinite(raw):
+            error = f"must be a finite number, {_got(raw)}"
+        elif not spec.minimum <= raw <= spec.maximum:
+            error = f"must be between {spec.minimum} and {spec.maximum}, got {raw!r}"
+        else:
+            value = float(raw) if spec.kind == "number" else raw
+    elif spec.kind == "string":
+        if isinstance(raw, str) and raw in spec.enum:
+            value = spec.enum_type(raw)
+        else:
+            error = f"must be one of {', '.join(spec.enum)}, {_got(raw)}"
+    elif spec.kind == "array":
+        value, error = _parse_array(f, raw, fallback)
+    else:  # pragma: no cover - a FieldSpec kind added without parsing support
+        raise AssertionError(f"unsupported field kind {spec.kind!r} at {path}")
+    if error:
+        errors.append(FieldError(path, error))
+    return value
+
+
+def _parse_array(f: dataclasses.Field, raw: Any, fallback: Any) -> tuple[Any, str | None]:
+    spec = _spec_of(f)
+    if not isinstance(raw, (list, tuple)):
+        return fallback, f"must be an array, {_got(raw)}"
+    bad = [item for item in raw if not (isinstance(item, str) and item in spec.enum)]
+    if bad:
+        return fallback, f"items must be among {', '.join(spec.enum)}, got {bad!r}"
+    duplicates = sorted({item for item in raw if raw.count(item) > 1})
+    if duplicates:
+        return fallback, f"must not contain duplicates, got {duplicates!r} more than once"
+    if spec.min_items is not None and len(raw) < spec.min_items:
+        return fallback, f"must have at least {spec.min_items} item(s), got {len(raw)}"
+    return tuple(spec.enum_type(item) for item in raw), None
+
+
+def _dump_object(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        spec = _spec_of(f)
+        value = getattr(obj, f.name)
+        if spec.kind == "object":
+            out[spec.name] = _dump_object(value)
+        elif spec.kind == "array":
+            out[spec.name] = [item.value for item in value]
+        elif spec.kind == "string":
+            out[spec.name] = value.value
+        else:
+            out[spec.name] = value
+    return out
+
+
+# --- Introspection (for the CRD consistency test, docs and the console) -----------------------
+
+
+def field_specs(
+    policy: ColocationPolicy | None = None, *, path: str = "spec"
+) -> Iterator[tuple[str, FieldSpec, Any]]:
+    """Every field of the spec, depth first: ``(path, spec, value)``.
+
+    ``value`` is the field's value in ``policy`` (the defaults when None), as ``to_spec`` would
+    write it: enums as strings, arrays as lists, objects as dicts.
+    """
+    yield from _walk_fields(policy if policy is not None else ColocationPolicy(), path)
+
+
+def _walk_fields(obj: Any, path: str) -> Iterator[tuple[str, FieldSpec, Any]]:
+    dumped = _dump_object(obj)
+    for f in dataclasses.fields(obj):
+        spec = _spec_of(f)
+        field_path = f"{path}.{spec.name}"
+        yield field_path, spec, dumped[spec.name]
+        if spec.kind == "object":
+            yield from _walk_fields(getattr(obj, f.name), field_path)
+
+
+def cross_field_rules(*, path: str = "spec") -> Iterator[tuple[str, CrossFieldRule]]:
+    """Every cross-field rule with the path of the object it applies to, depth first."""
+    yield from _walk_rules(ColocationPolicy, path)
+
+
+def _walk_rules(cls: type, path: str) -> Iterator[tuple[str, CrossFieldRule]]:
+    for rule in cls.RULES:
+        yield path, rule
+    for f in dataclasses.fields(cls):
+        spec = _spec_of(f)
+        if spec.kind == "object":
+            yield from _walk_rules(spec.object_type, f"{path}.{spec.name}")
+
+
+def policy_manifest(policy: ColocationPolicy | None = None) -> dict[str, Any]:
+    """The ColocationPolicy API object ``default`` holding ``policy`` (the defaults when None)."""
+    return {
+        "apiVersion": API_GROUP_VERSION,
+        "kind": POLICY_KIND,
+        "metadata": {"name": DEFAULT_POLICY_NAME},
+        "spec": (policy if policy is not None else ColocationPolicy()).to_spec(),
+    }

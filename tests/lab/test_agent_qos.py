@@ -292,3 +292,61 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         assert processes.alive(agent)
     finally:
         processes.stop(agent)
+
+
+def test_agent_keeps_enforcing_while_the_api_server_is_unreachable_and_is_restart_safe(
+        lab, core, namespace, node, kubelet, policy, tmp_path):
+    import re
+
+    from tidal.testing.tcp_proxy import TCPProxy
+    policy({})
+    core.create_namespaced_pod(namespace, _be(node, "batch", 500))
+    uid, qos_class, cid = _running_with_container(core, namespace, "batch")
+    be = kubelet.create_pod(uid, qos_class, [cid])[cid]
+    kubelet.spin(be)
+    be_pod = kubelet.cpu_root / kubelet.layout.pod_relpath(uid, qos_class)
+    be_parent = kubelet.cpu_root / kubelet.layout.qos_relpath(PodQOSClass.BEST_EFFORT)
+    originals = {p: _read(p) for p in (be_pod / "cpu.idle", be[0] / "cpu.cfs_quota_us", be_parent / "cpu.cfs_quota_us")}
+
+    # The agent reaches the API server only through a proxy the test can cut.
+    kubeconfig = Path(lab.kubeconfig_path).read_text()
+    host, port = re.search(r"server: https://([\d.]+):(\d+)", kubeconfig).groups()
+    proxy = TCPProxy(host, int(port))
+    proxy_port = proxy.start()
+    own = tmp_path / "kubeconfig"
+    own.write_text(kubeconfig.replace(f"https://{host}:{port}", f"https://127.0.0.1:{proxy_port}"))
+    lab_kubeconfig = type("L", (), {"kubeconfig_path": own})()
+    agent = _agent(lab_kubeconfig, node, kubelet, tmp_path, free_port())
+    log = tmp_path / "agent.log"
+    try:
+        wait_for(lambda: _read(be_pod / "cpu.idle") == "1" and _read(be[0] / "cpu.cfs_quota_us") == "50000",
+                 30, f"BE pod isolated (log {log})")
+        proxy.cut()
+        # Something resets the values while the API server is unreachable (as a kubelet's own
+        # reconciliation would): the agent puts them back from the pods and policy it last knew.
+        time.sleep(2)
+        (be_pod / "cpu.idle").write_text("0")
+        (be[0] / "cpu.cfs_quota_us").write_text("-1")
+        wait_for(lambda: _read(be_pod / "cpu.idle") == "1" and _read(be[0] / "cpu.cfs_quota_us") == "50000",
+                 5, f"values enforced again without the API server (log {log})")
+        assert processes.alive(agent)
+
+        # Back online: the agent resumes its watches; a policy change made meanwhile applies.
+        policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 30, "floorMillicores": 200}}})
+        proxy.start()
+        wait_for(lambda: int(_read(be_parent / "cpu.cfs_quota_us")) <= CPUS * 30_000, 30,
+                 f"the policy changed during the outage applied after it (log {log})")
+
+        # Restart-safe: a new agent finds the kernel as the old one left it (nothing to write)
+        # and still knows the originals, so switching colocation off restores them.
+        processes.stop(agent)
+        assert _read(be_pod / "cpu.idle") == "1"
+        agent = _agent(lab_kubeconfig, node, kubelet, tmp_path, free_port())
+        time.sleep(3)
+        assert _read(be_pod / "cpu.idle") == "1"
+        core.patch_node(node, {"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: None}}})
+        wait_for(lambda: all(_read(p) == v for p, v in originals.items()), 10,
+                 f"originals restored by the restarted agent (log {log})")
+    finally:
+        processes.stop(agent)
+        proxy.cut()

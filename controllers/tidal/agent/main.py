@@ -49,6 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"))
     rs.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     rs.add_argument("--state-dir", type=Path, default=Path("/var/lib/tidal-agent"))
+    nri = sub.add_parser("nri", help="the NRI plugin: QoS resources set by containerd as containers are created")
+    nri.add_argument("--socket", default=os.environ.get("NRI_SOCKET", "/var/run/nri/nri.sock"),
+                     help="the runtime's NRI socket (default $NRI_SOCKET or /var/run/nri/nri.sock)")
+    nri.add_argument("--plugin-name", default="tidal")
+    nri.add_argument("--plugin-index", default="10", help="two digits; plugins are called in index order")
+    nri.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                     help="read BE pods without the batch-resources annotation from the API server "
+                          "(default $KUBECONFIG; in a pod: the service account with --in-cluster)")
+    nri.add_argument("--in-cluster", action="store_true", help="API server lookups with the service account")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -92,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "restore":
             return asyncio.run(_restore(args))
+        if args.command == "nri":
+            from tidal.agent.nri.main import run_nri
+            asyncio.run(run_nri(args))
+            return 0
         asyncio.run(_replay(args) if args.command == "replay" else _run(args))
     except TraceError as err:
         print(f"tidal-agent replay: {err}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -103,6 +104,10 @@ class TidalNRIPlugin:
     def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, name: str = "tidal", index: str = "10",
                  ls_cpuset: LSCpusetHook | None = None, pod_lookup: PodLookup | None = None,
                  backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0) -> None:
+        if len(index) != 2 or not index.isascii() or not index.isdigit():
+            raise ValueError(f"plugin index {index!r}: must be two digits (00-99), as NRI requires")
+        if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
+            raise ValueError(f"plugin name {name!r}: must be letters, digits and . _ + - only, as NRI requires")
         self.socket_path = str(socket_path)
         self.name = name
         self.index = index

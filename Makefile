@@ -60,3 +60,11 @@ bench-admission: venv
 .PHONY: bench-oversell
 bench-oversell: venv debian-packages lab-build
 	$(BIN)/python bench/oversell.py
+
+# NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),
+# built with the local Go toolchain and cached under ~/.cache/tidal/nri/<nri-version>/.
+.PHONY: nri-harness bench-nri
+nri-harness: venv
+	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests/nri'); from nri_harness import build_harness; print(build_harness())"
+bench-nri: venv
+	$(BIN)/python bench/nri.py

@@ -1,0 +1,218 @@
+"""The OpenAPI 3.0 document of the console's REST API, served at ``/api/v1/openapi.json``.
+
+Written by hand next to the handlers it describes; ``tests/console/test_schemathesis.py`` calls
+every operation with generated input and checks each answer against this document.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["openapi_document"]
+
+API_VERSION = "v1"
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict) -> dict:
+    return {**schema, "nullable": True}
+
+
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_STR = {"type": "string"}
+_BOOL = {"type": "boolean"}
+_RESOURCES = {"type": "object", "required": ["cpuMillicores", "memoryBytes"],
+              "properties": {"cpuMillicores": _INT, "memoryBytes": _INT}}
+_FIELD_ERROR = {"type": "object", "required": ["field", "message"],
+                "properties": {"field": _STR, "message": _STR}}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {
+            "type": "object", "required": ["code", "message"],
+            "properties": {"code": _INT, "message": _STR,
+                           "fields": {"type": "array", "items": _FIELD_ERROR,
+                                      "description": "Each invalid field with the rule it breaks."}}}},
+    },
+    "WhoAmI": {
+        "type": "object", "required": ["username", "groups", "permissions"],
+        "properties": {
+            "username": _STR, "groups": {"type": "array", "items": _STR},
+            "permissions": {"type": "object", "required": ["readNodes", "readPolicy", "writeNodes", "writePolicy"],
+                            "properties": {k: _BOOL for k in ("readNodes", "readPolicy", "writeNodes",
+                                                               "writePolicy")}}},
+    },
+    "Node": {
+        "type": "object",
+        "required": ["name", "ready", "readyMessage", "unschedulable", "colocation", "oversubscription",
+                     "evicting", "allocatable", "batch", "podsByQoS", "capabilities", "profile"],
+        "properties": {
+            "name": _STR, "ready": _BOOL, "readyMessage": _STR, "unschedulable": _BOOL,
+            "colocation": {**_BOOL, "description": "Label colocation.tidal.io/colocation=true."},
+            "oversubscription": {**_BOOL, "description": "Label colocation.tidal.io/oversubscription=true."},
+            "evicting": {**_BOOL, "description": "Taint colocation.tidal.io/offline-evicting is on."},
+            "allocatable": _RESOURCES,
+            "batch": {"type": "object", "required": ["allocatable", "requested", "breakdown"],
+                      "properties": {"allocatable": _RESOURCES, "requested": _RESOURCES,
+                                     "breakdown": _nullable({"type": "object",
+                                                             "description": "NodeProfile status.oversell, "
+                                                                            "written by the oversell master."})}},
+            "podsByQoS": {"type": "object", "required": ["HLS", "LS", "BE", "none"],
+                          "properties": {k: _INT for k in ("HLS", "LS", "BE", "none")}},
+            "capabilities": {"type": "array", "items": {
+                "type": "object", "required": ["name", "supported", "reason"],
+                "properties": {"name": _STR, "supported": _BOOL, "reason": _STR}}},
+            "profile": {"type": "object", "required": ["present", "observedAt", "appliedGeneration"],
+                        "properties": {"present": _BOOL, "observedAt": _nullable(_STR),
+                                       "appliedGeneration": _nullable(_INT)}},
+        },
+    },
+    "NodeList": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array",
+                                                                                  "items": _ref("Node")}}},
+    "ColocationRequest": {"type": "object", "required": ["enabled"], "additionalProperties": False,
+                          "properties": {"enabled": _BOOL}},
+    "ColocationResult": {
+        "type": "object", "required": ["node", "colocation", "changed", "message"],
+        "properties": {"node": _STR, "colocation": _BOOL, "changed": _BOOL,
+                       "message": {**_STR, "description": "e.g. \"colocation enabled on node X\", or why not."},
+                       "error": {"type": "object", "required": ["code", "message"],
+                                 "properties": {"code": _INT, "message": _STR},
+                                 "description": "Present when the switch was refused."}},
+    },
+    "Policy": {
+        "type": "object", "required": ["name", "exists", "generation", "resourceVersion", "spec", "errors"],
+        "properties": {"name": _STR, "exists": _BOOL, "generation": _nullable(_INT),
+                       "resourceVersion": _nullable(_STR),
+                       "spec": {"type": "object", "description": "ColocationPolicy spec, defaults applied."},
+                       "errors": {"type": "array", "items": _FIELD_ERROR},
+                       "message": _STR},
+    },
+    "PolicyUpdate": {
+        "type": "object", "required": ["spec"], "additionalProperties": False,
+        "properties": {"spec": {"type": "object", "description": "The full or partial ColocationPolicy spec; "
+                                                                 "missing fields take their defaults."},
+                       "resourceVersion": {**_STR, "description": "Optimistic concurrency: refuse with 409 "
+                                                                  "when the policy changed since."}},
+    },
+    "PolicySchema": {
+        "type": "object", "required": ["fields", "rules"],
+        "properties": {
+            "fields": {"type": "array", "items": {
+                "type": "object", "required": ["path", "type", "description", "default"],
+                "properties": {"path": _STR, "type": _STR, "description": _STR, "default": {},
+                               "minimum": _NUM, "maximum": _NUM, "enum": {"type": "array", "items": _STR}}}},
+            "rules": {"type": "array", "items": {"type": "object", "required": ["path", "message"],
+                                                 "properties": {"path": _STR, "message": _STR}}}},
+    },
+    "Rollout": {
+        "type": "object", "required": ["generation", "totalNodes", "appliedNodes", "nodes"],
+        "properties": {
+            "generation": _nullable(_INT), "totalNodes": _INT, "appliedNodes": _INT,
+            "nodes": {"type": "array", "items": {
+                "type": "object", "required": ["name", "appliedGeneration", "upToDate", "reason"],
+                "properties": {"name": _STR, "appliedGeneration": _nullable(_INT), "upToDate": _BOOL,
+                               "reason": _STR}}}},
+    },
+    "Monitoring": {
+        "type": "object", "required": ["scope", "node", "start", "end", "step", "panels"],
+        "properties": {
+            "scope": {"type": "string", "enum": ["cluster", "node"]}, "node": _nullable(_STR),
+            "start": _NUM, "end": _NUM, "step": _NUM,
+            "panels": {"type": "array", "items": {
+                "type": "object", "required": ["name", "title", "unit", "query", "series"],
+                "properties": {
+                    "name": _STR, "title": _STR, "unit": _STR, "query": {**_STR, "description": "PromQL"},
+                    "series": {"type": "array", "items": {
+                        "type": "object", "required": ["name", "labels", "points"],
+                        "properties": {"name": _STR, "labels": {"type": "object",
+                                                                "additionalProperties": _STR},
+                                       "points": {"type": "array", "items": {
+                                           "type": "array", "minItems": 2, "maxItems": 2,
+                                           "items": _nullable(_NUM)}}}}}}}}},
+    },
+}
+
+_ERR = {"content": {"application/json": {"schema": _ref("Error")}}}
+
+
+def _responses(ok: str, *codes: int, write: bool = False) -> dict:
+    out: dict[str, Any] = {"200": {"description": "OK", "content": {"application/json": {"schema": _ref(ok)}}},
+                           "401": {"description": "no bearer token, or the API server did not accept it", **_ERR},
+                           "403": {"description": "the SubjectAccessReview did not allow the caller", **_ERR},
+                           "502": {"description": "the API server or Prometheus failed", **_ERR}}
+    for code in codes:
+        out[str(code)] = {"description": {400: "bad request (the field and the rule are named)",
+                                          404: "not found", 409: "conflict or refused",
+                                          422: "invalid (each field and rule is named)"}[code], **_ERR}
+    return out
+
+
+_DRY_RUN = {"name": "dryRun", "in": "query", "required": False, "schema": {"type": "string", "enum": ["All"]},
+            "description": "Validate and let the API server run the write without persisting it."}
+_NODE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_RANGE = [
+    {"name": "start", "in": "query", "required": False,
+     "schema": {"type": "string"}, "description": "Unix seconds or RFC 3339; default end - 1 h."},
+    {"name": "end", "in": "query", "required": False,
+     "schema": {"type": "string"}, "description": "Unix seconds or RFC 3339; default now."},
+    {"name": "step", "in": "query", "required": False,
+     "schema": {"type": "string"}, "description": "Seconds between points (>= 1); default about 240 points."},
+]
+
+
+def openapi_document() -> dict[str, Any]:
+    json_body = lambda name: {"required": True,  # noqa: E731
+                              "content": {"application/json": {"schema": _ref(name)}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "tidal-console", "version": API_VERSION,
+                 "description": "Colocation state of the nodes, the ColocationPolicy and monitoring through "
+                                "Prometheus. Callers authenticate with a Kubernetes bearer token; every call "
+                                "is authorised by a SubjectAccessReview (read: list nodeprofiles / get "
+                                "colocationpolicies; write: patch nodes / update colocationpolicies)."},
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/v1/whoami": {"get": {"operationId": "whoami", "summary": "The caller and what it may do",
+                                       "responses": _responses("WhoAmI")}},
+            "/api/v1/nodes": {"get": {"operationId": "listNodes", "summary": "Nodes with their colocation state",
+                                      "responses": _responses("NodeList")}},
+            "/api/v1/nodes/{name}": {"get": {"operationId": "getNode", "parameters": [_NODE_NAME],
+                                             "responses": _responses("Node", 400, 404)}},
+            "/api/v1/nodes/{name}/colocation": {"put": {
+                "operationId": "setColocation", "summary": "Enable or disable colocation on a node",
+                "parameters": [_NODE_NAME, _DRY_RUN], "requestBody": json_body("ColocationRequest"),
+                "responses": {**_responses("ColocationResult", 400, 422),
+                              "404": {"description": "no such node",
+                                      "content": {"application/json": {"schema": _ref("ColocationResult")}}},
+                              "409": {"description": "refused: the node is not Ready or is cordoned",
+                                      "content": {"application/json": {"schema": _ref("ColocationResult")}}}}}},
+            "/api/v1/policy": {
+                "get": {"operationId": "getPolicy", "responses": _responses("Policy")},
+                "put": {"operationId": "putPolicy", "summary": "Validate and write the policy",
+                        "parameters": [_DRY_RUN],
+                        "requestBody": json_body("PolicyUpdate"),
+                        "responses": _responses("Policy", 400, 409, 422)}},
+            "/api/v1/policy/schema": {"get": {"operationId": "policySchema",
+                                              "responses": _responses("PolicySchema")}},
+            "/api/v1/policy/rollout": {"get": {"operationId": "policyRollout",
+                                               "responses": _responses("Rollout")}},
+            "/api/v1/monitoring/cluster": {"get": {"operationId": "clusterMonitoring", "parameters": _RANGE,
+                                                   "responses": _responses("Monitoring", 400)}},
+            "/api/v1/monitoring/nodes/{name}": {"get": {"operationId": "nodeMonitoring",
+                                                        "parameters": [_NODE_NAME, *_RANGE],
+                                                        "responses": _responses("Monitoring", 400)}},
+            "/api/v1/openapi.json": {"get": {"operationId": "openapi", "security": [],
+                                             "responses": {"200": {"description": "this document",
+                                                                   "content": {"application/json": {
+                                                                       "schema": {"type": "object"}}}}}}},
+        },
+        "components": {"schemas": SCHEMAS,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                      "description": "A Kubernetes token (e.g. a "
+                                                                     "ServiceAccount token)."}}},
+    }

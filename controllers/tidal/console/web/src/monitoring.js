@@ -1,0 +1,60 @@
+import * as echarts from "echarts/core";
+import { LineChart } from "echarts/charts";
+import { GridComponent, LegendComponent, TooltipComponent, TitleComponent } from "echarts/components";
+import { CanvasRenderer } from "echarts/renderers";
+import { api } from "./api.js";
+import { el, formatValue } from "./ui.js";
+
+echarts.use([LineChart, GridComponent, LegendComponent, TooltipComponent, TitleComponent, CanvasRenderer]);
+
+const RANGES = [["15m", 900], ["1h", 3600], ["6h", 21600], ["24h", 86400]];
+const charts = new Set();
+
+function option(panel) {
+  return {
+    animation: false,
+    title: { text: panel.title, textStyle: { fontSize: 13 } },
+    tooltip: { trigger: "axis", valueFormatter: (v) => formatValue(v, panel.unit) },
+    legend: { type: "scroll", top: 24, data: panel.series.map((s) => s.name) },
+    grid: { top: 60, left: 70, right: 20, bottom: 30 },
+    xAxis: { type: "time" },
+    yAxis: { type: "value", axisLabel: { formatter: (v) => formatValue(v, panel.unit) } },
+    series: panel.series.map((s) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: false,
+      data: s.points.map(([t, v]) => [t * 1000, v]) })),
+  };
+}
+
+export async function monitoringPage(root) {
+  for (const c of charts) c.dispose();
+  charts.clear();
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const node = params.get("node") || "";
+  const range = Number(params.get("range") || 3600);
+  const nodes = await api("GET", "/nodes");
+  const nodeSelect = el("select", { id: "node-filter", "aria-label": "node filter" },
+    el("option", { value: "" }, "Whole cluster"), nodes.items.map((n) => el("option", { value: n.name }, n.name)));
+  nodeSelect.value = node;
+  const rangeSelect = el("select", { id: "range", "aria-label": "time range" }, RANGES.map(([l, s]) => el("option", { value: String(s) }, l)));
+  rangeSelect.value = String(range);
+  const go = () => { location.hash = `#/monitoring?${new URLSearchParams({ node: nodeSelect.value, range: rangeSelect.value })}`; };
+  nodeSelect.addEventListener("change", go);
+  rangeSelect.addEventListener("change", go);
+  root.append(el("h1", {}, node ? `Monitoring: node ${node}` : "Monitoring: cluster"),
+    el("div", { class: "toolbar" }, el("label", {}, "Node ", nodeSelect), el("label", {}, "Range ", rangeSelect)));
+  const end = Math.floor(Date.now() / 1000);
+  const q = `?start=${end - range}&end=${end}`;
+  const data = await api("GET", (node ? `/monitoring/nodes/${encodeURIComponent(node)}` : "/monitoring/cluster") + q);
+  const grid = el("div", { class: "charts" });
+  root.append(grid);
+  for (const panel of data.panels) {
+    const box = el("div", { class: "chart", "data-panel": panel.name, "data-series": String(panel.series.length) });
+    grid.append(el("div", { class: "card" }, box,
+      panel.series.length ? null : el("div", { class: "muted" }, "no data yet"),
+      el("details", {}, el("summary", { class: "muted" }, "PromQL"), el("code", {}, panel.query))));
+    const chart = echarts.init(box, null, { renderer: "canvas" });
+    chart.setOption(option(panel));
+    charts.add(chart);
+  }
+}
+
+window.addEventListener("resize", () => { for (const c of charts) c.resize(); });

@@ -1,0 +1,184 @@
+import { api, ApiError } from "./api.js";
+import { el, formatValue, toast } from "./ui.js";
+
+const SECTIONS = [
+  ["spec.loadAwareScheduling", "Load-aware scheduling"],
+  ["spec.evictionWatermarks", "Watermark eviction"],
+  ["spec.overselling", "Overselling"],
+  ["spec.features.cpuBurst", "CPU burst"],
+  ["spec.features.memoryReclaim", "Memory reclaim"],
+  ["spec.features.cacheLimits", "LLC / memory bandwidth limits"],
+  ["spec.features.psiInterference", "PSI interference"],
+  ["spec.features.numaAffinity", "NUMA affinity"],
+  ["spec.features.egressBandwidth", "Egress bandwidth"],
+];
+
+function capabilityChips(node) {
+  if (!node.capabilities.length) return el("span", { class: "muted" }, node.profile.present ? "none reported" : "no NodeProfile");
+  return node.capabilities.map((c) => c.supported
+    ? el("span", { class: "chip", "data-capability": c.name }, c.name)
+    : el("span", { class: "chip off", "data-capability": c.name, title: c.reason, "aria-disabled": "true" },
+      `${c.name}`, el("span", { class: "visually-reason" }, ` (${c.reason})`)));
+}
+
+function nodeRow(node, canWrite) {
+  const input = el("input", {
+    type: "checkbox", role: "switch", "aria-label": `colocation on ${node.name}`, "data-node": node.name,
+    disabled: !canWrite, title: canWrite ? null : "read-only: your user may not patch nodes",
+  });
+  input.checked = node.colocation;
+  input.addEventListener("change", async () => {
+    input.disabled = true;
+    try {
+      const result = await api("PUT", `/nodes/${encodeURIComponent(node.name)}/colocation`, { enabled: input.checked });
+      toast(result.message);
+      input.checked = result.colocation;
+    } catch (err) {
+      toast(err.body && err.body.message ? err.body.message : err.message, "error");
+      input.checked = !input.checked;
+    } finally {
+      input.disabled = !canWrite;
+    }
+  });
+  const b = node.batch;
+  return el("tr", { "data-node": node.name },
+    el("td", {}, el("label", { class: "switch" }, input, el("span", { class: "slider" }))),
+    el("td", {}, el("strong", {}, node.name), node.evicting ? el("div", { class: "errors" }, "evicting offline pods") : null),
+    el("td", {}, node.ready ? "Ready" : el("span", { class: "errors", title: node.readyMessage }, "NotReady"),
+      node.unschedulable ? el("div", { class: "muted" }, "cordoned") : null),
+    el("td", {}, node.oversubscription ? "on" : "off"),
+    el("td", {}, `${node.podsByQoS.HLS} / ${node.podsByQoS.LS} / ${node.podsByQoS.BE}`),
+    el("td", {}, `${formatValue(b.requested.cpuMillicores, "millicores")} of ${formatValue(b.allocatable.cpuMillicores, "millicores")}`),
+    el("td", {}, `${formatValue(b.requested.memoryBytes, "bytes")} of ${formatValue(b.allocatable.memoryBytes, "bytes")}`),
+    el("td", {}, capabilityChips(node)),
+    el("td", {}, node.profile.appliedGeneration ?? "–"),
+  );
+}
+
+function inputFor(field, value) {
+  const common = { name: field.path, id: field.path, "data-path": field.path, "aria-describedby": `${field.path}.error` };
+  if (field.type === "boolean") {
+    const i = el("input", { type: "checkbox", ...common });
+    i.checked = Boolean(value);
+    return i;
+  }
+  if (field.type === "string" && field.enum) {
+    const s = el("select", common, field.enum.map((v) => el("option", { value: v }, v)));
+    s.value = value;
+    return s;
+  }
+  if (field.type === "array" && field.enum) {
+    return el("span", { ...common, role: "group" }, field.enum.map((v) => {
+      const box = el("input", { type: "checkbox", value: v, "data-array": field.path });
+      box.checked = (value || []).includes(v);
+      return el("label", {}, box, ` ${v} `);
+    }));
+  }
+  return el("input", { type: "number", step: field.type === "integer" ? "1" : "any", value: String(value), ...common });
+}
+
+function readForm(form, fields) {
+  const spec = {};
+  for (const f of fields) {
+    if (f.type === "object") continue;
+    let value;
+    if (f.type === "array") {
+      value = [...form.querySelectorAll(`input[data-array="${f.path}"]`)].filter((b) => b.checked).map((b) => b.value);
+    } else {
+      const input = form.elements.namedItem(f.path);
+      if (!input) continue;
+      if (f.type === "boolean") value = input.checked;
+      else if (f.type === "integer" || f.type === "number") value = input.value === "" ? null : Number(input.value);
+      else value = input.value;
+    }
+    const keys = f.path.split(".").slice(1);
+    let obj = spec;
+    for (const k of keys.slice(0, -1)) obj = obj[k] ??= {};
+    obj[keys[keys.length - 1]] = value;
+  }
+  return spec;
+}
+
+function valueAt(spec, path) {
+  return path.split(".").slice(1).reduce((o, k) => (o == null ? undefined : o[k]), spec);
+}
+
+function unsupportedOn(nodes, featurePath) {
+  const name = featurePath.split(".").pop();
+  return nodes.filter((n) => n.colocation || n.capabilities.length)
+    .flatMap((n) => n.capabilities.filter((c) => c.name === name && !c.supported).map((c) => `${n.name}: ${c.reason}`));
+}
+
+function showErrors(form, summary, err) {
+  for (const e of form.querySelectorAll(".field-error")) e.textContent = "";
+  for (const i of form.querySelectorAll("[aria-invalid]")) i.removeAttribute("aria-invalid");
+  const unplaced = [];
+  for (const f of err.fields) {
+    const target = form.querySelector(`[data-path="${CSS.escape(f.field)}"]`);
+    const slot = form.querySelector(`[id="${CSS.escape(f.field)}.error"]`);
+    if (target && slot) {
+      target.setAttribute("aria-invalid", "true");
+      slot.textContent = `${f.field}: ${f.message}`;
+    } else unplaced.push(`${f.field}: ${f.message}`);
+  }
+  summary.replaceChildren(el("p", {}, err.fields.length ? `The policy was not saved: ${err.fields.length} invalid field(s).` : err.message),
+    unplaced.length ? el("ul", {}, unplaced.map((m) => el("li", {}, m))) : null);
+}
+
+function policyDialog(schema, policy, nodes, canWrite, onSaved) {
+  const fields = schema.fields;
+  const summary = el("div", { class: "errors", id: "policy-errors", role: "alert" });
+  const form = el("form", { method: "dialog", novalidate: true, id: "policy-form" });
+  for (const [prefix, title] of SECTIONS) {
+    const own = fields.filter((f) => f.type !== "object" && f.path.startsWith(`${prefix}.`));
+    const unsupported = prefix.startsWith("spec.features.") ? unsupportedOn(nodes, prefix) : [];
+    const fs = el("fieldset", { "data-section": prefix, class: unsupported.length ? "dim" : null },
+      el("legend", {}, title),
+      unsupported.length ? el("p", { class: "muted", "data-unsupported": prefix },
+        `Not supported on ${unsupported.join("; ")}`) : null,
+      own.map((f) => el("div", { class: `field${unsupported.length ? " dim" : ""}` },
+        el("label", { for: f.path }, f.path.slice(prefix.length + 1),
+          el("div", { class: "hint" }, f.description + (f.minimum !== undefined ? ` [${f.minimum}–${f.maximum}]` : ""))),
+        el("div", {}, inputFor(f, valueAt(policy.spec, f.path)), el("div", { class: "field-error", id: `${f.path}.error` })))));
+    form.append(fs);
+  }
+  const save = el("button", { type: "submit", id: "policy-save", disabled: !canWrite,
+    title: canWrite ? null : "read-only: your user may not update the ColocationPolicy" }, "Save policy");
+  const cancel = el("button", { type: "button", class: "secondary", onclick: () => dialog.close() }, "Cancel");
+  form.append(summary, el("div", { class: "actions" }, cancel, save));
+  const dialog = el("dialog", { id: "policy-dialog", "aria-label": "ColocationPolicy" }, form);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const saved = await api("PUT", "/policy", { spec: readForm(form, fields), resourceVersion: policy.resourceVersion || undefined });
+      toast(saved.message);
+      dialog.close();
+      onSaved();
+    } catch (err) {
+      if (err instanceof ApiError) showErrors(form, summary, err); else throw err;
+    }
+  });
+  return dialog;
+}
+
+export async function policyPage(root, me) {
+  const [nodes, schema, policy, rollout] = await Promise.all([
+    api("GET", "/nodes"), api("GET", "/policy/schema"), api("GET", "/policy"), api("GET", "/policy/rollout")]);
+  const canWriteNodes = me.permissions.writeNodes, canWritePolicy = me.permissions.writePolicy;
+  root.append(el("h1", {}, "Policy configuration"));
+  const open = el("button", { id: "open-policy", type: "button" }, "Edit ColocationPolicy…");
+  root.append(el("div", { class: "toolbar" }, open,
+    el("span", { class: "muted" }, policy.exists ? `generation ${policy.generation}` : "not created yet: defaults apply"),
+    !canWriteNodes ? el("span", { class: "muted" }, "read-only: switches are disabled for your user") : null));
+  root.append(el("table", { id: "nodes" },
+    el("thead", {}, el("tr", {}, ["Colocation", "Node", "Status", "Overselling", "Pods HLS / LS / BE", "Batch CPU requested of allocatable",
+      "Batch memory requested of allocatable", "Capabilities", "Policy gen."].map((h) => el("th", {}, h)))),
+    el("tbody", {}, nodes.items.map((n) => nodeRow(n, canWriteNodes)))));
+  root.append(el("h2", {}, "Rollout"), rollout.nodes.length
+    ? el("table", { id: "rollout" }, el("tbody", {}, rollout.nodes.map((r) => el("tr", {},
+      el("td", {}, r.name), el("td", {}, r.appliedGeneration ?? "–"), el("td", {}, r.upToDate ? "applied" : r.reason)))))
+    : el("p", { class: "muted" }, "No colocation nodes."));
+  const dialog = policyDialog(schema, policy, nodes.items, canWritePolicy, () => window.dispatchEvent(new HashChangeEvent("hashchange")));
+  root.append(dialog);
+  open.addEventListener("click", () => dialog.showModal());
+}

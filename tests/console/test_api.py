@@ -1,0 +1,209 @@
+"""The REST API against the lab: authentication and authorisation by the API server, node
+switches seen at the API server, policy validation, and monitoring through the real Prometheus
+scraping the real metrics of tidal-console, the replayed agent and the oversell master."""
+import time
+
+import pytest
+from kubernetes import client
+
+from tidal import qos
+from tidal.lab.pytest_plugin import wait_for
+
+from .conftest import http, promql
+
+pytestmark = pytest.mark.lab
+
+
+def _label(core, node):
+    return (core.read_node(node).metadata.labels or {}).get(qos.COLOCATION_NODE_LABEL)
+
+
+def test_callers_are_authenticated_and_authorised_by_the_api_server(console, users, nodes, lab_api):
+    core = client.CoreV1Api(lab_api)
+    status, headers, body = http("GET", f"{console}/api/v1/nodes")
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+    assert "bearer token" in body["error"]["message"]
+    assert http("GET", f"{console}/api/v1/nodes", "not-a-token")[0] == 401
+    status, _, body = http("GET", f"{console}/api/v1/nodes", users["nobody"])
+    assert status == 403 and "may not list nodeprofiles.colocation.tidal.io" in body["error"]["message"]
+
+    # The viewer reads but cannot write: no label changes, no policy written.
+    assert http("GET", f"{console}/api/v1/nodes", users["viewer"])[0] == 200
+    assert http("GET", f"{console}/api/v1/policy", users["viewer"])[0] == 200
+    status, _, body = http("PUT", f"{console}/api/v1/nodes/{nodes['plain']}/colocation", users["viewer"],
+                           {"enabled": True})
+    assert status == 403 and f"may not patch nodes {nodes['plain']}" in body["error"]["message"]
+    assert _label(core, nodes["plain"]) is None
+    status, _, body = http("PUT", f"{console}/api/v1/policy", users["viewer"], {"spec": {}})
+    assert status == 403 and "may not update colocationpolicies" in body["error"]["message"]
+    # No anonymous writes either.
+    assert http("PUT", f"{console}/api/v1/nodes/{nodes['plain']}/colocation", None, {"enabled": True})[0] == 401
+
+    _, _, me = http("GET", f"{console}/api/v1/whoami", users["viewer"])
+    assert me["username"] == f"system:serviceaccount:{users['namespace']}:viewer"
+    assert me["permissions"] == {"readNodes": True, "readPolicy": True, "writeNodes": False, "writePolicy": False}
+    _, _, me = http("GET", f"{console}/api/v1/whoami", users["editor"])
+    assert me["permissions"] == {"readNodes": True, "readPolicy": True, "writeNodes": True, "writePolicy": True}
+
+
+def test_switching_colocation_on_a_node_changes_its_label_and_says_so(console, users, nodes, lab_api):
+    core = client.CoreV1Api(lab_api)
+    node, url = nodes["plain"], f"{console}/api/v1/nodes/{nodes['plain']}/colocation"
+    status, _, body = http("PUT", url + "?dryRun=All", users["editor"], {"enabled": True})
+    assert status == 200 and body["message"].startswith("dry run:") and _label(core, node) is None
+
+    status, _, body = http("PUT", url, users["editor"], {"enabled": True})
+    assert (status, body["message"], body["changed"]) == (200, f"colocation enabled on node {node}", True)
+    assert _label(core, node) == "true"
+    _, _, body = http("PUT", url, users["editor"], {"enabled": True})
+    assert (body["message"], body["changed"]) == (f"colocation already enabled on node {node}", False)
+    _, _, listing = http("GET", f"{console}/api/v1/nodes", users["viewer"])
+    assert next(n for n in listing["items"] if n["name"] == node)["colocation"] is True
+
+    status, _, body = http("PUT", url, users["editor"], {"enabled": False})
+    assert (status, body["message"]) == (200, f"colocation disabled on node {node}")
+    assert _label(core, node) is None
+
+    # Why not: a cordoned node, a node that does not exist, a body without a boolean.
+    core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        status, _, body = http("PUT", url, users["editor"], {"enabled": True})
+        assert status == 409 and "cordoned" in body["message"] and _label(core, node) is None
+    finally:
+        core.patch_node(node, {"spec": {"unschedulable": None}})
+    status, _, body = http("PUT", f"{console}/api/v1/nodes/console-no-such-node/colocation", users["editor"],
+                           {"enabled": True})
+    assert status == 404 and body["message"] == "colocation not changed: node console-no-such-node does not exist"
+    status, _, body = http("PUT", url, users["editor"], {"enabled": "yes"})
+    assert status == 400 and body["error"]["fields"] == [{"field": "enabled", "message": "must be true or false"}]
+
+
+def test_node_list_shows_capabilities_with_reasons_pods_by_qos_and_batch_requests(console, users, nodes, lab_api):
+    core, custom = client.CoreV1Api(lab_api), client.CustomObjectsApi(lab_api)
+    node = nodes["oversold"]
+    group = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
+    try:
+        custom.create_cluster_custom_object(*group, {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile",
+                                                     "metadata": {"name": node}})
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+    custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": [
+        {"name": "cpuBurst", "supported": True, "reason": ""},
+        {"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"}]}})
+    namespace = users["namespace"]
+    be = {"metadata": {"name": "be", "annotations": {qos.QOS_ANNOTATION: "BE"}},
+          "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox", "resources": {
+              "requests": {qos.BATCH_CPU_RESOURCE: "1500", qos.BATCH_MEMORY_RESOURCE: str(2 * 1024**3)},
+              "limits": {qos.BATCH_CPU_RESOURCE: "1500", qos.BATCH_MEMORY_RESOURCE: str(2 * 1024**3)}}}]}}
+    ls = {"metadata": {"name": "ls", "annotations": {qos.QOS_ANNOTATION: "LS"}},
+          "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox",
+                                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}
+    for pod in (be, ls):
+        core.create_namespaced_pod(namespace, pod)
+    try:
+        status, _, view = http("GET", f"{console}/api/v1/nodes/{node}", users["viewer"])
+        assert status == 200
+        assert view["colocation"] and view["oversubscription"]
+        assert {"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"} in view["capabilities"]
+        assert view["podsByQoS"] == {"HLS": 0, "LS": 1, "BE": 1, "none": 0}
+        assert view["batch"]["requested"] == {"cpuMillicores": 1500, "memoryBytes": 2 * 1024**3}
+        assert view["allocatable"] == {"cpuMillicores": 16000, "memoryBytes": 64 * 1024**3}
+        status, _, body = http("GET", f"{console}/api/v1/nodes/Bad_Name", users["viewer"])
+        assert status == 400 and body["error"]["fields"][0]["field"] == "name"
+    finally:
+        for pod in ("be", "ls"):
+            core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+
+
+def test_an_invalid_policy_is_refused_naming_each_field_and_rule_and_changes_nothing(console, users, lab_api):
+    before = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
+    status, _, body = http("PUT", f"{console}/api/v1/policy", users["editor"], {"spec": {
+        "evictionWatermarks": {"cpu": {"highPercent": 50, "lowPercent": 70}},
+        "overselling": {"ratioPercent": 150}}})
+    assert status == 422
+    fields = {f["field"]: f["message"] for f in body["error"]["fields"]}
+    assert "must be lower than highPercent" in fields["spec.evictionWatermarks.cpu.lowPercent"]
+    assert "150" in fields["spec.overselling.ratioPercent"] and "100" in fields["spec.overselling.ratioPercent"]
+    after = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
+    assert after["resourceVersion"] == before["resourceVersion"]
+    status, _, body = http("PUT", f"{console}/api/v1/policy", users["editor"], {"spec": {}, "extra": 1})
+    assert status == 422 and body["error"]["fields"][0]["field"] == "extra"
+
+
+def test_a_valid_policy_is_written_and_its_rollout_lists_the_colocation_nodes(console, users, nodes, lab_api):
+    custom = client.CustomObjectsApi(lab_api)
+    group = (qos.API_GROUP, qos.API_VERSION, "colocationpolicies")
+    before = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
+    spec = before["spec"]
+    spec["features"]["cpuBurst"]["enabled"] = not spec["features"]["cpuBurst"]["enabled"]
+    try:
+        status, _, body = http("PUT", f"{console}/api/v1/policy", users["editor"], {"spec": spec})
+        assert status == 200, body
+        assert body["message"] == f"policy updated: generation {body['generation']}"
+        stored = custom.get_cluster_custom_object(*group, "default")
+        assert stored["spec"]["features"]["cpuBurst"]["enabled"] == spec["features"]["cpuBurst"]["enabled"]
+        # A stale resourceVersion is a conflict, not a silent overwrite.
+        status, _, _ = http("PUT", f"{console}/api/v1/policy", users["editor"],
+                            {"spec": before["spec"], "resourceVersion": before["resourceVersion"] or "1"})
+        assert status == 409
+        _, _, rollout = http("GET", f"{console}/api/v1/policy/rollout", users["viewer"])
+        assert rollout["generation"] == body["generation"]
+        row = next(r for r in rollout["nodes"] if r["name"] == nodes["oversold"])
+        assert not row["upToDate"] and row["reason"]
+        assert nodes["plain"] not in {r["name"] for r in rollout["nodes"]}
+    finally:
+        spec["features"]["cpuBurst"]["enabled"] = not spec["features"]["cpuBurst"]["enabled"]
+        if before["exists"]:
+            current = custom.get_cluster_custom_object(*group, "default")
+            current["spec"] = before["spec"]
+            custom.replace_cluster_custom_object(*group, "default", current)
+        else:
+            custom.delete_cluster_custom_object(*group, "default")
+
+
+def test_monitoring_reads_the_components_metrics_through_prometheus(console, users, nodes, components, prometheus):
+    node = nodes["oversold"]
+
+    def scraped():
+        return (promql(prometheus, f'tidal_qos_cpu_usage_millicores{{node="{node}",qos="LS"}} > 0')
+                and promql(prometheus, f'tidal_node_batch_allocatable{{node="{node}",resource="cpu"}} > 0')
+                and promql(prometheus, 'tidal_console_requests_total{component="tidal-console"}'))
+    wait_for(scraped, 90, f"Prometheus to scrape the replayed agent, the master and the console "
+                          f"(exporter log: {components['log']})")
+    time.sleep(6)  # one more scrape: a range query needs two points to draw a line
+    status, _, body = http("GET", f"{console}/api/v1/monitoring/nodes/{node}?step=5&start={time.time() - 300:.0f}",
+                           users["viewer"])
+    assert status == 200 and body["scope"] == "node" and body["node"] == node
+    charts = {p["name"]: p for p in body["panels"]}
+    assert set(charts) == {"cpuByQoS", "memoryByQoS", "nodeCPU", "nodeMemory", "batchCPU", "batchMemory",
+                           "evictions", "psi"}
+    ls = next(s for s in charts["cpuByQoS"]["series"] if s["name"] == "LS")
+    assert [v for _, v in ls["points"] if v] and all(1000 <= v <= 6000 for _, v in ls["points"] if v)
+    assert {s["name"] for s in charts["cpuByQoS"]["series"]} == {"HLS", "LS", "BE"}
+    assert "allocatable" in {s["name"] for s in charts["batchCPU"]["series"]}
+
+    _, _, cluster = http("GET", f"{console}/api/v1/monitoring/cluster?start={time.time() - 300:.0f}",
+                         users["viewer"])
+    per_node = next(p for p in cluster["panels"] if p["name"] == "nodeCPU")
+    assert node in {s["name"] for s in per_node["series"]}
+
+    # The recording rules run on the same data.
+    wait_for(lambda: promql(prometheus, 'tidal:qos_cpu_usage_millicores:sum{qos="LS"} > 0'), 45,
+             "the recording rule tidal:qos_cpu_usage_millicores:sum (evaluated every 15 s)")
+
+    # Bad ranges name the parameter and the rule.
+    for query, field in (("step=0", "step"), ("start=200&end=100", "start"), ("end=yesterday", "end"),
+                         ("start=0&end=9999999&step=1", "start")):
+        status, _, body = http("GET", f"{console}/api/v1/monitoring/cluster?{query}", users["viewer"])
+        assert status == 400 and body["error"]["fields"][0]["field"] == field, (query, body)
+    status, _, body = http("GET", f"{console}/api/v1/monitoring/nodes/x%22%20or%20vector(1)", users["viewer"])
+    assert status == 400 and body["error"]["fields"][0]["field"] == "node"  # no PromQL injection
+
+
+def test_the_console_exports_its_own_metrics(console, users):
+    http("GET", f"{console}/api/v1/nodes")
+    status, _, text = http("GET", f"{console}/metrics")
+    assert status == 200
+    assert 'tidal_console_auth_denials_total{reason="unauthenticated"}' in text
+    assert 'tidal_console_requests_total{code="401",method="GET",route="/api/v1/nodes"}' in text

@@ -95,8 +95,9 @@ SCHEMAS: dict[str, Any] = {
         "type": "object", "required": ["spec"], "additionalProperties": False,
         "properties": {"spec": {"type": "object", "description": "The full or partial ColocationPolicy spec; "
                                                                  "missing fields take their defaults."},
-                       "resourceVersion": {**_STR, "description": "Optimistic concurrency: refuse with 409 "
-                                                                  "when the policy changed since."}},
+                       "resourceVersion": {**_STR, "nullable": True,
+                                           "description": "Optimistic concurrency: refuse with 409 when the "
+                                                          "policy changed since (null or absent: no check)."}},
     },
     "PolicySchema": {
         "type": "object", "required": ["fields", "rules"],
@@ -139,21 +140,31 @@ SCHEMAS: dict[str, Any] = {
 _ERR = {"content": {"application/json": {"schema": _ref("Error")}}}
 
 
-def _responses(ok: str, *codes: int, write: bool = False) -> dict:
+_MALFORMED = {"description": "bad request: the field and the rule are named (JSON); a request the HTTP "
+                             "parser refuses (e.g. invalid header bytes) gets a plain-text answer",
+              "content": {"application/json": {"schema": _ref("Error")}, "text/plain": {"schema": _STR}}}
+
+
+def _responses(ok: str, *codes: int) -> dict:
     out: dict[str, Any] = {"200": {"description": "OK", "content": {"application/json": {"schema": _ref(ok)}}},
+                           "400": _MALFORMED,
                            "401": {"description": "no bearer token, or the API server did not accept it", **_ERR},
                            "403": {"description": "the SubjectAccessReview did not allow the caller", **_ERR},
                            "502": {"description": "the API server or Prometheus failed", **_ERR}}
     for code in codes:
-        out[str(code)] = {"description": {400: "bad request (the field and the rule are named)",
-                                          404: "not found", 409: "conflict or refused",
+        if code == 400:
+            continue
+        out[str(code)] = {"description": {404: "not found", 409: "conflict or refused",
                                           422: "invalid (each field and rule is named)"}[code], **_ERR}
     return out
 
 
 _DRY_RUN = {"name": "dryRun", "in": "query", "required": False, "schema": {"type": "string", "enum": ["All"]},
             "description": "Validate and let the API server run the write without persisting it."}
-_NODE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_NODE_NAME = {"name": "name", "in": "path", "required": True,
+              "schema": {"type": "string", "maxLength": 253,
+                         "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"},
+              "description": "Node name (lowercase RFC 1123 subdomain)."}
 _RANGE = [
     {"name": "start", "in": "query", "required": False,
      "schema": {"type": "string"}, "description": "Unix seconds or RFC 3339; default end - 1 h."},

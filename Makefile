@@ -61,6 +61,12 @@ bench-admission: venv
 bench-oversell: venv debian-packages lab-build
 	$(BIN)/python bench/oversell.py
 
+# nginx from Debian: its package's service is never started here (servers listen on loopback only).
+.PHONY: bench-isolation
+bench-isolation: venv debian-packages lab-build
+	$(MAKE) debian-packages DEBIAN_PACKAGES="nginx-light stress-ng"
+	$(BIN)/python bench/isolation.py $(BENCH_ARGS)
+
 # NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),
 # built with the local Go toolchain and cached under ~/.cache/tidal/nri/<nri-version>/.
 .PHONY: nri-harness bench-nri

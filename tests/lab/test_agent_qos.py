@@ -122,17 +122,6 @@ def _be(node, name, millicores, memory="256Mi", labels=None):
     return _pod(node, name, "BE", batch, labels, limits=dict(batch))  # extended: limits = requests
 
 
-def _running_with_container(core, namespace, name):
-    """Wait until kwok runs the pod, then report a container ID as the kubelet would."""
-    pod = wait_for(lambda: (p := core.read_namespaced_pod(name, namespace)).status.phase == "Running" and p,
-                   30, f"pod {name} running")
-    cid = f"containerd://{secrets.token_hex(32)}"
-    core.patch_namespaced_pod_status(name, namespace, {"status": {"containerStatuses": [{
-        "name": "main", "image": "registry.invalid/app:1", "imageID": "", "ready": True, "restartCount": 0,
-        "containerID": cid, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}})
-    return pod.metadata.uid, PodQOSClass(pod.status.qos_class), cid
-
-
 def _agent(lab, node, kubelet, tmp_path, port):
     return processes.start("agent", [
         str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
@@ -164,13 +153,11 @@ def _cpu_cores(dirs, seconds=2.0) -> float:
 def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_colocation_goes_off(
         lab, core, namespace, node, kubelet, policy, tmp_path):
     policy({})
-    core.create_namespaced_pod(namespace, _pod(node, "web", "LS", {"cpu": "500m", "memory": "256Mi"}))
-    core.create_namespaced_pod(namespace, _be(node, "batch", 500))
-    web_uid, web_class, web_cid = _running_with_container(core, namespace, "web")
-    be_uid, be_class, be_cid = _running_with_container(core, namespace, "batch")
+    web_pod = kubelet.run_pod(core, namespace, _pod(node, "web", "LS", {"cpu": "500m", "memory": "256Mi"}))
+    be_pod_ = kubelet.run_pod(core, namespace, _be(node, "batch", 500))
+    web_uid, web_class, web = web_pod.uid, web_pod.qos_class, web_pod.dirs
+    be_uid, be_class, be = be_pod_.uid, be_pod_.qos_class, be_pod_.dirs
     assert (web_class, be_class) == (PodQOSClass.BURSTABLE, PodQOSClass.BEST_EFFORT)
-    web = kubelet.create_pod(web_uid, web_class, [web_cid])[web_cid]
-    be = kubelet.create_pod(be_uid, be_class, [be_cid])[be_cid]
     kubelet.idle(web)
     kubelet.spin(be)
     cpu = kubelet.cpu_root
@@ -181,7 +168,7 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
                                        be_cpu / "cpu.cfs_quota_us", be_cpu / "cpu.shares",
                                        be_memory / "memory.limit_in_bytes")}
     # the BE process is free to take a whole CPU before the agent runs
-    assert _cpu_cores(be, 1.0) > 0.8
+    assert _cpu_cores(be, 1.0) > 0.65
 
     port = free_port()
     agent = _agent(lab, node, kubelet, tmp_path, port)
@@ -197,7 +184,7 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
         wait_for(lambda: CPUS * 65_000 * 0.9 <= int(_read(be_parent / "cpu.cfs_quota_us")) <= CPUS * 65_000,
                  10, "suppression quota at CPUs x 65 % minus the idle LS pod's usage")
         # ... and what the process gets: its 500 m quota, not a whole CPU
-        assert _cpu_cores(be) < 0.6
+        assert _cpu_cores(be) < 0.55
         # the online pod is never touched
         assert _read(cpu / kubelet.layout.pod_relpath(web_uid, web_class) / "cpu.shares") == "1024"
 
@@ -217,7 +204,7 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
         core.patch_node(node, {"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: None}}})
         wait_for(lambda: all(_read(p) == v for p, v in originals.items()), 10,
                  f"original values restored: {originals}")
-        assert _cpu_cores(be) > 0.8
+        assert _cpu_cores(be) > 0.65
         assert processes.alive(agent)
     finally:
         processes.stop(agent)
@@ -246,10 +233,7 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "protected"}}}})
     workers = {}
     for name, body in pods.items():
-        core.create_namespaced_pod(namespace, body)
-    for name in pods:
-        uid, qos_class, cid = _running_with_container(core, namespace, name)
-        dirs = kubelet.create_pod(uid, qos_class, [cid])[cid]
+        dirs = kubelet.run_pod(core, namespace, body).dirs
         workers[name] = kubelet.idle(dirs) if name == "web" else kubelet.spin(dirs)
     wait_for(lambda: client.PolicyV1Api(core.api_client).read_namespaced_pod_disruption_budget(
         "protected", namespace).status.current_healthy == 1, 30, "PDB sees its pod")
@@ -300,9 +284,8 @@ def test_agent_keeps_enforcing_while_the_api_server_is_unreachable_and_is_restar
 
     from tidal.testing.tcp_proxy import TCPProxy
     policy({})
-    core.create_namespaced_pod(namespace, _be(node, "batch", 500))
-    uid, qos_class, cid = _running_with_container(core, namespace, "batch")
-    be = kubelet.create_pod(uid, qos_class, [cid])[cid]
+    running = kubelet.run_pod(core, namespace, _be(node, "batch", 500))
+    uid, qos_class, be = running.uid, running.qos_class, running.dirs
     kubelet.spin(be)
     be_pod = kubelet.cpu_root / kubelet.layout.pod_relpath(uid, qos_class)
     be_parent = kubelet.cpu_root / kubelet.layout.qos_relpath(PodQOSClass.BEST_EFFORT)

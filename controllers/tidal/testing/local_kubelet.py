@@ -7,8 +7,12 @@ controls them exactly as on a node. Everything is removed again by ``RealCgroups
 """
 from __future__ import annotations
 
+import secrets
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 from pathlib import Path, PurePosixPath
 
 from tidal.agent.collector.cgroups import (
@@ -22,7 +26,16 @@ from tidal.agent.collector.cgroups import (
 from tidal.agent.qos.strategy import cpu_controller_root
 from tidal.testing.real_cgroups import RealCgroups, own_cgroup
 
-__all__ = ["LocalKubelet"]
+__all__ = ["LocalKubelet", "RunningPod"]
+
+
+@dataclass(frozen=True)
+class RunningPod:
+    uid: str
+    qos_class: PodQOSClass
+    container_id: str
+    #: the container's cgroup in every hierarchy
+    dirs: list[Path]
 
 
 class LocalKubelet:
@@ -59,6 +72,27 @@ class LocalKubelet:
                 self.cgroups.make(d)
             containers[cid] = dirs
         return containers
+
+    def run_pod(self, core, namespace: str, body: Mapping[str, Any], timeout: float = 60) -> RunningPod:
+        """Create a one-container pod bound to a kwok node (``spec.nodeName``), wait until kwok
+        runs it, report a container ID in its status as the kubelet would, and create its
+        cgroups here. ``core`` is a ``kubernetes.client.CoreV1Api``."""
+        name = body["metadata"]["name"]
+        (container,) = body["spec"]["containers"]
+        core.create_namespaced_pod(namespace, body)
+        deadline = time.monotonic() + timeout
+        while (pod := core.read_namespaced_pod(name, namespace)).status.phase != "Running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pod {namespace}/{name} not running after {timeout:g}s")
+            time.sleep(0.2)
+        cid = f"containerd://{secrets.token_hex(32)}"
+        core.patch_namespaced_pod_status(name, namespace, {"status": {"containerStatuses": [{
+            "name": container["name"], "image": container["image"], "imageID": "", "ready": True,
+            "restartCount": 0, "containerID": cid,
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}})
+        qos_class = PodQOSClass(pod.status.qos_class)
+        dirs = self.create_pod(pod.metadata.uid, qos_class, [cid])[cid]
+        return RunningPod(pod.metadata.uid, qos_class, cid, dirs)
 
     def spin(self, dirs: Sequence[Path]) -> subprocess.Popen:
         """A process burning one CPU inside the given cgroups."""

@@ -1,0 +1,309 @@
+"""make bench-isolation: does an online server keep its latency next to a CPU-hogging BE job?
+
+One run measures four treatments on this machine, interleaved over several rounds (the machine
+is shared and noisy: medians per treatment, and the solo figures of the same run are the
+reference):
+
+* ``solo``          the online server alone;
+* ``no_isolation``  plus a BE "pod" burning every CPU (stress-ng), with default cgroup weights;
+* ``k8s_default``   the same BE pod treated as Kubernetes treats BestEffort pods (``cpu.shares=2``
+                    on the pod and on the besteffort parent);
+* ``tidal``         the same BE pod with ``tidal-agent run`` enforcing (cpu.idle, batch
+                    resources, suppression quota on the BE parent), against a private lab where
+                    a kwok node stands for this machine and the pods are bound to it.
+
+The online server is nginx with gzip serving a 16 KiB page from an LS "pod" cgroup, under a fixed
+request rate (open loop: bench/loadgen sends on schedule whatever the latency, so queueing shows).
+Pods are kubelet-style cgroups below a private cgroup root (tidal.testing.local_kubelet).
+
+Output: one JSON line per treatment and round, then the medians as the last line:
+``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal": R}`` with R =
+``{"p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s"}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal")
+CPUS = os.cpu_count() or 1
+
+
+def log(msg: str) -> None:
+    print(f"[bench-isolation] {msg}", file=sys.stderr, flush=True)
+
+
+def busy_cores(before, after) -> float:
+    from tidal.agent.collector.rates import node_cpu_cores
+    return node_cpu_cores(before, after) or 0.0
+
+
+def proc_stat():
+    from tidal.agent.collector.readers import read_proc_stat
+    return read_proc_stat("/proc/stat")
+
+
+def in_cgroups(dirs):
+    """preexec_fn: the child joins the cgroups before it execs (its workers follow)."""
+    def join():
+        for d in dirs:
+            with open(d / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+    return join
+
+
+NGINX_CONF = """
+daemon off;
+master_process on;
+worker_processes {workers};
+user root;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_requests 1000000;
+    gzip on;
+    gzip_comp_level 1;
+    gzip_min_length 0;
+    gzip_types text/html text/plain;
+    server {{
+        listen 127.0.0.1:{port};
+        root {dir}/www;
+        location / {{ }}
+    }}
+}}
+"""
+
+
+def page(size: int = 16 * 1024) -> str:
+    rng = random.Random(7)
+    words = ["tidal", "online", "offline", "latency", "batch", "node", "pod", "cgroup", "quota",
+             "search", "ads", "web", "request", "colocation", "kernel", "sched", "idle", "burst"]
+    out, n = [], 0
+    while n < size:
+        line = " ".join(rng.choice(words) for _ in range(12)) + "\n"
+        out.append(line)
+        n += len(line)
+    return "<html><body><pre>\n" + "".join(out) + "</pre></body></html>\n"
+
+
+class Nginx:
+    def __init__(self, workdir: Path, dirs) -> None:
+        from tidal.lab.ports import free_port
+        self.port = free_port()
+        (workdir / "www").mkdir(parents=True)
+        (workdir / "www" / "index.html").write_text(page())
+        conf = workdir / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(workers=CPUS, dir=workdir, port=self.port))
+        self.proc = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(conf), "-p", str(workdir)],
+                                     preexec_fn=in_cgroups(dirs), stdout=subprocess.DEVNULL,
+                                     stderr=open(workdir / "stderr.log", "w"))
+        deadline = time.monotonic() + 10
+        import urllib.request
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=1).read()
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise SystemExit(f"nginx did not start: {(workdir / 'error.log').read_text() if (workdir / 'error.log').exists() else ''}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGQUIT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class StressNG:
+    """stress-ng burning every CPU inside the BE pod's cgroups for ``seconds``."""
+
+    def __init__(self, dirs, seconds: float, workdir: Path) -> None:
+        self.yaml = workdir / f"stress-{secrets.token_hex(3)}.yaml"
+        self.proc = subprocess.Popen(
+            [shutil.which("stress-ng") or "/usr/bin/stress-ng", "--cpu", str(CPUS), "--cpu-method", "matrixprod",
+             "--timeout", f"{int(seconds)}s", "--metrics-brief", "--yaml", str(self.yaml)],
+            preexec_fn=in_cgroups(dirs), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ops_per_s(self) -> float:
+        self.proc.wait(timeout=60)
+        text = self.yaml.read_text()
+        match = re.search(r"bogo-ops-per-second-real-time:\s*([\d.]+)", text)
+        if not match:
+            raise SystemExit(f"no bogo-ops in stress-ng's output: {text[:500]}")
+        return float(match.group(1))
+
+
+def fixed_rate(loadgen: Path, url: str, rate: int, seconds: float) -> dict:
+    out = subprocess.run([str(loadgen), "-url", url, "-rate", str(rate), "-duration", f"{seconds}s",
+                          "-warmup", "200"], capture_output=True, text=True, timeout=seconds + 120)
+    if out.returncode != 0:
+        raise SystemExit(f"loadgen failed: {out.stderr}")
+    return json.loads(out.stdout)
+
+
+def measure(loadgen, url, rate, seconds, be_dirs, workdir) -> dict:
+    stress = StressNG(be_dirs, seconds + 4, workdir) if be_dirs else None
+    time.sleep(2 if stress else 0.5)
+    before = proc_stat()
+    result = fixed_rate(loadgen, url, rate, seconds)
+    busy = busy_cores(before, proc_stat())
+    return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
+            "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
+            "be_ops_per_s": round(stress.ops_per_s(), 1) if stress else 0.0,
+            "errors": result["errors"]}
+
+
+def median_of(runs: list[dict]) -> dict:
+    keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s")
+    return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=int, default=500, help="online requests per second")
+    parser.add_argument("--seconds", type=float, default=12, help="measured seconds per treatment")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--suppression-percent", type=int, default=100,
+                        help="the policy's beIsolation.cpuSuppression.thresholdPercent for the tidal run")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
+    for tool in ("nginx", "stress-ng"):
+        if not (shutil.which(tool) or Path(f"/usr/sbin/{tool}").exists()):
+            raise SystemExit(f"{tool} is missing: run it through `make bench-isolation`, which installs it")
+
+    from admission import build_loadgen
+    from kubernetes import client
+
+    from tidal import qos
+    from tidal.agent.collector.cgroups import PodQOSClass
+    from tidal.crds import crd_manifests
+    from tidal.lab import processes
+    from tidal.lab.apply import create_or_replace_all
+    from tidal.lab.lab import Lab
+    from tidal.lab.ports import free_port
+    from tidal.testing.local_kubelet import LocalKubelet
+    from tidal.testing.real_cgroups import RealCgroups
+
+    loadgen = build_loadgen()
+    workdir = Path(tempfile.mkdtemp(prefix="tidal-bench-isolation-"))
+    cgroups = RealCgroups(workdir)
+    kubelet = LocalKubelet(cgroups)
+    lab = Lab(workdir / "lab")
+    nginx = None
+    agent = None
+    node = "bench-node"
+    results: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
+    try:
+        log(f"starting a private lab in {lab.dir}")
+        lab.up(nodes=0)
+        with lab.api_client() as api:
+            create_or_replace_all(api, crd_manifests(), wait_established=True)
+            core = client.CoreV1Api(api)
+            custom = client.CustomObjectsApi(api)
+            custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", {
+                "apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy", "metadata": {"name": "default"},
+                "spec": {"evictionWatermarks": {"enabled": False},
+                         "beIsolation": {"cpuSuppression": {"thresholdPercent": args.suppression_percent}}}})
+            capacity = {"cpu": str(CPUS), "memory": "24Gi", "pods": "110",
+                        qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(8 << 30)}
+            core.create_node({"apiVersion": "v1", "kind": "Node",
+                              "metadata": {"name": node, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                           "labels": {qos.COLOCATION_NODE_LABEL: "true"}},
+                              "status": {"capacity": capacity, "allocatable": capacity}})
+            core.create_namespace({"metadata": {"name": "bench"}})
+            while not core.list_namespaced_service_account("bench").items:  # pods need "default"
+                time.sleep(0.2)
+
+            def pod(name, level, requests, limits):
+                running = kubelet.run_pod(core, "bench", {
+                    "metadata": {"name": name, "annotations": {qos.QOS_ANNOTATION: level}},
+                    "spec": {"nodeName": node, "automountServiceAccountToken": False,
+                             "containers": [{"name": "main", "image": "registry.invalid/app:1",
+                                             "resources": {"requests": requests, "limits": limits}}]}})
+                return running.dirs, running
+
+            web_dirs, _ = pod("web", "LS", {"cpu": "1", "memory": "512Mi"}, {})
+            batch = {qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(2 << 30)}
+            be_dirs, be_pod = pod("batch", "BE", batch, dict(batch))
+        be_pod_dirs = kubelet.dirs(kubelet.layout.pod_relpath(be_pod.uid, PodQOSClass.BEST_EFFORT))
+        be_parent_dirs = kubelet.qos_dirs(PodQOSClass.BEST_EFFORT)
+        cpu_files = [d / "cpu.shares" for d in (be_parent_dirs + be_pod_dirs) if (d / "cpu.shares").exists()]
+
+        nginx = Nginx(workdir / "nginx", web_dirs)
+        url = f"http://127.0.0.1:{nginx.port}/index.html"
+        log(f"nginx on {url} in {web_dirs[0]}; {args.rate} req/s for {args.seconds:g}s per treatment, "
+            f"{args.rounds} rounds")
+
+        for round_ in range(args.rounds):
+            for treatment in TREATMENTS:
+                if treatment == "k8s_default":
+                    for f in cpu_files:
+                        f.write_text("2")
+                if treatment == "tidal":
+                    agent = processes.start("agent", [
+                        str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
+                        "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
+                        "--kubelet-cgroup-root", kubelet.kubelet_root, "--state-dir", str(workdir / "agent"),
+                        "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port())],
+                        workdir / "agent.log")
+                    idle = be_pod_dirs[0] / "cpu.idle"
+                    deadline = time.monotonic() + 30
+                    while idle.read_text().strip() != "1":
+                        if time.monotonic() > deadline:
+                            raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
+                        time.sleep(0.2)
+                r = measure(loadgen, url, args.rate, args.seconds,
+                            None if treatment == "solo" else be_dirs, workdir)
+                if treatment == "k8s_default":
+                    for f in cpu_files:
+                        f.write_text("1024")
+                if treatment == "tidal":
+                    processes.stop(agent)
+                    agent = None
+                    subprocess.run([str(Path(sys.executable).with_name("tidal-agent")), "restore", "--node", node,
+                                    "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
+                                   check=True, capture_output=True)
+                results[treatment].append(r)
+                print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
+    finally:
+        if agent is not None:
+            processes.stop(agent)
+        if nginx is not None:
+            nginx.stop()
+        lab.down(wipe=True)
+        cgroups.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+    summary = {t: median_of(runs) for t, runs in results.items()}
+    solo = summary["solo"]["p99_ms"]
+    log("p99 vs solo: " + ", ".join(f"{t} {summary[t]['p99_ms'] / solo:.2f}x" for t in TREATMENTS))
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

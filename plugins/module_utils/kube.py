@@ -18,7 +18,8 @@ from ansible.module_utils.basic import env_fallback, missing_required_lib
 try:
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
-    from kubernetes.client.exceptions import ApiException
+    from kubernetes.client import exceptions as k8s_exceptions
+    ApiException = k8s_exceptions.ApiException
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
 except ImportError:

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# or, at your option, GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ description:
   - The file is edited with tomlkit, so every other table, key and comment is kept.
   - Refuses containerd older than 1.7 (no NRI), schema 1 files and a schema 3 file with
     containerd 1.x, and changes nothing then.
-author: Tidal maintainers
+author: Tidal maintainers (@tidal-colocation)
 options:
   path:
     description: containerd's configuration file.
@@ -59,6 +60,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - ansible.builtin.files
 attributes:
   check_mode:

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# or, at your option, GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ description:
     NodeProfile), what its kernel and hardware support (from the agent's capability probe),
     its pods by QoS level and the BE evictions the agent reported.
   - Reads only; never changes anything.
-author: Tidal maintainers
+author: Tidal maintainers (@tidal-colocation)
 options:
   names:
     description: Only these nodes (default every node).
@@ -25,6 +26,7 @@ options:
     description: Only the nodes this label selector matches.
     type: str
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - tidal.colocation.auth
 attributes:
   check_mode:

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# or, at your option, GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ description:
     to start with, and changes nothing then.
   - Reports whether C(cpuManagerPolicy) changed, because only then must the kubelet's
     C(cpu_manager_state) file be removed before the kubelet restarts.
-author: Tidal maintainers
+author: Tidal maintainers (@tidal-colocation)
 options:
   path:
     description: The KubeletConfiguration file.
@@ -31,10 +32,10 @@ options:
     description: C(reservedSystemCPUs), a CPU list such as V(0-1) kept for system daemons.
     type: str
   system_reserved:
-    description: C(systemReserved), for example C({cpu: 500m, memory: 1Gi}); merged into the file's map.
+    description: C(systemReserved), for example V(cpu=500m) and V(memory=1Gi); merged into the file's map.
     type: dict
   kube_reserved:
-    description: C(kubeReserved), for example C({cpu: 500m, memory: 1Gi}); merged into the file's map.
+    description: C(kubeReserved), for example V(cpu=500m) and V(memory=1Gi); merged into the file's map.
     type: dict
   topology_manager_policy:
     description: C(topologyManagerPolicy).
@@ -49,6 +50,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - ansible.builtin.files
 attributes:
   check_mode:

@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# or, at your option, GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ description:
     oversubscription annotations; the offline (BE) pods running there are evicted through the
     Eviction API (so PodDisruptionBudgets hold), and reported.
   - Every node named must exist, or nothing changes.
-author: Tidal maintainers
+author: Tidal maintainers (@tidal-colocation)
 options:
   names:
     description: Node names. At least one of O(names) and O(label_selector) is required.
@@ -41,6 +42,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - tidal.colocation.auth
 attributes:
   check_mode:

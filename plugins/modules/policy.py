@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# or, at your option, GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -13,16 +14,15 @@ description:
     C(colocation.tidal.io/v1alpha1)), the one object every Tidal component reads.
   - O(spec) is merged into the current spec (or the defaults when there is no policy yet); the
     result is validated with the same model tidal-manager and tidal-agent use, so an invalid
-    value fails with the field's full path and the rule, for example
-    C(spec.evictionWatermarks.cpu.lowPercent: must be lower than highPercent, got lowPercent 90,
-    highPercent 80), and nothing is changed.
+    value fails with the field's full path and the rule (for example that
+    C(spec.evictionWatermarks.cpu.lowPercent) must be lower than C(highPercent)), and nothing is
+    changed.
   - The policy is written only when its complete spec (defaults included) changes.
-author: Tidal maintainers
+author: Tidal maintainers (@tidal-colocation)
 options:
   spec:
     description:
-      - Fields of the policy's spec, in the CRD's camelCase, nested as in the object; for example
-        C({overselling: {ratioPercent: 50}}).
+      - Fields of the policy's spec, in the CRD's camelCase, nested as in the object (see the examples).
       - Fields not given keep their current value (O(replace=false)) or take their defaults (O(replace=true)).
     type: dict
     default: {}
@@ -36,6 +36,7 @@ options:
     choices: [present, absent]
     default: present
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - tidal.colocation.auth
 attributes:
   check_mode:

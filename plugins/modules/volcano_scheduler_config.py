@@ -1,6 +1,7 @@
 #!/usr/bin/python
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# or, at your option, GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ description:
     started with C(--scheduler-conf)).
   - Every other plugin, argument, tier and comment is kept; the configuration is written only
     when it changed.
-author: Tidal maintainers
+author: Tidal maintainers (@tidal-colocation)
 options:
   path:
     description: Edit this file instead of a ConfigMap. Mutually exclusive with O(configmap).
@@ -62,7 +63,7 @@ options:
         type: bool
         default: false
       settings:
-        description: Keys merged into the plugin entry, for example C({enablePreemptable: false}) or C({arguments: {thresholds: {cpu: 60}}}).
+        description: Keys merged into the plugin entry, for example C(enablePreemptable) or C(arguments) (merged key by key).
         type: dict
         default: {}
   backup:
@@ -70,6 +71,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - tidal.colocation.auth
   - ansible.builtin.files
 attributes:
@@ -148,7 +150,7 @@ def main():
             configmap={"type": "dict", "options": {
                 "name": {"type": "str", "default": "volcano-scheduler-configmap"},
                 "namespace": {"type": "str", "default": "volcano-system"},
-                "key": {"type": "str", "default": "volcano-scheduler.conf"},
+                "key": {"type": "str", "default": "volcano-scheduler.conf", "no_log": False},
             }},
             actions={"type": "list", "elements": "str"},
             plugins={"type": "list", "elements": "dict", "default": [], "options": {

@@ -7,6 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the suite needs; later issues append theirs here.
 DEBIAN_PACKAGES ?= prometheus
+# tidal-console: headless browser tests drive Debian's chromium; node/npm build the web UI.
+DEBIAN_PACKAGES += chromium nodejs
 PYTEST_ARGS ?=
 
 .PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean
@@ -32,7 +34,7 @@ debian-packages:
 lab-build: venv
 	$(BIN)/tidal lab build
 
-test: venv debian-packages lab-build
+test: venv debian-packages lab-build console-web
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -67,6 +69,10 @@ bench-isolation: venv debian-packages lab-build
 	$(MAKE) debian-packages DEBIAN_PACKAGES="nginx-light stress-ng"
 	$(BIN)/python bench/isolation.py $(BENCH_ARGS)
 
+.PHONY: bench-agent
+bench-agent: venv debian-packages lab-build
+	$(BIN)/python bench/agent.py $(BENCH_ARGS)
+
 # NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),
 # built with the local Go toolchain and cached under ~/.cache/tidal/nri/<nri-version>/.
 .PHONY: nri-harness bench-nri
@@ -74,3 +80,9 @@ nri-harness: venv
 	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests/nri'); from nri_harness import build_harness; print(build_harness())"
 bench-nri: venv
 	$(BIN)/python bench/nri.py
+
+# The web console of tidal-console: `npm ci` (committed lockfile) + esbuild into
+# ~/.cache/tidal/lab/console-web/<hash of the sources>; a no-op when that build exists.
+.PHONY: console-web
+console-web: venv debian-packages
+	$(BIN)/tidal-console build-web

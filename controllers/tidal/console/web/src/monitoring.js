@@ -10,14 +10,14 @@ echarts.use([LineChart, GridComponent, LegendComponent, TooltipComponent, TitleC
 const RANGES = [["15m", 900], ["1h", 3600], ["6h", 21600], ["24h", 86400]];
 const charts = new Set();
 
-function option(panel) {
+function option(panel, start, end) {
   return {
     animation: false,
     title: { text: panel.title, textStyle: { fontSize: 13 } },
-    tooltip: { trigger: "axis", valueFormatter: (v) => formatValue(v, panel.unit) },
+    tooltip: { trigger: "axis", className: "chart-tooltip", valueFormatter: (v) => formatValue(v, panel.unit) },
     legend: { type: "scroll", top: 24, data: panel.series.map((s) => s.name) },
     grid: { top: 60, left: 70, right: 20, bottom: 30 },
-    xAxis: { type: "time" },
+    xAxis: { type: "time", min: start * 1000, max: end * 1000 },
     yAxis: { type: "value", axisLabel: { formatter: (v) => formatValue(v, panel.unit) } },
     series: panel.series.map((s) => ({ name: s.name, type: "line", showSymbol: false, connectNulls: false,
       data: s.points.map(([t, v]) => [t * 1000, v]) })),
@@ -52,7 +52,7 @@ export async function monitoringPage(root) {
       panel.series.length ? null : el("div", { class: "muted" }, "no data yet"),
       el("details", {}, el("summary", { class: "muted" }, "PromQL"), el("code", {}, panel.query))));
     const chart = echarts.init(box, null, { renderer: "canvas" });
-    chart.setOption(option(panel));
+    chart.setOption(option(panel, data.start, data.end));
     charts.add(chart);
   }
 }

@@ -1,0 +1,139 @@
+"""The web console in headless Chromium (Debian's package, driven by Playwright through its
+executable path) against tidal-console on the lab: every page loads, a node switch changes the
+node's label at the API server, an invalid policy shows the field error, a chart answers a hover.
+Screenshots go to tests/output/console/ (git-ignored)."""
+import shutil
+
+import pytest
+from kubernetes import client
+
+from tidal import qos
+from tidal.lab.pytest_plugin import wait_for
+
+from .conftest import http, promql
+
+pytestmark = pytest.mark.lab
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("Debian's chromium is not installed (make test installs it: DEBIAN_PACKAGES)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=_chromium(), headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        yield chromium
+        chromium.close()
+
+
+def _signed_in(browser, console, token):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(console + "/")
+    page.fill("#token", token)
+    page.click("#login button[type=submit]")
+    page.wait_for_selector("#page[data-ready=true]", timeout=20000)
+    return page, errors
+
+
+def _go(page, hash_):
+    page.evaluate("h => { location.hash = h; }", hash_)
+    page.wait_for_function("h => location.hash === h && document.querySelector('#page').dataset.ready === 'true'",
+                           arg=hash_, timeout=20000)
+
+
+def _label(core, node):
+    return (core.read_node(node).metadata.labels or {}).get(qos.COLOCATION_NODE_LABEL)
+
+
+def _capabilities(lab_api, node):
+    custom = client.CustomObjectsApi(lab_api)
+    group = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
+    try:
+        custom.create_cluster_custom_object(*group, {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile",
+                                                     "metadata": {"name": node}})
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+    custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": [
+        {"name": "cpuBurst", "supported": True, "reason": ""},
+        {"name": "psiInterference", "supported": False, "reason": "kernel booted without psi=1"}]}})
+
+
+def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nodes, components, prometheus,
+                                                    lab_api, artefacts):
+    core = client.CoreV1Api(lab_api)
+    _capabilities(lab_api, nodes["oversold"])
+    page, errors = _signed_in(browser, console, users["editor"])
+
+    # Overview: the workflow with links into the pages.
+    assert page.locator(".step").count() == 4
+    assert page.locator(".step a[href='#/policy']").count() == 1
+    assert "kubelet" in page.inner_text(".step[data-step='1']")
+    page.screenshot(path=str(artefacts / "overview.png"), full_page=True)
+
+    # Policy configuration: the switch of our own node labels it at the API server.
+    _go(page, "#/policy")
+    node = nodes["plain"]
+    switch = page.locator(f"input[role=switch][data-node='{node}']")
+    assert not switch.is_checked() and _label(core, node) is None
+    page.locator(f"tr[data-node='{node}'] .slider").click()
+    page.wait_for_selector(f".toast:has-text('colocation enabled on node {node}')", timeout=10000)
+    wait_for(lambda: _label(core, node) == "true", 10, f"label {qos.COLOCATION_NODE_LABEL}=true on {node}")
+    assert switch.is_checked()
+    # An unsupported feature is dimmed with its reason.
+    chip = page.locator(f"tr[data-node='{nodes['oversold']}'] .chip.off[data-capability='psiInterference']")
+    assert chip.get_attribute("title") == "kernel booted without psi=1"
+    page.screenshot(path=str(artefacts / "policy-nodes.png"), full_page=True)
+    page.locator(f"tr[data-node='{node}'] .slider").click()
+    page.wait_for_selector(f".toast:has-text('colocation disabled on node {node}')", timeout=10000)
+    wait_for(lambda: _label(core, node) is None, 10, f"label removed from {node}")
+
+    # The policy dialog: an invalid watermark pair is refused, the field named, nothing written.
+    before = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
+    _go(page, "#/policy")
+    page.click("#open-policy")
+    assert page.locator("fieldset[data-section='spec.features.psiInterference'] [data-unsupported]").count() == 1
+    low = "spec.evictionWatermarks.cpu.lowPercent"
+    page.fill(f"[id='{low}']", "95")
+    page.click("#policy-save")
+    error = page.locator(f"[id='{low}.error']")
+    error.wait_for(state="visible", timeout=10000)
+    page.wait_for_function("id => document.getElementById(id).textContent.length > 0", arg=f"{low}.error")
+    assert "must be lower than highPercent" in error.inner_text()
+    assert page.get_attribute(f"[id='{low}']", "aria-invalid") == "true"
+    page.screenshot(path=str(artefacts / "policy-invalid.png"), full_page=True)
+    assert http("GET", f"{console}/api/v1/policy", users["viewer"])[2]["resourceVersion"] == before["resourceVersion"]
+
+    # Monitoring: the node's charts from Prometheus; hovering shows the values.
+    oversold = nodes["oversold"]
+    wait_for(lambda: promql(prometheus, f'count_over_time(tidal_qos_cpu_usage_millicores{{node="{oversold}"}}[1m]) > 2'),
+             90, f"Prometheus to hold a few samples of {oversold}")
+    _go(page, f"#/monitoring?node={oversold}&range=900")
+    chart = page.locator(".chart[data-panel='cpuByQoS']")
+    assert int(chart.get_attribute("data-series")) == 3
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 40, box["y"] + box["height"] / 2)
+    tooltip = page.locator(".chart[data-panel='cpuByQoS'] .chart-tooltip")
+    tooltip.wait_for(state="visible", timeout=10000)
+    assert "LS" in tooltip.inner_text()
+    page.screenshot(path=str(artefacts / "monitoring-node.png"), full_page=True)
+    _go(page, "#/monitoring")
+    assert page.locator(".chart").count() == 8
+    page.screenshot(path=str(artefacts / "monitoring-cluster.png"), full_page=True)
+    assert errors == []
+
+
+def test_read_only_users_see_disabled_switches(browser, console, users, nodes):
+    page, errors = _signed_in(browser, console, users["viewer"])
+    _go(page, "#/policy")
+    assert page.locator(f"input[role=switch][data-node='{nodes['plain']}']").is_disabled()
+    assert page.locator("#policy-save").is_disabled()
+    assert errors == []

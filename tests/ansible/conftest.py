@@ -17,6 +17,22 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+
+def _importable_collection() -> None:
+    """Make ``ansible_collections.tidal.colocation`` importable for the unit tests: a link to
+    this checkout in a temporary ``ansible_collections`` tree on sys.path."""
+    import atexit
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="tidal-collection-"))
+    link = base / "ansible_collections" / "tidal" / "colocation"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(Path(__file__).resolve().parents[2], target_is_directory=True)
+    atexit.register(shutil.rmtree, base, True)
+    sys.path.insert(0, str(base))
+
+
+_importable_collection()
+
 from collection_tools import DEPENDENCIES, ROOT, VENV_COLLECTIONS, run, tool  # noqa: E402
 
 

@@ -1,0 +1,87 @@
+"""What the collection carries a copy of stays equal to its source in the `tidal` package."""
+import dataclasses
+
+import pytest
+import yaml
+
+from collection_tools import ROOT
+from vendor_policy import TARGET, generate
+
+from ansible_collections.tidal.colocation.plugins.doc_fragments.auth import ModuleDocFragment
+from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, policy_model
+from tidal import policy, qos
+
+
+def test_vendored_policy_model_matches_tidal_policy():
+    assert TARGET.read_text() == generate(), (
+        "plugins/module_utils/policy_model.py is out of date: run .venv/bin/python tests/ansible/vendor_policy.py")
+
+
+@pytest.mark.parametrize("spec", [
+    {},
+    {"overselling": {"ratioPercent": 50, "predictor": "p95"}},
+    {"evictionWatermarks": {"cpu": {"lowPercent": 90}}},
+    {"overselling": {"ratioPercent": 101, "predictor": "crystal-ball"}, "unknown": 1},
+    {"features": {"psiInterference": {"resources": ["cpu", "cpu"]}}},
+    {"loadAwareScheduling": {"enabled": "yes"}},
+])
+def test_vendored_model_accepts_and_rejects_exactly_what_tidal_policy_does(spec):
+    def outcome(module):
+        try:
+            return ("ok", module.ColocationPolicy.from_spec(spec).to_spec())
+        except module.PolicyValidationError as err:
+            return ("error", [(e.path, e.message) for e in err.errors])
+    assert outcome(policy_model) == outcome(policy)
+
+
+def test_names_equal_tidal_qos():
+    for name in ("API_GROUP", "API_VERSION", "NAMESPACE", "QOS_ANNOTATION", "OPENFUYAO_QOS_ANNOTATION",
+                 "VOLCANO_QOS_ANNOTATION", "COLOCATION_NODE_LABEL", "OVERSUBSCRIPTION_NODE_LABEL",
+                 "NODE_LABEL_ENABLED_VALUE", "OFFLINE_EVICTING_TAINT_KEY", "OFFLINE_EVICTING_TAINT_EFFECT",
+                 "BATCH_CPU_RESOURCE", "BATCH_MEMORY_RESOURCE"):
+        assert getattr(names, name) == getattr(qos, name), name
+    assert names.QOS_LEVELS == tuple(level.value for level in qos.QoSLevel)
+    assert names.POLICY_NAME == policy.DEFAULT_POLICY_NAME
+
+
+@pytest.mark.parametrize("annotations", [
+    None, {}, {"colocation.tidal.io/qos-level": "BE"}, {"colocation.tidal.io/qos-level": "HLS"},
+    {"colocation.tidal.io/qos-level": " LS "}, {"openfuyao.com/qos-level": "BE"},
+    {"volcano.sh/qos-level": "LC"}, {"volcano.sh/qos-level": "HLS"}, {"volcano.sh/qos-level": "-1"},
+    {"volcano.sh/qos-level": "0"}, {"volcano.sh/qos-level": "BE", "openfuyao.com/qos-level": "BE"},
+    {"colocation.tidal.io/qos-level": "LS", "volcano.sh/qos-level": "BE"},
+])
+def test_qos_level_agrees_with_tidal_qos(annotations):
+    expected = qos.qos_level_of(annotations)
+    assert names.qos_level(annotations) == (expected.value if expected else None)
+
+
+@pytest.mark.parametrize("annotations", [
+    {"colocation.tidal.io/qos-level": "hls"}, {"volcano.sh/qos-level": "x"},
+    {"volcano.sh/qos-level": "BE", "openfuyao.com/qos-level": "LS"},
+])
+def test_qos_level_is_none_where_tidal_qos_rejects(annotations):
+    with pytest.raises(qos.AnnotationError):
+        qos.qos_level_of(annotations)
+    assert names.qos_level(annotations) is None
+
+
+def test_auth_doc_fragment_documents_exactly_the_shared_options():
+    documented = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
+    assert set(documented) == set(kube.AUTH_ARG_SPEC)
+    for name, option in kube.AUTH_ARG_SPEC.items():
+        assert documented[name]["type"] == option["type"], name
+        assert documented[name].get("aliases", []) == option.get("aliases", []), name
+
+
+def test_every_module_is_in_the_action_group_when_it_takes_connection_options():
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    group = set(runtime["action_groups"]["tidal"])
+    for path in sorted((ROOT / "plugins" / "modules").glob("*.py")):
+        takes_auth = "tidal.colocation.auth" in path.read_text()
+        assert (path.stem in group) == takes_auth, path.stem
+
+
+def test_policy_model_is_a_dataclass_copy():
+    assert dataclasses.is_dataclass(policy_model.ColocationPolicy)
+    assert policy_model.policy_manifest()["apiVersion"] == qos.API_GROUP_VERSION

@@ -69,6 +69,9 @@ def prometheus(lab):
     for name in ("rules.yml", "alerts.yml"):
         shutil.copyfile(REPO / "monitoring" / name, rules / f"tidal-{name}")
     urllib.request.urlopen(urllib.request.Request(f"{url}/-/reload", method="POST"), timeout=30).read()
+    if "job_name: tidal\n" not in http("GET", f"{url}/api/v1/status/config")[2]["data"]["yaml"]:
+        pytest.fail(f"the lab's {lab.dir / 'prometheus.yml'} predates the `tidal` file_sd job: run `tidal lab up` "
+                    "(it rewrites the configuration; the reload here applies it)")
 
     def groups():
         _, _, body = http("GET", f"{url}/api/v1/rules")

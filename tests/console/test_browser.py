@@ -123,8 +123,14 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     page.mouse.move(box["x"] + box["width"] - 40, box["y"] + box["height"] / 2)
     tooltip = page.locator(".chart[data-panel='cpuByQoS'] .chart-tooltip")
     tooltip.wait_for(state="visible", timeout=10000)
-    assert "LS" in tooltip.inner_text()
+    assert "LS" in tooltip.inner_text() and "HLS" in tooltip.inner_text()
     page.screenshot(path=str(artefacts / "monitoring-node.png"), full_page=True)
+    # The legend is centred with BE, HLS, LS: its middle item is HLS; clicking it hides the series.
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + 24 + 7)
+    page.mouse.move(box["x"] + box["width"] - 60, box["y"] + box["height"] / 2)
+    page.wait_for_function("() => { const t = document.querySelector(\".chart[data-panel='cpuByQoS'] .chart-tooltip\");"
+                           " return t && t.innerText.includes('LS') && !t.innerText.includes('HLS'); }", timeout=10000)
+    page.screenshot(path=str(artefacts / "monitoring-legend-toggled.png"), full_page=True)
     _go(page, "#/monitoring")
     assert page.locator(".chart").count() == 8
     page.screenshot(path=str(artefacts / "monitoring-cluster.png"), full_page=True)

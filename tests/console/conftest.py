@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tidal import qos
-from tidal.console.rbac import CONSOLE_ROLE, EDITOR_ROLE, VIEWER_ROLE, cluster_roles
+from tidal.console.rbac import EDITOR_ROLE, VIEWER_ROLE, cluster_roles
 from tidal.console.webbuild import build_web
 from tidal.crds import crd_manifests
 from tidal.lab import processes

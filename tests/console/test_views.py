@@ -11,7 +11,7 @@ import pytest
 from tidal import qos
 from tidal.console.dashboard import grafana_dashboard
 from tidal.console.monitoring import MonitoringError, TimeRange, panels
-from tidal.console.views import colocation_toggle, node_view, rollout
+from tidal.console.views import colocation_toggle, disabled_message, node_view, rollout
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,6 +48,16 @@ def test_colocation_toggle(current, enabled, status, message, patch):
     assert (decision.status, decision.message) == (status, message)
     assert (decision.patch["metadata"]["labels"] if decision.patch else None) == patch
     assert decision.changed == (patch is not None)
+
+
+@pytest.mark.parametrize("labels, be_pods, message", [
+    (BOTH, 2, "colocation disabled on node n1; 2 BE pod(s) still run there until they finish "
+              "(the switch does not evict them)"),
+    (BOTH, 0, "colocation disabled on node n1"),
+    ({}, 3, "colocation already disabled on node n1"),
+])
+def test_disabling_tells_about_be_pods_left_running(labels, be_pods, message):
+    assert disabled_message(colocation_toggle("n1", node(labels=labels), False), be_pods) == message
 
 
 def pod(level, node_name="n1", phase="Running", requests=None):

@@ -208,7 +208,7 @@ class Console:
             await raw(self.core.patch_node(name, decision.patch, _content_type="application/merge-patch+json",
                                            _preload_content=False, **extra))
             if not enabled:
-                be = sum(1 for p in await self._pods(name) if views._pod_level(p) == "BE")
+                be = sum(1 for p in await self._pods(name) if views.pod_level(p) == "BE")
                 message = views.disabled_message(decision, be)
             log.info("%s (by %s)", message, request["user"].username)
         self.metrics.writes.labels("node", "changed" if decision.changed else

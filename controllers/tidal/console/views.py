@@ -19,7 +19,7 @@ from typing import Any
 from tidal import qos
 from tidal.manager.admission.quantities import cpu_millicores, memory_bytes
 
-__all__ = ["ToggleDecision", "colocation_toggle", "node_view", "pods_by_node", "rollout"]
+__all__ = ["ToggleDecision", "colocation_toggle", "disabled_message", "node_view", "pod_level", "pods_by_node", "rollout"]
 
 QOS_BUCKETS = ("HLS", "LS", "BE", "none")
 
@@ -46,7 +46,7 @@ def _quantity(value: Any, parse) -> int:
         return 0
 
 
-def _pod_level(pod: Mapping[str, Any]) -> str:
+def pod_level(pod: Mapping[str, Any]) -> str:
     try:
         level = qos.qos_level_of((pod.get("metadata") or {}).get("annotations"))
     except qos.AnnotationError:
@@ -90,7 +90,7 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
     pods = list(pods)
     counts = dict.fromkeys(QOS_BUCKETS, 0)
     for pod in pods:
-        counts[_pod_level(pod)] += 1
+        counts[pod_level(pod)] += 1
     profile_status = (profile or {}).get("status") or {}
     taints = (node.get("spec") or {}).get("taints") or []
     return {
@@ -107,7 +107,7 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
             "allocatable": {
                 "cpuMillicores": _quantity(allocatable.get(qos.BATCH_CPU_RESOURCE), memory_bytes),
                 "memoryBytes": _quantity(allocatable.get(qos.BATCH_MEMORY_RESOURCE), memory_bytes)},
-            "requested": _batch_requested(p for p in pods if _pod_level(p) == "BE"),
+            "requested": _batch_requested(p for p in pods if pod_level(p) == "BE"),
             "breakdown": profile_status.get("oversell"),
         },
         "podsByQoS": counts,

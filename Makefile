@@ -86,3 +86,7 @@ bench-nri: venv
 .PHONY: console-web
 console-web: venv debian-packages
 	$(BIN)/tidal-console build-web
+
+.PHONY: bench-console
+bench-console: venv debian-packages lab-build
+	$(BIN)/python bench/console.py

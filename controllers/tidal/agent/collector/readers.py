@@ -21,6 +21,8 @@ Definitions, chosen to match what the kubelet (cAdvisor) reports:
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,8 +162,25 @@ def parse_memory_working_set(
         usage_source = usage_source or "memory.current"
         inactive_key = "inactive_file"
     usage = parse_int_file(usage_text, usage_source)
-    inactive = _require(parse_flat_keyed(stat_text, stat_source), inactive_key, stat_source)
-    return working_set_bytes(usage, inactive)
+    return working_set_bytes(usage, _keyed_value(stat_text, inactive_key, stat_source))
+
+
+_KEY_LINE: dict[str, re.Pattern[str]] = {}
+
+
+def _keyed_value(text: str, key: str, source: str) -> int:
+    """The integer on the ``<key> <integer>`` line of a flat-keyed file, without parsing the
+    other lines (``memory.stat`` has dozens; the agent reads one per pod every second)."""
+    pattern = _KEY_LINE.get(key)
+    if pattern is None:
+        pattern = _KEY_LINE[key] = re.compile(rf"^{re.escape(key)}(?:[ \t]+(\S*))?[ \t]*$", re.MULTILINE)
+    match = pattern.search(text)
+    if match is None:
+        raise ParseError(source, f"no {key!r} line")
+    number = text.count("\n", 0, match.start()) + 1
+    if match.group(1) is None:
+        raise ParseError(source, f"expected '<key> <integer>', got {key!r}", number)
+    return _int(match.group(1), source, number, f"an integer for {key!r}")
 
 
 _PROC_STAT_FIELDS = 8  # user nice system idle iowait irq softirq steal
@@ -217,26 +236,35 @@ def parse_meminfo(text: str, source: str = "/proc/meminfo") -> MemInfo:
 # --- Thin file wrappers -----------------------------------------------------------------------
 
 
-def _read(path: Path) -> str:
-    return path.read_text(encoding="ascii", errors="replace")
+def _read(path: Path | str) -> str:
+    # os.open/os.read: no buffered text layer; cgroup and proc files are small (< 64 KiB).
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", errors="replace")
 
 
 def read_cpu_usage_ns(cgroup_dir: Path, version: CgroupVersion) -> int:
     """Cumulative CPU nanoseconds of the cgroup directory (in the CPU hierarchy)."""
+    # string paths: this runs for every pod every second, pathlib's joins are measurable
     if version is CgroupVersion.V1:
-        path = cgroup_dir / "cpuacct.usage"
-        return parse_cpuacct_usage(_read(path), str(path))
-    path = cgroup_dir / "cpu.stat"
-    return parse_cpu_stat_usage_ns(_read(path), str(path))
+        path = f"{cgroup_dir}/cpuacct.usage"
+        return parse_cpuacct_usage(_read(path), path)
+    path = f"{cgroup_dir}/cpu.stat"
+    return parse_cpu_stat_usage_ns(_read(path), path)
 
 
 def read_memory_working_set(cgroup_dir: Path, version: CgroupVersion) -> int:
     """Working set bytes (no inactive page cache) of the cgroup directory (memory hierarchy)."""
     v1 = version is CgroupVersion.V1
-    usage = cgroup_dir / ("memory.usage_in_bytes" if v1 else "memory.current")
-    stat = cgroup_dir / "memory.stat"
+    usage = f"{cgroup_dir}/{'memory.usage_in_bytes' if v1 else 'memory.current'}"
+    stat = f"{cgroup_dir}/memory.stat"
     usage_text = _read(usage)
-    return parse_memory_working_set(version, usage_text, _read(stat), str(usage), str(stat))
+    return parse_memory_working_set(version, usage_text, _read(stat), usage, stat)
 
 
 def read_proc_stat(path: Path | str = "/proc/stat") -> CpuTimes:

@@ -231,6 +231,7 @@ class Sampler:
         self._previous_cpu_times: CpuTimes | None = None
         self._histograms: dict[str, PodHistograms] = {}
         self._pod_usage: dict[str, PodUsage] = {}
+        self._dirs: dict[tuple[str, PodQOSClass], tuple[Path, Path]] = {}
         self._now: float | None = None
         self._observed_at: datetime | None = None
         self.node_cpu_millicores: float | None = None
@@ -273,11 +274,15 @@ class Sampler:
 
     def _forget_all_but(self, pods: dict[str, PodInfo]) -> None:
         self._cpu_rates.retain(pods)
+        self._dirs = {k: v for k, v in self._dirs.items() if k[0] in pods}
         for uid in [uid for uid in self._histograms if uid not in pods]:
             del self._histograms[uid]
 
     def _sample_pod(self, pod: PodInfo) -> PodUsage:
-        relpath = self.layout.pod_relpath(pod.uid, pod.qos_class)
+        dirs = self._dirs.get((pod.uid, pod.qos_class))
+        if dirs is None:
+            relpath = self.layout.pod_relpath(pod.uid, pod.qos_class)
+            dirs = self._dirs[pod.uid, pod.qos_class] = (self.layout.cpu_dir(relpath), self.layout.memory_dir(relpath))
         version = self.layout.version
         reasons = []
         histograms = self._histograms.get(pod.uid)
@@ -288,7 +293,7 @@ class Sampler:
             )
 
         cpu_millicores = None
-        cpu_dir = self.layout.cpu_dir(relpath)
+        cpu_dir = dirs[0]
         try:
             usage_ns = read_cpu_usage_ns(cpu_dir, version)
         except FileNotFoundError:
@@ -308,7 +313,7 @@ class Sampler:
                 histograms.cpu_millicores.add(cpu_millicores, 1.0, at)
 
         memory_bytes = None
-        memory_dir = self.layout.memory_dir(relpath)
+        memory_dir = dirs[1]
         try:
             memory_bytes = read_memory_working_set(memory_dir, version)
         except FileNotFoundError:

@@ -60,6 +60,7 @@ def shares_to_weight(shares: int) -> int:
 
 class BEBatchResources:
     name = "be-batch-resources"
+    uses_usage = False
 
     def _cpu(self, state: NodeState, path, millicores: int, *, shares: bool) -> list[CgroupWrite]:
         quota = milli_cpu_to_quota(millicores)

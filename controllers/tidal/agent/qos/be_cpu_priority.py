@@ -24,6 +24,7 @@ OPENEULER_OFFLINE_QOS_LEVEL = -1
 
 class BECPUPriority:
     name = "be-cpu-priority"
+    uses_usage = False
 
     def plan(self, state: NodeState) -> list[CgroupWrite]:
         writes: list[CgroupWrite] = []

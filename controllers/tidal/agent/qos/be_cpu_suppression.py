@@ -35,6 +35,7 @@ def suppressed_millicores(
 
 class BECPUSuppression:
     name = "be-cpu-suppression"
+    uses_usage = True
 
     def __init__(self, threshold: float = 0.65, floor_millicores: int = 500) -> None:
         if not 0 < threshold <= 1:

@@ -63,9 +63,27 @@ def strategies_for(policy: ColocationPolicy) -> list[Strategy]:
 @dataclass
 class QoSEngine:
     journal_path: Path
+    #: every this many rounds every planned file is read back from the kernel (drift made by
+    #: others, e.g. a kubelet resetting a value, is repaired within this many rounds); in
+    #: between, a file whose planned value was already seen or written is not read again.
+    verify_every: int = 5
 
     def __post_init__(self) -> None:
         self.journal = RestoreJournal(self.journal_path)
+        self.known: dict[str, str] = {}
+        self._rounds = 0
+        self._static: tuple[object, dict[str, list]] | None = None
+
+    def _plans(self, state: NodeState) -> dict[str, list]:
+        """Plans of the active strategies. Those that read no usage are recomputed only when
+        their inputs (pods, policy, capabilities, layout) change."""
+        key = (state.pods, state.policy, tuple(sorted(state.capabilities.items())), state.layout,
+               state.cpu_controller_root)
+        strategies = strategies_for(state.policy)
+        if self._static is None or self._static[0] != key:
+            self._static = (key, {s.name: s.plan(state) for s in strategies if not s.uses_usage})
+        cached = self._static[1]
+        return {s.name: s.plan(state) if s.uses_usage else cached[s.name] for s in strategies}
 
     def reconcile(self, state: NodeState, enabled: bool) -> tuple[ApplyResult, dict[str, int]]:
         """Apply the policy's strategies, or restore everything when colocation is off here.
@@ -74,17 +92,27 @@ class QoSEngine:
         """
         if not enabled:
             return ApplyResult(restore_problems=self.disable()), {}
-        plans = {s.name: s.plan(state) for s in strategies_for(state.policy)}
+        self._rounds += 1
+        if self._rounds % self.verify_every == 0:
+            self.known.clear()
+        plans = self._plans(state)
         plan = compose(plans.values(), state.layout.version)
-        result = apply(plan, self.journal, allowed_roots(state.layout, state.cpu_controller_root))
-        wanted = {str(w.target) for w in plan}
-        result.restore_problems = restore(self.journal, [k for k in self.journal.originals if k not in wanted])
-        owner = {w.target: name for name, writes in plans.items() for w in writes}
+        result = apply(plan, self.journal, allowed_roots(state.layout, state.cpu_controller_root),
+                       self.known)
+        wanted = {w.key for w in plan}
+        stale = [k for k in self.journal.originals if k not in wanted]
+        result.restore_problems = restore(self.journal, stale)
+        for key in stale:
+            self.known.pop(key, None)
         changed: dict[str, int] = {}
-        for write in result.written:
-            name = owner.get(write.target, "compose")
-            changed[name] = changed.get(name, 0) + 1
+        if result.written:
+            owner = {w.key: name for name, writes in plans.items() for w in writes}
+            for write in result.written:
+                name = owner.get(write.key, "compose")
+                changed[name] = changed.get(name, 0) + 1
         return result, changed
 
     def disable(self) -> list[tuple[str, str]]:
+        self.known.clear()
+        self._static = None
         return restore(self.journal)

@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -53,9 +54,14 @@ class CgroupWrite:
     file: str
     value: str
 
-    @property
+    @cached_property
     def target(self) -> Path:
         return self.path / self.file
+
+    @cached_property
+    def key(self) -> str:
+        """``str(target)``: the journal's and the known-values cache's key."""
+        return f"{self.path}/{self.file}"
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,9 @@ class Strategy(Protocol):
     """One node QoS strategy. ``plan`` must be pure and deterministic."""
 
     name: str
+    #: True when the plan reads usage (recomputed every round); False when it depends only on
+    #: pods, policy, capabilities and layout (recomputed when those change).
+    uses_usage: bool
 
     def plan(self, state: NodeState) -> list[CgroupWrite]: ...
 
@@ -175,14 +184,14 @@ def compose(plans: Iterable[Iterable[CgroupWrite]], version: CgroupVersion) -> l
     if version is not CgroupVersion.V1:
         return list(merged.values())
     quotas = {
-        path: int(w.value)
+        str(path): int(w.value)
         for (path, file), w in merged.items()
         if file == V1_QUOTA_FILE and int(w.value) > 0
     }
     out = []
     for (path, file), write in merged.items():
         if file == V1_QUOTA_FILE:
-            caps = [quotas[a] for a in path.parents if a in quotas]
+            caps = [quotas[a] for a in _ancestors(str(path)) if a in quotas]
             if caps:
                 own = int(write.value)
                 limit = min(caps)
@@ -192,15 +201,24 @@ def compose(plans: Iterable[Iterable[CgroupWrite]], version: CgroupVersion) -> l
     return out
 
 
+def _ancestors(path: str) -> list[str]:
+    out = []
+    while (parent := path.rsplit("/", 1)[0]) and parent != path:
+        out.append(parent)
+        path = parent
+    return out
+
+
 class UnsafeWriteError(ValueError):
     """A write outside the kubepods trees, or with a path that tries to escape them."""
 
 
 def _check_safe(write: CgroupWrite, roots: Sequence[Path]) -> None:
-    if ".." in write.path.parts or "/" in write.file or write.file in ("", ".", ".."):
+    path = str(write.path)
+    if ".." in path.split("/") or "/" in write.file or write.file in ("", ".", ".."):
         raise UnsafeWriteError(f"{write.target}: path components '..' or '/' not allowed")
-    for root in roots:
-        if write.path == root or root in write.path.parents:
+    for root in map(str, roots):
+        if path == root or path.startswith(root + "/"):
             return
     raise UnsafeWriteError(
         f"{write.target}: outside the kubepods trees ({', '.join(map(str, roots))})"
@@ -258,13 +276,27 @@ def _normalize(file: str, text: str) -> str:
 
 
 def apply(
-    writes: Iterable[CgroupWrite], journal: RestoreJournal, roots: Sequence[Path]
+    writes: Iterable[CgroupWrite], journal: RestoreJournal, roots: Sequence[Path],
+    known: dict[str, str] | None = None,
 ) -> ApplyResult:
-    """Make the kernel match ``writes``; write only what differs; journal originals first."""
+    """Make the kernel match ``writes``; write only what differs; journal originals first.
+
+    ``known`` (optional) maps files to the value they were last seen or set to: a write whose
+    value is known to be there already counts as unchanged without reading the file. The caller
+    empties it now and then to re-read everything (drift made by others). It is updated here.
+    """
     result = ApplyResult()
     writes = list(writes)
     for write in writes:
         _check_safe(write, roots)
+    if known is not None:
+        todo = []
+        for write in writes:
+            if known.get(write.key) == write.value:
+                result.unchanged.append(write)
+            else:
+                todo.append(write)
+        writes = todo
     # v1 hierarchical CFS quotas: raising a child before its parent, or lowering a parent before
     # its child, is refused with EINVAL; retry those once the rest is written, until no progress.
     pending = writes
@@ -274,6 +306,11 @@ def apply(
             result.errors += [(w, f"{w.target}: {os.strerror(errno.EINVAL)}") for w in refused]
             break
         pending = refused
+    if known is not None:
+        for write in (*result.written, *result.unchanged):
+            known[write.key] = write.value
+        for write in (*result.missing, *(w for w, _ in result.errors)):
+            known.pop(write.key, None)
     return result
 
 

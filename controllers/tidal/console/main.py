@@ -22,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8090)
     s.add_argument("--web-dir", type=Path, default=env("TIDAL_CONSOLE_WEB_DIR"),
                    help="built web console (default: the build of the current sources in the cache)")
+    s.add_argument("--auth-cache-seconds", type=float, default=10.0,
+                   help="how long TokenReview and SubjectAccessReview answers are reused (0: never)")
     b = sub.add_parser("build-web", help="build the web console into the cache (npm ci + esbuild)")
     b.add_argument("--force", action="store_true")
     return p
@@ -32,7 +34,7 @@ async def _serve(args) -> None:
     from tidal.kube import api_client, stop_on_signals
     stop = stop_on_signals()
     config = ConsoleConfig(prometheus_url=args.prometheus_url, web_dir=args.web_dir,
-                           address=args.address, port=args.port)
+                           address=args.address, port=args.port, auth_cache_seconds=args.auth_cache_seconds)
     async with await api_client(args.kubeconfig) as api:
         await serve(api, config, stop)
 

@@ -52,6 +52,7 @@ class ConsoleConfig:
     web_dir: Path | None = None
     address: str = "127.0.0.1"
     port: int = 8090
+    auth_cache_seconds: float = 10.0
 
 
 class ApiError(Exception):
@@ -91,7 +92,7 @@ class Console:
         self.api, self.config = api, config
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.auth = Authorizer(api)
+        self.auth = Authorizer(api, ttl=config.auth_cache_seconds)
         self.prometheus = PrometheusClient(config.prometheus_url, session)
         self.registry = registry or CollectorRegistry()
         self.metrics: ConsoleMetrics = console_metrics(self.registry)

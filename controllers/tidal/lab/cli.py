@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="health of every component and node")
     status.add_argument("--json", action="store_true")
     sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    ctl = sub.add_parser("controllers", help="supervise Tidal's controllers as lab processes")
+    ctl.add_argument("action", choices=("up", "down", "status"))
+    ctl.add_argument("--spec", type=Path, help="with up: YAML list of {name, argv} to run")
     logs = sub.add_parser("logs", help="print a component's log")
     logs.add_argument("component", choices=COMPONENT_NAMES)
     logs.add_argument("-n", "--lines", type=int, default=100)
@@ -56,6 +59,33 @@ def format_status(status: LabStatus) -> str:
     return "\n".join(lines)
 
 
+def _controllers(lab: Lab, args) -> int:
+    """`tidal lab controllers up --spec FILE | down | status`; up/down print what they did."""
+    import yaml
+
+    from tidal.lab import controllers
+    if args.action == "up":
+        if not args.spec:
+            print("tidal lab controllers up: --spec FILE is required", file=sys.stderr)
+            return 2
+        try:
+            spec = controllers.parse_spec(yaml.safe_load(args.spec.read_text()))
+        except (OSError, yaml.YAMLError, controllers.ControllerSpecError) as err:
+            print(f"tidal lab controllers up: {args.spec}: {err}", file=sys.stderr)
+            return 2
+        result = controllers.up(lab.dir, spec)
+        for verb in ("started", "restarted", "stopped", "reused"):
+            names = getattr(result, verb)
+            if names:
+                print(f"{verb}: {', '.join(names)}")
+    elif args.action == "down":
+        stopped = controllers.down(lab.dir)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    else:
+        print(json.dumps(controllers.status(lab.dir), indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     lab = Lab(args.dir)
@@ -79,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             status = lab.status()
             print(json.dumps(status.to_json(), indent=2) if args.json else format_status(status))
             return 0 if status.healthy else 1
+        elif args.command == "controllers":
+            return _controllers(lab, args)
         elif args.command == "kubeconfig":
             print(lab.kubeconfig_path)
         elif args.command == "logs":

@@ -315,9 +315,11 @@ class Lab:
 
     def down(self, wipe: bool = False) -> list[str]:
         """Stop every process the lab started (reverse order); `wipe` also deletes its state."""
+        from tidal.lab import controllers
         with self._locked():
+            # Tidal's own controllers (tidal lab controllers) talk to the API server: first.
+            stopped = [f"controller {name}" for name in controllers.down(self.dir)]
             state = self._load_state()
-            stopped = []
             records = self._records(state)
             # Reverse start order (the state file sorts its keys); unknown names last.
             order = [n for n in reversed(COMPONENT_NAMES) if n in records]

@@ -207,3 +207,22 @@ def test_the_console_exports_its_own_metrics(console, users):
     assert status == 200
     assert 'tidal_console_auth_denials_total{reason="unauthenticated"}' in text
     assert 'tidal_console_requests_total{code="401",method="GET",route="/api/v1/nodes"}' in text
+
+
+def test_monitoring_without_prometheus_is_a_clear_502(lab, crds, users, artefacts):
+    from tidal.lab import processes
+    from tidal.lab.ports import free_ports
+
+    from .conftest import BIN, _up
+    port, dead = free_ports(2)
+    record = processes.start("tidal-console-no-prometheus", [
+        str(BIN / "tidal-console"), "serve", "--kubeconfig", str(lab.kubeconfig_path),
+        "--prometheus-url", f"http://127.0.0.1:{dead}", "--port", str(port)], artefacts / "console-no-prometheus.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _up(url), 30, f"tidal-console on {url}")
+        status, _, body = http("GET", f"{url}/api/v1/monitoring/cluster", users["viewer"])
+        assert status == 502 and f"Prometheus at http://127.0.0.1:{dead} did not answer" in body["error"]["message"]
+        assert "tidal_console_prometheus_errors_total 1.0" in http("GET", f"{url}/metrics")[2]
+    finally:
+        processes.stop(record)

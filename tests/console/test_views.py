@@ -146,3 +146,25 @@ def test_prometheus_rules_pass_promtool():
     test = subprocess.run([promtool, "test", "rules", "tests/rules_test.yml"], cwd=monitoring,
                           capture_output=True, text=True)
     assert test.returncode == 0, test.stdout + test.stderr
+
+
+@pytest.mark.parametrize("header, token", [
+    ("Bearer abc.def", "abc.def"), ("bearer  abc ", "abc"), ("Basic abc", None), ("Bearer", None),
+    ("Bearer ", None), (None, None), ("", None),
+])
+def test_bearer_token_parsing(header, token):
+    from tidal.console.auth import bearer_token
+    assert bearer_token(header) == token
+
+
+def test_auth_cache_expires_and_stays_bounded():
+    from tidal.console.auth import _TTLCache
+    now = [0.0]
+    cache = _TTLCache(10.0, 2, clock=lambda: now[0])
+    cache.put("a", 1)
+    cache.put("b", 2)
+    now[0] = 9.9
+    cache.put("c", 3)  # "a", the oldest entry, is dropped
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (None, 2, 3)
+    now[0] = 10.1
+    assert (cache.get("b"), cache.get("c")) == (None, 3)  # "b" expired at 10 s

@@ -36,6 +36,8 @@ def _signed_in(browser, console, token):
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors = []
     page.on("pageerror", lambda err: errors.append(str(err)))
+    # The console's Content-Security-Policy must not block anything the pages do.
+    page.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
     page.goto(console + "/")
     page.fill("#token", token)
     page.click("#login button[type=submit]")

@@ -261,8 +261,6 @@ class Console:
                                                                               _preload_content=False, **extra))
         else:
             manifest["metadata"]["resourceVersion"] = version or current["metadata"]["resourceVersion"]
-            if current.get("status"):
-                manifest["status"] = current["status"]
             written = await raw_json(self.custom.replace_cluster_custom_object(
                 *POLICIES, DEFAULT_POLICY_NAME, manifest, _preload_content=False, **extra))
         changed = current is None or current.get("metadata", {}).get("generation") != \

@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 DEBIAN_PACKAGES ?= prometheus
 # tidal-console: headless browser tests drive Debian's chromium; node/npm build the web UI.
 DEBIAN_PACKAGES += chromium nodejs
+# NRI plugin: its containerd test (tests/nri) runs containers with Debian's runc.
+DEBIAN_PACKAGES += runc
 PYTEST_ARGS ?=
 
 .PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean
@@ -75,9 +77,13 @@ bench-agent: venv debian-packages lab-build
 
 # NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),
 # built with the local Go toolchain and cached under ~/.cache/tidal/nri/<nri-version>/.
-.PHONY: nri-harness bench-nri
+# Test 2's containerd, shim, ctr and CRI client come from tests/nri/cri/go.mod, cached under
+# ~/.cache/tidal/nri/containerd-<version>/ (the tests build both on first use).
+.PHONY: nri-harness nri-containerd bench-nri
 nri-harness: venv
 	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests/nri'); from nri_harness import build_harness; print(build_harness())"
+nri-containerd: venv
+	$(BIN)/python -c "import sys; sys.path.insert(0, 'tests/nri'); from containerd_env import build_binaries; print(build_binaries())"
 bench-nri: venv
 	$(BIN)/python bench/nri.py
 

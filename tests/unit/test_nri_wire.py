@@ -79,6 +79,13 @@ def test_ttrpc_client_and_server_over_a_mux_pair():
             await client.call("svc", "Broken", api_pb2.Empty(), api_pb2.Empty, timeout=5)
         assert err.value.code == ttrpc.Code.INTERNAL and "boom" in err.value.message
         assert client._next_stream == 7
+        # a lenient service answers a method it does not know with an empty message
+        lenient = ttrpc.Server(lambda d: right.send(3, d), right.open(3), {}, lenient_services=frozenset({"svc"}))
+        lenient_client = ttrpc.Client(lambda d: left.send(3, d), left.open(3))
+        tasks += [asyncio.create_task(lenient.run()), asyncio.create_task(lenient_client.run())]
+        rpl = await lenient_client.call("svc", "FromTheFuture", api_pb2.Empty(), api_pb2.UpdateContainerResponse,
+                                        timeout=5)
+        assert rpl == api_pb2.UpdateContainerResponse()
         left.close()
         right.close()
         await asyncio.gather(*tasks, return_exceptions=True)

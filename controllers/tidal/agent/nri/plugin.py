@@ -149,8 +149,10 @@ class TidalNRIPlugin:
     async def _session(self, stop: asyncio.Event) -> bool:
         reader, writer = await asyncio.open_unix_connection(self.socket_path)
         mux = Mux(reader, writer)
+        # A method of a newer NRI than ours is answered with an empty (no-op) reply, never with
+        # an error: an error from a plugin fails the runtime's request.
         server = Server(lambda data: mux.send(PLUGIN_SERVICE_CONN, data), mux.open(PLUGIN_SERVICE_CONN),
-                        self._handlers())
+                        self._handlers(), lenient_services=frozenset({PLUGIN_SERVICE}))
         client = Client(lambda data: mux.send(RUNTIME_SERVICE_CONN, data), mux.open(RUNTIME_SERVICE_CONN))
         tasks = [asyncio.create_task(t) for t in (mux.run(), server.run(), client.run())]
         stopper = asyncio.create_task(stop.wait())
@@ -207,6 +209,8 @@ class TidalNRIPlugin:
             "CreateContainer": h(api.CreateContainerRequest, self._create_container),
             "UpdateContainer": h(api.UpdateContainerRequest, self._update_container),
             "StopContainer": h(api.StopContainerRequest, self._stop_container),
+            # NRI before v0.12 (containerd 2.0-2.2) sends pod events and the post-events here
+            "StateChange": h(api.StateChangeEvent, self._state_change),
         }
         return {(PLUGIN_SERVICE, method): handler for method, handler in methods.items()}
 
@@ -278,6 +282,13 @@ class TidalNRIPlugin:
             log.info("NRI: update %s/%s container %s (%s): keep %s", ref.namespace, ref.pod_name,
                      ref.container_name, decision.level, decision.resources.describe())
         return reply
+
+    async def _state_change(self, req: api.StateChangeEvent) -> api.Empty:
+        if req.event == api.RUN_POD_SANDBOX:
+            await self._run_pod(api.RunPodSandboxRequest(pod=req.pod))
+        elif req.event == api.REMOVE_POD_SANDBOX:
+            await self._remove_pod(api.RemovePodSandboxRequest(pod=req.pod))
+        return api.Empty()
 
     async def _stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         log.debug("NRI: container %s of %s/%s stopped", req.container.name, req.pod.namespace, req.pod.name)

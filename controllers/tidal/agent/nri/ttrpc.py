@@ -146,10 +146,14 @@ class Server:
     """Serves unary methods; each request is answered in its own task, so calls overlap."""
 
     def __init__(self, send: Send, reader: asyncio.StreamReader,
-                 handlers: Mapping[tuple[str, str], Handler]) -> None:
+                 handlers: Mapping[tuple[str, str], Handler], *, lenient_services: frozenset[str] = frozenset()) -> None:
+        """``lenient_services``: services whose unknown methods are answered OK with an empty
+        message (every field at its default) instead of UNIMPLEMENTED."""
         self._send = send
         self._reader = reader
         self._handlers = handlers
+        self._lenient = lenient_services
+        self._unknown_seen: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
         self._last_stream = 0
 
@@ -194,7 +198,14 @@ class Server:
                     continue
                 handler = self._handlers.get((req.service, req.method))
                 if handler is None:
-                    self._respond(stream_id, Code.UNIMPLEMENTED, f"{req.service}/{req.method} is not implemented")
+                    if req.service in self._lenient:
+                        if (req.service, req.method) not in self._unknown_seen:
+                            self._unknown_seen.add((req.service, req.method))
+                            log.warning("ttrpc server: answering unknown %s/%s with an empty message",
+                                        req.service, req.method)
+                        self._respond(stream_id, Code.OK)
+                    else:
+                        self._respond(stream_id, Code.UNIMPLEMENTED, f"{req.service}/{req.method} is not implemented")
                     continue
                 task = asyncio.create_task(self._handle(stream_id, handler, req.payload))
                 self._tasks.add(task)

@@ -26,6 +26,19 @@ async def raw_json(call: Awaitable[Any]) -> Any:
     return json.loads(await raw(call))
 
 
+def requester(api):
+    """``request(method, path, params=, body=, content_type=)`` over a kubernetes_asyncio client,
+    the same shape as the agent's ``KubeAPI.request`` (so code shared by both takes either)."""
+    async def request(method: str, path: str, *, params=None, body=None,
+                      content_type: str = "application/json"):
+        call = api.call_api(path, method, query_params=list((params or {}).items()),
+                            header_params={"Content-Type": content_type, "Accept": "application/json"},
+                            body=body, auth_settings=["BearerToken"], _preload_content=False)
+        data = await raw(call)
+        return json.loads(data) if data else None
+    return request
+
+
 async def api_client(kubeconfig: str | None):
     """A kubernetes_asyncio ApiClient: from `kubeconfig`, else the in-cluster service account."""
     from kubernetes_asyncio import client, config

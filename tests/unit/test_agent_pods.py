@@ -52,61 +52,46 @@ def test_finished_pods_hold_no_resources(phase):
     assert pod_info(_pod(phase=phase)) is None
 
 
+class FakeAPI:
+    """Stands in for KubeAPI (the real one is exercised by every lab test of the agent): a
+    list answer, then one scripted watch per call."""
+
+    def __init__(self, watches):
+        self.scripts = list(watches)
+        self.calls = []
+
+    async def request(self, method, path, *, params=None, **_):
+        self.calls.append(("list", path, dict(params or {})))
+        return {"metadata": {"resourceVersion": "500"}, "items": []}
+
+    async def watch(self, path, params):
+        import asyncio
+        self.calls.append(("watch", path, dict(params)))
+        for event in self.scripts.pop(0) if self.scripts else []:
+            yield event
+        await asyncio.sleep(3600)
+
+
 def test_watch_events_update_the_node_pods_and_resume_point():
-    pods = NodePods.__new__(NodePods)
-    pods.pods, pods.states, pods.resource_version = {}, {}, None
-    pods._apply("ADDED", _pod({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"}))
+    pods = NodePods(FakeAPI([]), "n1")
+    pods.apply("ADDED", _pod({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"}))
     assert set(pods.pods) == {"u1"} == set(pods.states) and pods.resource_version == "42"
-    pods._apply("MODIFIED", _pod(phase="Succeeded"))
+    pods.apply("MODIFIED", _pod(phase="Succeeded"))
     assert pods.pods == {} == pods.states
-    pods._apply("ADDED", _pod())
-    pods._apply("DELETED", _pod())
+    pods.apply("ADDED", _pod())
+    pods.apply("DELETED", _pod())
     assert pods.pods == {}
 
 
-def test_pod_watch_relists_after_a_410_and_resumes_from_the_new_resource_version(monkeypatch):
-    """A fake API (the real one answers 410 only once etcd has compacted past the watch's
-    resourceVersion, which a fresh lab never has): ERROR 410 -> re-list -> watch from the list's
-    resourceVersion."""
+def test_pod_watch_relists_after_a_410_and_resumes_from_the_new_resource_version():
+    """ERROR 410 (the real API answers it only once etcd has compacted past the watch's
+    resourceVersion, which a fresh lab never has) -> re-list -> watch from the list's version."""
     import asyncio
-    import json
 
-    import kubernetes_asyncio.watch as watch_module
-
-    from tidal import qos
-
-    watches = []
-
-    class FakeWatch:
-        def stream(self, func, **kwargs):
-            watches.append(kwargs["resource_version"])
-
-            async def events():
-                if len(watches) == 1:
-                    yield {"type": "ERROR", "raw_object": {"code": 410, "message": "too old resource version"}}
-                    return
-                yield {"type": "ADDED", "raw_object": _pod({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"})}
-                await asyncio.sleep(3600)
-            return events()
-
-    class Response:
-        status, reason = 200, "OK"
-
-        async def read(self):
-            return json.dumps({"metadata": {"resourceVersion": "500"}, "items": []}).encode()
-
-        def release(self):
-            pass
-
-    class FakeCore:
-        async def list_pod_for_all_namespaces(self, **kwargs):
-            assert kwargs["field_selector"] == "spec.nodeName=n1"
-            return Response()
-
-    monkeypatch.setattr(watch_module, "Watch", FakeWatch)
-    pods = NodePods.__new__(NodePods)
-    pods.core, pods.node, pods.pods, pods.states, pods.relists = FakeCore(), "n1", {}, {}, 0
-    pods.resource_version, pods.synced = "1", asyncio.Event()
+    api = FakeAPI([[{"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}],
+                   [{"type": "ADDED", "object": _pod({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"})}]])
+    pods = NodePods(api, "n1")
+    pods.resource_version = "1"
 
     async def scenario():
         task = asyncio.create_task(pods.run())
@@ -117,4 +102,9 @@ def test_pod_watch_relists_after_a_410_and_resumes_from_the_new_resource_version
         task.cancel()
 
     asyncio.run(scenario())
-    assert watches == ["1", "500"] and pods.relists == 1 and set(pods.pods) == {"u1"}
+    selector = {"fieldSelector": "spec.nodeName=n1"}
+    assert api.calls[0] == ("watch", "/api/v1/pods", {**selector, "resourceVersion": "1",
+                                                       "allowWatchBookmarks": True, "timeoutSeconds": 300})
+    assert api.calls[1] == ("list", "/api/v1/pods", selector)
+    assert api.calls[2][2]["resourceVersion"] == "500"
+    assert pods.relists == 1 and set(pods.pods) == {"u1"}

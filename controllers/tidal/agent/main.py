@@ -76,7 +76,8 @@ async def _run(args) -> None:
     from tidal.agent.collector.cgroups import CgroupDriver
     from tidal.agent.run import run_node_agent
     stop = stop_on_signals()
-    async with await api_client(args.kubeconfig) as api:
+    from tidal.agent.kubeapi import KubeAPI
+    async with KubeAPI.from_kubeconfig(args.kubeconfig) as api:
         await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,
                              report_interval=args.report_interval, stop=stop,
                              history_step_seconds=args.history_step_seconds,
@@ -86,8 +87,9 @@ async def _run(args) -> None:
 
 
 async def _restore(args) -> int:
+    from tidal.agent.kubeapi import KubeAPI
     from tidal.agent.run import restore_node
-    async with await api_client(args.kubeconfig) as api:
+    async with KubeAPI.from_kubeconfig(args.kubeconfig) as api:
         problems = await restore_node(api, args.node, args.state_dir)
     for file, problem in problems:
         print(f"tidal-agent restore: {file}: {problem}")

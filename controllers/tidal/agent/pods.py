@@ -5,7 +5,6 @@ Only this node's pods are listed and watched (server-side field selector on
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, Mapping
 
@@ -13,7 +12,8 @@ from tidal import qos
 from tidal.agent.collector.cgroups import ContainerID, PodQOSClass
 from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import ContainerState, PodState
-from tidal.kube import raw_json
+from tidal.agent.kubeapi import KubeAPI
+from tidal.agent.watch import Watcher
 from tidal.manager.admission.quantities import QuantityError, cpu_millicores, memory_bytes
 
 log = logging.getLogger(__name__)
@@ -91,76 +91,24 @@ def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
                     priority=priority if isinstance(priority, int) else 0)
 
 
-class NodePods:
-    """The current pods of one node, kept up to date by `run()`."""
+class NodePods(Watcher):
+    """The current pods of one node, kept up to date by `run()`: ``pods`` (the sampler's view)
+    and ``states`` (the QoS engine's view), by UID."""
 
-    def __init__(self, api, node: str) -> None:
-        from kubernetes_asyncio import client
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: KubeAPI, node: str) -> None:
+        super().__init__(api, "/api/v1/pods", f"pods of node {node}",
+                         field_selector=f"spec.nodeName={node}", transform=_views)
         self.node = node
-        self.pods: dict[str, PodInfo] = {}
-        self.states: dict[str, PodState] = {}
-        self.resource_version: str | None = None
-        self.relists = 0
-        self.synced = asyncio.Event()
 
-    def _apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
-        uid = (obj.get("metadata") or {}).get("uid")
-        if not uid:
-            return
-        info = pod_info(obj) if event_type != "DELETED" else None
-        if info is None:
-            self.pods.pop(uid, None)
-            self.states.pop(uid, None)
-        else:
-            self.pods[uid] = info
-            self.states[uid] = pod_state(obj, info)
-        self.resource_version = (obj.get("metadata") or {}).get("resourceVersion") or self.resource_version
+    @property
+    def pods(self) -> dict[str, PodInfo]:
+        return {uid: views[0] for uid, views in self.objects.items()}
 
-    async def relist(self) -> None:
-        listing = await raw_json(self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self.node}", _preload_content=False))
-        pods, states = {}, {}
-        for obj in listing.get("items", []):
-            info = pod_info(obj)
-            if info is not None:
-                pods[info.uid] = info
-                states[info.uid] = pod_state(obj, info)
-        self.pods, self.states = pods, states
-        self.resource_version = listing["metadata"]["resourceVersion"]
-        self.relists += 1
-        self.synced.set()
+    @property
+    def states(self) -> dict[str, PodState]:
+        return {uid: views[1] for uid, views in self.objects.items()}
 
-    async def run(self) -> None:
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
-        while True:
-            try:
-                if self.resource_version is None:
-                    await self.relist()
-                stream = watch.Watch().stream(
-                    self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.node}",
-                    resource_version=self.resource_version, allow_watch_bookmarks=True, timeout_seconds=300)
-                async for event in stream:
-                    kind, obj = event["type"], event["raw_object"]
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:  # our resourceVersion is too old: start over
-                            log.info("pod watch of %s expired (410): re-listing", self.node)
-                            self.resource_version = None
-                            break
-                        raise RuntimeError(f"pod watch error: {obj}")
-                    if kind == "BOOKMARK":
-                        self.resource_version = obj["metadata"]["resourceVersion"]
-                        continue
-                    self._apply(kind, obj)
-            except asyncio.CancelledError:
-                raise
-            except ApiException as err:
-                if err.status == 410:
-                    self.resource_version = None
-                    continue
-                log.warning("pod watch of %s failed (%s): retrying", self.node, err)
-                await asyncio.sleep(1)
-            except Exception as err:  # network trouble: resume from the last resourceVersion
-                log.warning("pod watch of %s failed (%s): retrying", self.node, err)
-                await asyncio.sleep(1)
+
+def _views(obj: Mapping[str, Any]) -> tuple[PodInfo, PodState] | None:
+    info = pod_info(obj)
+    return None if info is None else (info, pod_state(obj, info))

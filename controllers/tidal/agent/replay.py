@@ -25,7 +25,7 @@ from tidal.agent.collector.histogram import WindowAggregate
 from tidal.agent.collector.sampler import PodInfo, PodUsage, usage_list
 from tidal.agent.node_profile import write_status
 from tidal.agent.run import Predictions
-from tidal.kube import read_policy
+from tidal.kube import read_policy, requester
 from tidal.metrics import NodeMetrics
 from tidal.policy import ColocationPolicy
 from tidal.qos import QoSLevel
@@ -162,7 +162,7 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
                 spec["overselling"].update(overrides)
                 policy = ColocationPolicy.from_spec(spec)
             observed = datetime.datetime.now(datetime.timezone.utc)
-            results = await asyncio.gather(*(write_status(api, n.name, n.status(policy, observed))
+            results = await asyncio.gather(*(write_status(requester(api), n.name, n.status(policy, observed))
                                              for n in replayed), return_exceptions=True)
             for node, result in zip(replayed, results):
                 if isinstance(result, Exception):

@@ -125,7 +125,6 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                          state_dir: Path = Path("/var/lib/tidal-agent"),
                          metrics_address: str = "0.0.0.0", metrics_port: int | None = 9465,
                          registry=None, stop: asyncio.Event | None = None) -> None:
-    from kubernetes_asyncio import client
     from prometheus_client import REGISTRY
 
     stop = stop or asyncio.Event()
@@ -133,10 +132,9 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     window = ColocationPolicy.from_spec({}).overselling.window_seconds
     sampler = Sampler(layout, proc_root=proc_root, windows=sorted({60, window, 1800}))
     pods = NodePods(api, node)
-    node_watch = ObjectWatch(client.CoreV1Api(api).list_node, node, what=f"node {node}")
-    policy_watch = ObjectWatch(client.CustomObjectsApi(api).list_cluster_custom_object, DEFAULT_POLICY_NAME,
-                               qos.API_GROUP, qos.API_VERSION, "colocationpolicies",
-                               what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
+    node_watch = ObjectWatch(api, "/api/v1/nodes", node, what=f"node {node}")
+    policy_watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
+                               DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
     predictions = Predictions(history_step_seconds)
     # Probed once at start: kernels and hardware do not change under a running agent.
     probed = probe(cgroup_root, proc_root, Path("/sys"), layout.kubelet_root)
@@ -168,7 +166,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             if last_report is None or started - last_report >= report_interval:
                 last_report = started
                 try:
-                    await asyncio.wait_for(write_status(api, node, report(
+                    await asyncio.wait_for(write_status(api.request, node, report(
                         sampler, node_qos.policy, predictions, capabilities)), timeout=10)
                 except Exception as err:  # the next report retries; stale data degrades to 0
                     log.warning("NodeProfile %s not written: %s", node, err)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tidal import qos
-from tidal.kube import raw, raw_json
+from tidal.agent.kubeapi import ApiError, KubeAPI
 
 log = logging.getLogger(__name__)
 
@@ -44,30 +44,28 @@ class EvictOutcome(enum.StrEnum):
 
 
 class NodeActions:
-    def __init__(self, api, node: str) -> None:
-        from kubernetes_asyncio import client
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: KubeAPI, node: str) -> None:
+        self.api = api
         self.node = node
 
     async def set_offline_taint(self, present: bool) -> bool:
         """Make the taint present or absent; True when the node was changed."""
-        node = await raw_json(self.core.read_node(self.node, _preload_content=False))
-        taints = (node.get("spec") or {}).get("taints") or []
+        node = await self.api.request("GET", f"/api/v1/nodes/{self.node}")
         if has_offline_taint(node) == present:
             return False
+        taints = (node.get("spec") or {}).get("taints") or []
         body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
                 "spec": {"taints": with_offline_taint(taints, present)}}
-        await raw(self.core.patch_node(self.node, body, _content_type="application/merge-patch+json",
-                                       _preload_content=False))
+        await self.api.request("PATCH", f"/api/v1/nodes/{self.node}", body=body,
+                               content_type="application/merge-patch+json")
         return True
 
     async def evict(self, namespace: str, name: str) -> EvictOutcome:
-        from kubernetes_asyncio.client.exceptions import ApiException
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
                 "metadata": {"name": name, "namespace": namespace}}
         try:
-            await raw(self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False))
-        except ApiException as err:
+            await self.api.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body=body)
+        except ApiError as err:
             if err.status == 429:
                 return EvictOutcome.BLOCKED
             if err.status == 404:
@@ -90,4 +88,4 @@ class NodeActions:
             "reportingComponent": COMPONENT, "reportingInstance": self.node,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        await raw(self.core.create_namespaced_event(ns, body, _preload_content=False))
+        await self.api.request("POST", f"/api/v1/namespaces/{ns}/events", body=body)

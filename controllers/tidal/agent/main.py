@@ -99,6 +99,7 @@ async def _restore(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from tidal.agent.kubeapi import KubeconfigError
     from tidal.agent.replay import TraceError
     try:
         if args.command == "restore":
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_replay(args) if args.command == "replay" else _run(args))
     except TraceError as err:
         print(f"tidal-agent replay: {err}")
+        return 2
+    except KubeconfigError as err:
+        print(f"tidal-agent {args.command}: {err}")
         return 2
     return 0
 

@@ -57,6 +57,27 @@ def remove_cgroup_tree(parent: str) -> None:
                 pass
 
 
+def assert_be_v1(container_dir: str, *, shares: int, quota: int, memory: int) -> None:
+    assert cgroup_file("cpu", container_dir, "cpu.shares") == str(shares)
+    assert cgroup_file("cpu", container_dir, "cpu.cfs_quota_us") == str(quota)
+    assert cgroup_file("cpu", container_dir, "cpu.cfs_period_us") == "100000"
+    assert cgroup_file("memory", container_dir, "memory.limit_in_bytes") == str(memory)
+
+
+def wait_ready(plugin: PluginThread, containerd: Containerd) -> None:
+    deadline = time.monotonic() + 20
+    while not (plugin.plugin and plugin.plugin.ready.is_set()):
+        assert time.monotonic() < deadline, f"plugin did not synchronize\n{containerd.tail()}"
+        time.sleep(0.1)
+
+
+def wait_file(controller: str, relpath: str, name: str, expected: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while (value := cgroup_file(controller, relpath, name)) != expected:
+        assert time.monotonic() < deadline, f"{relpath}/{name} = {value}, expected {expected}"
+        time.sleep(0.1)
+
+
 def run_pod(c: Containerd, annotations: dict[str, str]) -> tuple[dict, str]:
     tag = uuid.uuid4().hex[:8]
     parent = f"/tidal-nri-{tag}/pod{tag}"
@@ -69,10 +90,7 @@ def run_pod(c: Containerd, annotations: dict[str, str]) -> tuple[dict, str]:
 def test_be_container_gets_its_limits_in_real_cgroups(containerd):
     plugin = PluginThread(containerd.nri_socket)
     try:
-        deadline = time.monotonic() + 20
-        while not (plugin.plugin and plugin.plugin.ready.is_set()):
-            assert time.monotonic() < deadline, f"plugin did not synchronize\n{containerd.tail()}"
-            time.sleep(0.1)
+        wait_ready(plugin, containerd)
         assert plugin.plugin.runtime[0] == "containerd"
         batch = {"worker": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "300000000"}}
         be, be_parent = run_pod(containerd, {"colocation.tidal.io/qos-level": "BE",
@@ -85,16 +103,60 @@ def test_be_container_gets_its_limits_in_real_cgroups(containerd):
                 assert cgroup_file("memory", be_dir, "memory.max") == str(page_rounded(300_000_000))
                 assert cgroup_file("cpu", ls_dir, "cpu.max") == "max 100000"
             else:
-                assert cgroup_file("cpu", be_dir, "cpu.shares") == "512"
-                assert cgroup_file("cpu", be_dir, "cpu.cfs_quota_us") == "50000"
-                assert cgroup_file("cpu", be_dir, "cpu.cfs_period_us") == "100000"
-                assert cgroup_file("memory", be_dir, "memory.limit_in_bytes") == str(page_rounded(300_000_000))
+                assert_be_v1(be_dir, shares=512, quota=50_000, memory=page_rounded(300_000_000))
                 # the LS container keeps what the CRI request asked for (shares 2, no quota)
                 assert cgroup_file("cpu", ls_dir, "cpu.shares") == "2"
                 assert cgroup_file("cpu", ls_dir, "cpu.cfs_quota_us") == "-1"
+            # the kubelet's reconciliation of a BestEffort container does not undo the limits
+            assert "error" not in containerd.cri("-update", be["container"])
+            if V2:
+                assert cgroup_file("cpu", be_dir, "cpu.max") == "50000 100000"
+            else:
+                assert_be_v1(be_dir, shares=512, quota=50_000, memory=page_rounded(300_000_000))
         finally:
             for pod, parent in ((be, be_parent), (ls, ls_parent)):
                 containerd.cri("-cleanup", pod["pod"])
                 remove_cgroup_tree(parent)
     finally:
         plugin.stop()
+
+
+def test_existing_container_is_fixed_at_synchronize_and_lookup_updates_apply(containerd):
+    """A BE container created while no plugin was connected gets its limits when the plugin
+    connects (Synchronize); a BE pod without the annotation gets them through the plugin's own
+    UpdateContainers request once the pod object is read."""
+    batch = {"worker": {"kubernetes.io/batch-cpu": "250", "kubernetes.io/batch-memory": "200000000"}}
+    early, early_parent = run_pod(containerd, {"colocation.tidal.io/qos-level": "BE",
+                                               BATCH_RESOURCES_ANNOTATION: json.dumps(batch)})
+    pods = [(early, early_parent)]
+    early_dir = f"{early_parent}/{early['container']}"
+
+    async def lookup(namespace, name, uid):
+        from tidal.agent.nri.decisions import BatchRequest
+        return {"worker": BatchRequest(cpu_millicores=750, memory_bytes=100_000_000)}
+
+    plugin = PluginThread(containerd.nri_socket, pod_lookup=lookup)
+    try:
+        if not V2:
+            assert cgroup_file("cpu", early_dir, "cpu.cfs_quota_us") == "-1"
+        wait_ready(plugin, containerd)
+        if V2:
+            wait_file("cpu", early_dir, "cpu.max", "25000 100000")
+        else:
+            wait_file("cpu", early_dir, "cpu.cfs_quota_us", "25000")
+            assert_be_v1(early_dir, shares=256, quota=25_000, memory=page_rounded(200_000_000))
+
+        late, late_parent = run_pod(containerd, {"colocation.tidal.io/qos-level": "BE"})
+        pods.append((late, late_parent))
+        late_dir = f"{late_parent}/{late['container']}"
+        if V2:
+            wait_file("cpu", late_dir, "cpu.max", "75000 100000")
+            assert cgroup_file("memory", late_dir, "memory.max") == str(page_rounded(100_000_000))
+        else:
+            wait_file("cpu", late_dir, "cpu.cfs_quota_us", "75000")
+            assert_be_v1(late_dir, shares=768, quota=75_000, memory=page_rounded(100_000_000))
+    finally:
+        plugin.stop()
+        for pod, parent in pods:
+            containerd.cri("-cleanup", pod["pod"])
+            remove_cgroup_tree(parent)

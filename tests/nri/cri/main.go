@@ -1,7 +1,7 @@
 // Command nri-cri is a minimal CRI client (crictl's module is not available from the Go module
 // proxy here): it runs one host-network pod sandbox and one container in it through containerd's
-// CRI service, prints their ids and the container's cgroup path as JSON, and removes them on
-// "cleanup". Used by tests/nri/test_nri_containerd.py.
+// CRI service and prints their ids as JSON; -update updates a container's resources as the
+// kubelet does; -cleanup stops and removes a pod. Used by tests/nri/test_nri_containerd.py.
 package main
 
 import (
@@ -25,6 +25,7 @@ func main() {
 	uid := flag.String("uid", "tidal-nri-uid", "pod uid")
 	cgroupParent := flag.String("cgroup-parent", "", "pod cgroup parent")
 	cleanup := flag.String("cleanup", "", "pod sandbox id to stop and remove")
+	update := flag.String("update", "", "container id to update as the kubelet does a BestEffort container (shares 2, no limits)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -35,6 +36,17 @@ func main() {
 	}
 	rt := cri.NewRuntimeServiceClient(conn)
 
+	if *update != "" {
+		_, err := rt.UpdateContainerResources(ctx, &cri.UpdateContainerResourcesRequest{
+			ContainerId: *update,
+			Linux:       &cri.LinuxContainerResources{CpuShares: 2, CpuPeriod: 100000},
+		})
+		if err != nil {
+			fail(fmt.Errorf("UpdateContainerResources: %w", err))
+		}
+		emit(map[string]any{"updated": *update})
+		return
+	}
 	if *cleanup != "" {
 		if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: *cleanup}); err != nil {
 			fail(err)

@@ -13,7 +13,7 @@
 //	dump / restore pods containers   the runtime's pods and containers, to carry them over a restart
 //	wait_plugins n timeout_ms   wait until n plugins are registered and synchronized
 //	run_pod pod            RunPodSandbox; the pod is remembered for Synchronize
-//	create pod_id container     CreateContainer; the adjusted container is remembered
+//	create pod_id container     CreateContainer, then PostCreateContainer; the adjusted container is remembered
 //	update container_id resources   UpdateContainer
 //	stop_container container_id     StopContainer
 //	stop_pod / remove_pod pod_id
@@ -270,9 +270,14 @@ func (h *harness) do(cmd command) (map[string]any, error) {
 			}
 			ctr.Linux.Resources = rpl.Adjust.Linux.Resources
 		}
-		ctr.State = api.ContainerState_CONTAINER_RUNNING
+		ctr.State = api.ContainerState_CONTAINER_CREATED
 		h.containers[ctr.Id] = ctr
 		h.order = append(h.order, ctr.Id)
+		// as a runtime does once the container exists
+		if err := h.r.PostCreateContainer(ctx, &api.PostCreateContainerRequest{Pod: pod, Container: ctr}); err != nil {
+			return nil, err
+		}
+		ctr.State = api.ContainerState_CONTAINER_RUNNING
 		return map[string]any{"adjust": raw(rpl.Adjust), "update": rawList(rpl.Update), "evict": rawList(rpl.Evict),
 			"elapsed_ns": elapsed.Nanoseconds()}, nil
 	case "update":

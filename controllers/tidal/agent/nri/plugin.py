@@ -121,6 +121,7 @@ class TidalNRIPlugin:
         self.sessions = 0
         self._client: Client | None = None
         self._looked_up: dict[str, Mapping[str, BatchRequest]] = {}  # pod uid -> from the pod object
+        self._created: dict[str, asyncio.Event] = {}  # container id -> set at PostCreateContainer
         self._tasks: set[asyncio.Task] = set()
 
     # --- connection ---------------------------------------------------------------------------
@@ -210,6 +211,7 @@ class TidalNRIPlugin:
             "UpdateContainer": h(api.UpdateContainerRequest, self._update_container),
             "StopContainer": h(api.StopContainerRequest, self._stop_container),
             # NRI before v0.12 (containerd 2.0-2.2) sends pod events and the post-events here
+            "PostCreateContainer": h(api.PostCreateContainerRequest, self._post_create_container),
             "StateChange": h(api.StateChangeEvent, self._state_change),
         }
         return {(PLUGIN_SERVICE, method): handler for method, handler in methods.items()}
@@ -218,7 +220,8 @@ class TidalNRIPlugin:
         self.runtime = (req.runtime_name, req.runtime_version)
         log.info("NRI: configured by %s %s (NRI %s, request timeout %d ms)", req.runtime_name,
                  req.runtime_version, req.NRI_version or "?", req.request_timeout)
-        return api.ConfigureResponse(events=event_mask(SUBSCRIBED_EVENTS))
+        events = SUBSCRIBED_EVENTS + ((api.POST_CREATE_CONTAINER,) if self.pod_lookup is not None else ())
+        return api.ConfigureResponse(events=event_mask(events))
 
     async def _synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
         pods = {pod.id: pod for pod in req.pods}
@@ -269,6 +272,7 @@ class TidalNRIPlugin:
             log.info("NRI: create %s/%s container %s (%s): %s", ref.namespace, ref.pod_name, ref.container_name,
                      decision.level, decision.resources.describe())
         if decision.needs_lookup and self.pod_lookup is not None:
+            self._created[req.container.id] = asyncio.Event()
             self._spawn(self._resolve_later(ref, req.container.id))
         return reply
 
@@ -288,7 +292,15 @@ class TidalNRIPlugin:
             await self._run_pod(api.RunPodSandboxRequest(pod=req.pod))
         elif req.event == api.REMOVE_POD_SANDBOX:
             await self._remove_pod(api.RemovePodSandboxRequest(pod=req.pod))
+        elif req.event == api.POST_CREATE_CONTAINER:
+            await self._post_create_container(api.PostCreateContainerRequest(pod=req.pod, container=req.container))
         return api.Empty()
+
+    async def _post_create_container(self, req: api.PostCreateContainerRequest) -> api.PostCreateContainerResponse:
+        created = self._created.get(req.container.id)
+        if created is not None:
+            created.set()
+        return api.PostCreateContainerResponse()
 
     async def _stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         log.debug("NRI: container %s of %s/%s stopped", req.container.name, req.pod.namespace, req.pod.name)
@@ -302,25 +314,36 @@ class TidalNRIPlugin:
         task.add_done_callback(self._tasks.discard)
 
     async def _resolve_later(self, ref: ContainerRef, container_id: str) -> None:
+        """Read the pod object while the runtime creates the container; once it exists
+        (PostCreateContainer), ask the runtime to update it."""
         assert self.pod_lookup is not None
+        created = self._created[container_id]
         try:
-            requests = await asyncio.wait_for(self.pod_lookup(ref.namespace, ref.pod_name, ref.pod_uid),
-                                              self.call_timeout)
-        except Exception as err:
-            log.warning("NRI: cannot read batch resources of %s/%s: %s", ref.namespace, ref.pod_name, err)
-            return
-        if requests is None:
-            return
-        self._looked_up[ref.pod_uid] = requests
-        decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=requests)
-        if not decision.resources:
-            return
-        await asyncio.sleep(0)  # let the runtime finish the creation that triggered the lookup
-        try:
-            failed = await self.update_containers([_update(container_id, decision.resources)])
-        except Exception as err:
-            log.warning("NRI: update of container %s failed: %s", container_id, err)
-            return
-        if not failed:
-            log.info("NRI: %s/%s container %s (BE, from the pod object): %s", ref.namespace, ref.pod_name,
-                     ref.container_name, decision.resources.describe())
+            try:
+                requests = await asyncio.wait_for(self.pod_lookup(ref.namespace, ref.pod_name, ref.pod_uid),
+                                                  self.call_timeout)
+            except Exception as err:
+                log.warning("NRI: cannot read batch resources of %s/%s: %s", ref.namespace, ref.pod_name, err)
+                return
+            if requests is None:
+                return
+            self._looked_up[ref.pod_uid] = requests
+            decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=requests)
+            if not decision.resources:
+                return
+            try:
+                await asyncio.wait_for(created.wait(), 60)
+            except asyncio.TimeoutError:
+                log.warning("NRI: container %s of %s/%s was not created within 60 s; not updating it",
+                            ref.container_name, ref.namespace, ref.pod_name)
+                return
+            try:
+                failed = await self.update_containers([_update(container_id, decision.resources)])
+            except Exception as err:
+                log.warning("NRI: update of container %s failed: %s", container_id, err)
+                return
+            if not failed:
+                log.info("NRI: %s/%s container %s (BE, from the pod object): %s", ref.namespace, ref.pod_name,
+                         ref.container_name, decision.resources.describe())
+        finally:
+            self._created.pop(container_id, None)

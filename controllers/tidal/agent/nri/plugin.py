@@ -122,6 +122,7 @@ class TidalNRIPlugin:
         self._client: Client | None = None
         self._looked_up: dict[str, Mapping[str, BatchRequest]] = {}  # pod uid -> from the pod object
         self._created: dict[str, asyncio.Event] = {}  # container id -> set at PostCreateContainer
+        self._sync_parts: list[api.SynchronizeRequest] = []
         self._tasks: set[asyncio.Task] = set()
 
     # --- connection ---------------------------------------------------------------------------
@@ -158,6 +159,7 @@ class TidalNRIPlugin:
         tasks = [asyncio.create_task(t) for t in (mux.run(), server.run(), client.run())]
         stopper = asyncio.create_task(stop.wait())
         self._client = client
+        self._sync_parts = []
         self.sessions += 1
         registered = False
         try:
@@ -224,9 +226,16 @@ class TidalNRIPlugin:
         return api.ConfigureResponse(events=event_mask(events))
 
     async def _synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
-        pods = {pod.id: pod for pod in req.pods}
+        # A runtime with more state than one message holds splits it (more=True on all but the
+        # last part); the answer to a non-final part must be empty with more=True.
+        self._sync_parts.append(req)
+        if req.more:
+            return api.SynchronizeResponse(more=True)
+        parts, self._sync_parts = self._sync_parts, []
+        pods = {pod.id: pod for part in parts for pod in part.pods}
+        containers = [c for part in parts for c in part.containers]
         rows = []
-        for c in req.containers:
+        for c in containers:
             pod = pods.get(c.pod_sandbox_id)
             if pod is None or c.state not in (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED):
                 continue
@@ -236,10 +245,10 @@ class TidalNRIPlugin:
             log.info("NRI: synchronize: container %s (%s): %s", container_id, decision.level,
                      decision.resources.describe())
             updates.append(_update(container_id, decision.resources))
-        log.info("NRI: synchronized %d pods, %d containers; %d updates", len(req.pods), len(req.containers),
-                 len(updates))
+        log.info("NRI: synchronized %d pods, %d containers in %d message(s); %d updates", len(pods),
+                 len(containers), len(parts), len(updates))
         self.ready.set()
-        return api.SynchronizeResponse(update=updates, more=req.more)
+        return api.SynchronizeResponse(update=updates)
 
     async def _shutdown(self, req: api.Empty) -> api.Empty:
         log.info("NRI: runtime is shutting down")

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import random
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -39,6 +40,9 @@ RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 
 SUBSCRIBED_EVENTS = (api.RUN_POD_SANDBOX, api.STOP_POD_SANDBOX, api.REMOVE_POD_SANDBOX,
                      api.CREATE_CONTAINER, api.UPDATE_CONTAINER, api.STOP_CONTAINER)
+
+#: A session at least this long resets the reconnection backoff.
+STABLE_SESSION_SECONDS = 10.0
 
 #: Reads a pod's batch requests (per container name) from the pod object: (namespace, name, uid).
 PodLookup = Callable[[str, str, str], Awaitable["Mapping[str, BatchRequest] | None"]]
@@ -133,6 +137,7 @@ class TidalNRIPlugin:
         delay = first
         while not stop.is_set():
             registered = False
+            started = time.monotonic()
             try:
                 registered = await self._session(stop)
             except (OSError, asyncio.TimeoutError, ConnectionError) as err:
@@ -141,7 +146,10 @@ class TidalNRIPlugin:
                 log.exception("NRI: session failed; retrying in %.1fs", delay)
             if stop.is_set():
                 break
-            delay = first if registered else min(longest, delay * 2)
+            # back to the first delay only after a session that lasted: a runtime that accepts and
+            # drops the plugin at once is not retried in a tight loop
+            stable = registered and time.monotonic() - started >= STABLE_SESSION_SECONDS
+            delay = first if stable else min(longest, delay * 2)
             try:
                 await asyncio.wait_for(stop.wait(), delay * (0.8 + 0.4 * random.random()))
             except asyncio.TimeoutError:

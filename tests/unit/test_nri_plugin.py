@@ -39,3 +39,20 @@ def test_split_synchronize_answers_parts_empty_and_updates_at_the_end():
 def test_bad_registration_names_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TidalNRIPlugin("/nonexistent", **kwargs)
+
+
+def test_nri_capability(tmp_path):
+    import socket
+
+    from tidal.agent.nri.probe import nri_capability
+    missing = nri_capability(tmp_path / "nri.sock")
+    assert not missing.supported and "no NRI socket" in missing.reason and "reconcile" in missing.reason
+    (tmp_path / "file").write_text("")
+    assert "not a socket" in nri_capability(tmp_path / "file").reason
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(tmp_path / "nri.sock"))
+        present = nri_capability(tmp_path / "nri.sock")
+    finally:
+        sock.close()
+    assert present.supported and present.name == "nri"

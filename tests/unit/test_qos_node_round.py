@@ -65,3 +65,29 @@ def test_node_annotations_override_the_watermarks_and_bad_ones_change_nothing(tm
     node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "x"}}})
     node_qos._refresh_watermarks()
     assert node_qos.eviction.config == WatermarkEviction().config
+
+
+def test_the_policy_status_names_generation_effective_spec_and_what_the_node_cannot_do(tmp_path):
+    from tidal.agent.qos.capabilities import Capability
+    node_qos = _engine(tmp_path)
+    node_qos.observe_policy({"metadata": {"resourceVersion": "7", "generation": 4},
+                             "spec": {"features": {"cacheLimits": {"enabled": True}, "numaAffinity": {"enabled": True}}}})
+    node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "90",
+                                                        "colocation.tidal.io/eviction-dwell-seconds": "x"}}})
+    caps = [Capability("resctrl.l3", False, "resctrl not mounted"), Capability("resctrl.mba", True, "/x"),
+            Capability("numa", True, "2 NUMA nodes")]
+    status = node_qos.policy_status(caps)
+    assert status["appliedGeneration"] == 4
+    assert status["effective"]["evictionWatermarks"]["cpu"]["highPercent"] == 80  # bad overrides: none applied
+    assert status["problems"] == [
+        "node annotation colocation.tidal.io/eviction-dwell-seconds='x': must be an integer",
+        "spec.features.cacheLimits: enabled but not supported on this node (resctrl.l3: resctrl not mounted)"]
+    node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "90"}}})
+    status = node_qos.policy_status(caps)
+    assert status["effective"]["evictionWatermarks"]["cpu"]["highPercent"] == 90
+    # an invalid policy object keeps the one in force, and says so
+    node_qos.observe_policy({"metadata": {"resourceVersion": "8", "generation": 5},
+                             "spec": {"evictionWatermarks": {"cpu": {"highPercent": 10, "lowPercent": 20}}}})
+    status = node_qos.policy_status(caps)
+    assert status["appliedGeneration"] == 4
+    assert status["problems"][0].startswith("ColocationPolicy generation 5 not applied: invalid ColocationPolicy")

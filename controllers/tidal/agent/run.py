@@ -73,12 +73,15 @@ class Predictions:
 
 
 def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
-           capabilities: list[dict] | None = None) -> dict:
-    """The NodeProfile status: the sampler's summary, the online-peak prediction and what this
-    node's kernel and hardware support (each unsupported feature with its reason)."""
+           capabilities: list[dict] | None = None, policy_status: dict | None = None) -> dict:
+    """The NodeProfile status: the sampler's summary, the online-peak prediction, what this
+    node's kernel and hardware support (each unsupported feature with its reason) and the
+    policy it runs (generation, effective spec, problems)."""
     status = sampler.summary()
     if capabilities is not None:
         status["capabilities"] = capabilities
+    if policy_status is not None:
+        status["policy"] = policy_status
     prediction = predictions.status(sampler, policy)
     if prediction is not None:
         status["predictions"] = prediction
@@ -151,6 +154,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         runner = await serve_health(metrics_address, metrics_port, registry,
                                     lambda: loop.time() - last_round < 10)
     last_report = None
+    reported: list[int | None] = [None]  # the policy generation last written, set by _report
+    writer: asyncio.Task | None = None
     try:
         await asyncio.wait_for(asyncio.gather(pods.synced.wait(), node_watch.synced.wait(),
                                               policy_watch.synced.wait()), timeout=60)
@@ -163,23 +168,35 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             node_qos.observe_node(node_watch.object)
             node_qos.round(sampler, pods.states.values())
             last_round = loop.time()
-            if last_report is None or started - last_report >= report_interval:
+            # A new policy generation is reported at once: rollout status waits for it. The
+            # write runs beside the rounds, so an absent API server never delays enforcement.
+            behind = reported[0] != node_qos.policy_generation
+            due = last_report is None or started - last_report >= report_interval or behind
+            if due and (writer is None or writer.done()):
                 last_report = started
-                try:
-                    await asyncio.wait_for(write_status(api.request, node, report(
-                        sampler, node_qos.policy, predictions, capabilities)), timeout=10)
-                except Exception as err:  # the next report retries; stale data degrades to 0
-                    log.warning("NodeProfile %s not written: %s", node, err)
+                writer = asyncio.create_task(_report(api, node, report(
+                    sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed)),
+                    node_qos.policy_generation, reported))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=max(0.05, 1.0 - (loop.time() - started)))
             except asyncio.TimeoutError:
                 pass
     finally:
         await node_qos.stop()
+        if writer is not None:
+            writer.cancel()
         for w in watchers:
             w.cancel()
         if runner is not None:
             await runner.cleanup()
+
+
+async def _report(api, node: str, status: dict, generation: int, reported: list) -> None:
+    try:
+        await asyncio.wait_for(write_status(api.request, node, status), timeout=10)
+        reported[0] = generation
+    except Exception as err:  # the next report retries; stale data degrades to 0 at the master
+        log.warning("NodeProfile %s not written: %s", node, err)
 
 
 async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]:

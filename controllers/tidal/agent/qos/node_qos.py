@@ -33,6 +33,7 @@ from .engine import QoSEngine, colocation_enabled
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
+from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ class NodeQoS:
         self.policy = ColocationPolicy()
         self._policy_key: Any = object()
         self._override_problems: list[str] = []
+        self._policy_problems: list[str] = []
+        #: metadata.generation of the ColocationPolicy in force (0: none exists, defaults)
+        self.policy_generation = 0
         self._marks_key: Any = None
         self._labels: dict[str, str] = {}
         self._annotations: dict[str, str] = {}
@@ -112,18 +116,24 @@ class NodeQoS:
     def observe_policy(self, obj: Mapping[str, Any] | None) -> None:
         """Take the ColocationPolicy object (None: none exists -> defaults). An invalid one keeps
         the last valid policy in force (its CRD schema should make that impossible)."""
-        key = None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+        meta = (obj or {}).get("metadata") or {}
+        key = None if obj is None else meta.get("resourceVersion")
         if key == self._policy_key:
             return
         self._policy_key = key
+        generation = int(meta.get("generation") or 0)
         try:
             policy = ColocationPolicy.from_spec((obj or {}).get("spec") or {})
         except PolicyValidationError as err:
-            log.error("ColocationPolicy is invalid (%s): keeping the policy in force", err)
+            log.error("ColocationPolicy generation %s is invalid (%s): keeping the policy in force",
+                      generation, err)
+            self._policy_problems = [f"ColocationPolicy generation {generation} not applied: {err}"]
             return
-        if policy != self.policy:
-            log.info("ColocationPolicy applied (resourceVersion %s)", key)
+        self._policy_problems = []
+        if policy != self.policy or generation != self.policy_generation:
+            log.info("ColocationPolicy generation %s applied", generation)
         self.policy = policy
+        self.policy_generation = generation
 
     def observe_node(self, obj: Mapping[str, Any] | None) -> None:
         """Take this Node's object; None (unknown or unreachable) keeps the last known one."""
@@ -188,6 +198,12 @@ class NodeQoS:
             self._wake.set()
         self._export(sampler, usage, changed, result, enabled, state)
         return Round(enabled, usage, result, changed, decisions)
+
+    def policy_status(self, capabilities) -> dict[str, Any]:
+        """The NodeProfile's ``status.policy``: generation, effective spec, problems."""
+        self._refresh_watermarks()
+        return policy_status(self.policy, self.policy_generation, self.eviction.config,
+                             [*self._policy_problems, *self._override_problems], capabilities)
 
     @property
     def want_taint(self) -> bool:

@@ -1,0 +1,54 @@
+"""What a node reports about the policy it runs (pure): the ``status.policy`` of its NodeProfile.
+
+* ``appliedGeneration`` — ``metadata.generation`` of the ColocationPolicy the agent runs;
+* ``effective`` — that policy's spec with the node's annotation overrides applied;
+* ``problems`` — what the node cannot do as asked, one line each: invalid overrides, and every
+  switched-on feature this node's kernel or hardware lacks (with the capability probe's reason).
+  Nothing is silently ignored.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from tidal.policy import ColocationPolicy, EvictionWatermarks
+
+from .capabilities import Capability
+
+__all__ = ["FEATURE_NEEDS", "policy_status", "unsupported_features"]
+
+#: policy section (JSON path) -> capabilities it needs (all of them)
+FEATURE_NEEDS: dict[str, tuple[str, ...]] = {
+    "features.cpuBurst": ("cpu.cfs_burst",),
+    "features.psiInterference": ("psi",),
+    "features.cacheLimits": ("resctrl.l3", "resctrl.mba"),
+    "features.numaAffinity": ("numa",),
+}
+
+
+def _enabled(spec: Mapping[str, Any], path: str) -> bool:
+    node: Any = spec
+    for key in path.split("."):
+        node = (node or {}).get(key)
+    return bool((node or {}).get("enabled"))
+
+
+def unsupported_features(spec: Mapping[str, Any], capabilities: Iterable[Capability]) -> list[str]:
+    caps = {c.name: c for c in capabilities}
+    problems = []
+    for path, needs in FEATURE_NEEDS.items():
+        if not _enabled(spec, path):
+            continue
+        missing = [caps[n] for n in needs if n in caps and not caps[n].supported]
+        if missing:
+            reasons = "; ".join(f"{c.name}: {c.reason}" for c in missing)
+            problems.append(f"spec.{path}: enabled but not supported on this node ({reasons})")
+    return problems
+
+
+def policy_status(policy: ColocationPolicy, generation: int, watermarks: EvictionWatermarks,
+                  override_problems: Iterable[str], capabilities: Iterable[Capability]) -> dict[str, Any]:
+    effective = replace(policy, eviction_watermarks=watermarks).to_spec()
+    return {"appliedGeneration": int(generation), "effective": effective,
+            "problems": [*override_problems, *unsupported_features(effective, capabilities)]}

@@ -184,7 +184,7 @@ def test_node_profile_status_holds_what_the_agent_and_the_master_report() -> Non
         "conditions",
     }
     assert status["observedAt"]["format"] == "date-time"
-    assert set(status["policy"]["properties"]) == {"appliedGeneration", "effective"}
+    assert set(status["policy"]["properties"]) == {"appliedGeneration", "effective", "problems"}
     assert status["policy"]["properties"]["effective"]["x-kubernetes-preserve-unknown-fields"]
     assert set(status["perQoS"]["properties"]) == {level.value for level in qos.QoSLevel}
     assert status["predictions"]["x-kubernetes-preserve-unknown-fields"]

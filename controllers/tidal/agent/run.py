@@ -13,13 +13,13 @@ from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detec
 from tidal.agent.collector.sampler import Sampler
 from tidal.agent.history import STEP_SECONDS, OnlineHistory
 from tidal.agent.node_profile import write_status
-from tidal.agent.pods import NodePods
 from tidal.agent.prediction import STATISTICS, online_peak
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
+from tidal.agent.qos.pod_features import FeaturePods
 from tidal.agent.watch import ObjectWatch
 from tidal.metrics import node_metrics
 from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
@@ -134,7 +134,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     layout = node_layout(cgroup_root, cgroup_driver, kubelet_cgroup_root)
     window = ColocationPolicy.from_spec({}).overselling.window_seconds
     sampler = Sampler(layout, proc_root=proc_root, windows=sorted({60, window, 1800}))
-    pods = NodePods(api, node)
+    pods = FeaturePods(api, node)  # PodStates with burst/cache/CPU data for the features
     node_watch = ObjectWatch(api, "/api/v1/nodes", node, what=f"node {node}")
     policy_watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")

@@ -23,6 +23,7 @@ from tidal.qos import COLOCATION_NODE_LABEL, NODE_LABEL_ENABLED_VALUE
 from .be_batch_resources import BEBatchResources
 from .be_cpu_priority import BECPUPriority
 from .be_cpu_suppression import BECPUSuppression
+from .cpu_burst import CPUBurst
 from .strategy import (
     ApplyResult,
     NodeState,
@@ -57,6 +58,10 @@ def strategies_for(policy: ColocationPolicy) -> list[Strategy]:
         strategies.append(BECPUPriority())
     if iso.batch_resources.enabled:
         strategies.append(BEBatchResources())
+    features = policy.features
+    if features.cpu_burst.enabled:
+        strategies.append(CPUBurst(features.cpu_burst.load_high_percent,
+                                   features.cpu_burst.load_alert_percent))
     return strategies
 
 

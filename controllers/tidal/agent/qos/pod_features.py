@@ -1,0 +1,91 @@
+"""What the advanced node features need to know about a pod beyond :class:`PodState`.
+
+:class:`PodState` carries what the BE isolation strategies need (containers with their batch
+resources). CPU burst, cache limits and NUMA affinity also need a pod's opt-in annotations and its
+online containers' native CPU requests and limits. :class:`FeaturePodState` is a ``PodState``
+with those extra fields (so every existing consumer sees a plain ``PodState``), built from the
+raw pod object by :func:`feature_pod_state`; :class:`FeaturePods` is the agent's pod watcher
+producing them. Annotations that do not parse are logged once and count as absent (admission
+rejects them; a pod from before admission runs without the feature).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tidal import qos
+from tidal.agent.collector.sampler import PodInfo
+from tidal.agent.pods import NodePods, pod_info, pod_state
+from tidal.manager.admission.quantities import QuantityError, cpu_millicores
+
+from .strategy import PodState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ContainerCPU", "FeaturePodState", "FeaturePods", "feature_pod_state", "feature_views"]
+
+
+@dataclass(frozen=True)
+class ContainerCPU:
+    """A started container's native CPU request and limit (millicores; 0 = not set)."""
+
+    id: str
+    request_millicores: int = 0
+    limit_millicores: int = 0
+
+
+@dataclass(frozen=True)
+class FeaturePodState(PodState):
+    cpu_burst: qos.CPUBurstRequest | None = None
+    cache_limit: qos.CacheLimit | None = None
+    cpu: tuple[ContainerCPU, ...] = ()
+
+
+def _millicores(amounts: Mapping[str, Any]) -> int:
+    try:
+        return cpu_millicores(amounts["cpu"]) if "cpu" in amounts else 0
+    except QuantityError:
+        return 0
+
+
+def feature_pod_state(pod: Mapping[str, Any], base: PodState) -> FeaturePodState:
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    label = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    burst = cache = None
+    try:
+        burst = qos.cpu_burst_of(annotations)
+    except qos.AnnotationValueError as err:
+        log.warning("pod %s: %s; no CPU burst", label, err)
+    try:
+        cache = qos.cache_limit_of(annotations)
+    except qos.AnnotationValueError as err:
+        log.warning("pod %s: %s; default cache level", label, err)
+    ids = {cs.get("name"): cs.get("containerID")
+           for cs in (pod.get("status") or {}).get("containerStatuses") or []}
+    cpu = []
+    for container in spec.get("containers") or []:
+        cid = ids.get(container.get("name"))
+        if not cid:
+            continue
+        resources = container.get("resources") or {}
+        cpu.append(ContainerCPU(cid, _millicores(resources.get("requests") or {}),
+                                _millicores(resources.get("limits") or {})))
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(PodState)}
+    return FeaturePodState(**fields, cpu_burst=burst, cache_limit=cache, cpu=tuple(cpu))
+
+
+def feature_views(obj: Mapping[str, Any]) -> tuple[PodInfo, PodState] | None:
+    info = pod_info(obj)
+    return None if info is None else (info, feature_pod_state(obj, pod_state(obj, info)))
+
+
+class FeaturePods(NodePods):
+    """:class:`NodePods` whose ``states`` are :class:`FeaturePodState`\\ s."""
+
+    def __init__(self, api, node: str) -> None:
+        super().__init__(api, node)
+        self.transform = feature_views

@@ -1,0 +1,75 @@
+"""CPU burst on this machine's real cgroups: a bursty process in a quota-limited LS container is
+throttled less once the engine has set ``cpu.cfs_burst_us`` (read from the kernel's cpu.stat)."""
+from __future__ import annotations
+
+import secrets
+import time
+
+import pytest
+from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
+from tidal.agent.qos.capabilities import probe, supported_map
+from tidal.agent.qos.engine import QoSEngine
+from tidal.agent.qos.pod_features import ContainerCPU, FeaturePodState
+from tidal.agent.qos.strategy import NodeState
+from tidal.policy import ColocationPolicy
+from tidal.qos import CPUBurstRequest, QoSLevel
+from tidal.testing.bursty import BurstyServer, read_cpu_stat
+from tidal.testing.local_kubelet import LocalKubelet
+
+LIMIT_MILLICORES = 100  # quota 10 ms per 100 ms period
+BURST_MS = 18           # each burst needs more than one period's quota
+BURSTS = 12
+
+
+def run_bursts(server: BurstyServer, cgroup) -> dict[str, int]:
+    before = read_cpu_stat(cgroup)
+    for _ in range(BURSTS):
+        time.sleep(0.25)  # idle: the unused quota is banked (up to the burst)
+        server.request([BURST_MS])
+    after = read_cpu_stat(cgroup)
+    return {k: after[k] - before.get(k, 0) for k in ("nr_throttled", "nr_bursts")}
+
+
+def test_burst_reduces_throttling_of_a_bursty_ls_container(hierarchy, real, tmp_path):
+    if hierarchy.version is not CgroupVersion.V1:
+        pytest.skip("this machine test builds the v1 tree (v2 plans: test_qos_cpu_burst.py)")
+    caps = supported_map(probe())
+    if not caps.get("cpu.cfs_burst"):
+        pytest.skip("kernel without CFS burst")
+    kubelet = LocalKubelet(real)
+    uid, cid = f"{secrets.token_hex(4)}-burst", f"containerd://{secrets.token_hex(32)}"
+    dirs = kubelet.create_pod(uid, PodQOSClass.BURSTABLE, [cid])[cid]
+    pod_cpu = kubelet.cpu_root / kubelet.layout.pod_relpath(uid, PodQOSClass.BURSTABLE)
+    container_cpu = kubelet.cpu_root / kubelet.layout.container_relpath(uid, PodQOSClass.BURSTABLE, cid)
+    for d in (pod_cpu, container_cpu):  # what the kubelet writes for a 200m CPU limit
+        (d / "cpu.cfs_quota_us").write_text(str(LIMIT_MILLICORES * 100))
+
+    pod = FeaturePodState(uid=uid, qos_class=PodQOSClass.BURSTABLE, tidal_level=QoSLevel.LS,
+                          namespace="ns", name="web", cpu_burst=CPUBurstRequest(True),
+                          cpu=(ContainerCPU(cid, 100, LIMIT_MILLICORES),))
+    engine = QoSEngine(tmp_path / "journal.json")
+
+    def reconcile(policy: ColocationPolicy):
+        state = NodeState(pods=(pod,), node_cpus=2, online_usage_millicores=0, policy=policy,
+                          capabilities=caps, layout=kubelet.layout, cpu_controller_root=kubelet.cpu_root)
+        result, _ = engine.reconcile(state, enabled=True)
+        assert result.errors == [] and result.restore_problems == []
+
+    off = ColocationPolicy.from_spec({"features": {"cpuBurst": {"enabled": False}}})
+    with BurstyServer(dirs) as server:
+        reconcile(off)
+        assert (container_cpu / "cpu.cfs_burst_us").read_text().strip() == "0"
+        without = run_bursts(server, container_cpu)
+
+        reconcile(ColocationPolicy())
+        assert (container_cpu / "cpu.cfs_burst_us").read_text().strip() == "10000"
+        assert (pod_cpu / "cpu.cfs_burst_us").read_text().strip() == "10000"
+        with_burst = run_bursts(server, container_cpu)
+
+        reconcile(off)  # switched off: the engine restores the original
+        assert (container_cpu / "cpu.cfs_burst_us").read_text().strip() == "0"
+        assert (pod_cpu / "cpu.cfs_burst_us").read_text().strip() == "0"
+    print(f"\nwithout burst {without}, with burst {with_burst}")
+    assert without["nr_throttled"] >= 3, without  # the control: a 10 ms quota throttles 18 ms bursts
+    assert with_burst["nr_bursts"] >= BURSTS // 2, with_burst
+    assert with_burst["nr_throttled"] <= without["nr_throttled"] // 2, (without, with_burst)

@@ -39,6 +39,36 @@ def requester(api):
     return request
 
 
+class RequestAPI:
+    """A kubernetes_asyncio client with the agent's ``KubeAPI`` shape (``request`` and
+    ``watch``), so the agent's watch and write code serves ``tidal-agent replay`` too."""
+
+    def __init__(self, api) -> None:
+        self.api = api
+        self.request = requester(api)
+
+    async def watch(self, path: str, params):
+        import aiohttp
+        query = {**params, "watch": "true"}
+        query = {k: ("true" if v is True else str(v)) for k, v in query.items() if v is not None}
+        seconds = int(query.get("timeoutSeconds", 300))
+        response = await self.api.call_api(
+            path, "GET", query_params=list(query.items()), header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(sock_connect=30, sock_read=seconds + 30))
+        try:
+            if not 200 <= response.status <= 299:
+                from kubernetes_asyncio.client.exceptions import ApiException
+                error = ApiException(status=response.status, reason=response.reason)
+                error.body = (await response.read()).decode(errors="replace")
+                raise error
+            async for line in response.content:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            response.release()
+
+
 async def api_client(kubeconfig: str | None):
     """A kubernetes_asyncio ApiClient: from `kubeconfig`, else the in-cluster service account."""
     from kubernetes_asyncio import client, config

@@ -2,7 +2,9 @@ import uuid
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from tidal import qos
 from tidal.lab.pytest_plugin import wait_for
 
 
@@ -19,3 +21,39 @@ def namespace(core):
     wait_for(lambda: core.list_namespaced_service_account(name).items, 30, f"serviceaccount in {name}")
     yield name
     core.delete_namespace(name)
+
+
+POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
+
+
+@pytest.fixture
+def policy(lab_api):
+    """Set fields of the shared ColocationPolicy for one test; put the object back afterwards."""
+    custom = client.CustomObjectsApi(lab_api)
+    try:
+        before = custom.get_cluster_custom_object(*POLICY)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        before = None
+
+    def set_spec(spec):
+        body = {"apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy",
+                "metadata": {"name": "default"}, "spec": spec}
+        try:
+            current = custom.get_cluster_custom_object(*POLICY)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            custom.replace_cluster_custom_object(*POLICY, body)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            custom.create_cluster_custom_object(*POLICY[:3], body)
+
+    yield set_spec
+    if before is None:
+        try:
+            custom.delete_cluster_custom_object(*POLICY)
+        except ApiException:
+            pass
+    else:
+        set_spec(before.get("spec") or {})

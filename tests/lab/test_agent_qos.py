@@ -75,39 +75,6 @@ def node(core, lab_api):
         pass
 
 
-@pytest.fixture
-def policy(lab_api):
-    """Set fields of the shared ColocationPolicy for one test; put the object back afterwards."""
-    custom = client.CustomObjectsApi(lab_api)
-    try:
-        before = custom.get_cluster_custom_object(*POLICY)
-    except ApiException as err:
-        if err.status != 404:
-            raise
-        before = None
-
-    def set_spec(spec):
-        body = {"apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy",
-                "metadata": {"name": "default"}, "spec": spec}
-        try:
-            current = custom.get_cluster_custom_object(*POLICY)
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            custom.replace_cluster_custom_object(*POLICY, body)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            custom.create_cluster_custom_object(*POLICY[:3], body)
-
-    yield set_spec
-    if before is None:
-        try:
-            custom.delete_cluster_custom_object(*POLICY)
-        except ApiException:
-            pass
-    else:
-        set_spec(before.get("spec") or {})
-
-
 def _pod(node, name, level, requests, labels=None, limits=None):
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": labels or {}, "annotations": {qos.QOS_ANNOTATION: level}},

@@ -25,9 +25,10 @@ from tidal.agent.collector.histogram import WindowAggregate
 from tidal.agent.collector.sampler import PodInfo, PodUsage, usage_list
 from tidal.agent.node_profile import write_status
 from tidal.agent.run import Predictions
-from tidal.kube import read_policy, requester
+from tidal import qos
+from tidal.kube import requester
 from tidal.metrics import NodeMetrics
-from tidal.policy import ColocationPolicy
+from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
 from tidal.qos import QoSLevel
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,18 @@ def export_node_metrics(metrics: NodeMetrics, node: ReplayedNode) -> None:
     metrics.tainted.labels(node.name).set(0)
 
 
+def policy_of(obj) -> tuple[ColocationPolicy, int, list[str]]:
+    """The policy a replayed node runs: the object's spec and generation (defaults and 0 when
+    there is none; an invalid one — which its CRD schema prevents — is reported, defaults used)."""
+    if obj is None:
+        return ColocationPolicy(), 0, []
+    generation = int((obj.get("metadata") or {}).get("generation") or 0)
+    try:
+        return ColocationPolicy.from_spec(obj.get("spec") or {}), generation, []
+    except PolicyValidationError as err:
+        return ColocationPolicy(), generation, [f"ColocationPolicy generation {generation} not applied: {err}"]
+
+
 async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 300.0,
                      report_interval: float = 5.0, predictor: str | None = None, window: int | None = None,
                      memory_bytes_per_core: int = 4 * 1024**3, stop: asyncio.Event | None = None,
@@ -143,8 +156,25 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
     stop = stop or asyncio.Event()
     replayed = [ReplayedNode(name, (i * trace.span / max(1, len(nodes))) % trace.span, trace.step_seconds)
                 for i, name in enumerate(nodes)]
+    from tidal.agent.watch import ObjectWatch
+    from tidal.kube import RequestAPI
+    policy_watch = ObjectWatch(RequestAPI(api), f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
+                               DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
+    watcher = asyncio.create_task(policy_watch.run())
+    try:
+        await asyncio.wait_for(policy_watch.synced.wait(), timeout=60)
+        await _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
+                           memory_bytes_per_core, stop, metrics, policy_watch)
+    finally:
+        watcher.cancel()
+
+
+async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
+                       memory_bytes_per_core, stop, metrics, policy_watch) -> None:
+    request = requester(api)
     start_wall = time.monotonic()
     last_report = -report_interval
+    reported_generation = None
     while not stop.is_set():
         now = time.monotonic()
         trace_time = trace.times[0] + (now - start_wall) * speed
@@ -153,20 +183,27 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
                          memory_bytes_per_core)
             if metrics is not None:
                 export_node_metrics(metrics, node)
-        if now - last_report >= report_interval:
+        applied, generation, problems = policy_of(policy_watch.object)
+        # a new policy generation is reported at once (the rollout status waits for it)
+        if now - last_report >= report_interval or generation != reported_generation:
             last_report = now
-            policy = await read_policy(api)
+            policy = applied
             overrides = {k: v for k, v in (("predictor", predictor), ("windowSeconds", window)) if v is not None}
             if overrides:
                 spec = policy.to_spec()
                 spec["overselling"].update(overrides)
                 policy = ColocationPolicy.from_spec(spec)
             observed = datetime.datetime.now(datetime.timezone.utc)
-            results = await asyncio.gather(*(write_status(requester(api), n.name, n.status(policy, observed))
-                                             for n in replayed), return_exceptions=True)
+            policy_status = {"appliedGeneration": generation, "effective": applied.to_spec(), "problems": problems}
+            results = await asyncio.gather(*(write_status(request, n.name, {
+                **n.status(policy, observed), "policy": policy_status}) for n in replayed), return_exceptions=True)
+            failed = False
             for node, result in zip(replayed, results):
                 if isinstance(result, Exception):
+                    failed = True
                     log.warning("NodeProfile %s not written: %s", node.name, result)
+            if not failed:
+                reported_generation = generation
         try:
             await asyncio.wait_for(stop.wait(), timeout=1.0)
         except asyncio.TimeoutError:

@@ -26,11 +26,13 @@ class Watcher:
     """``objects`` maps UID -> ``transform(raw object)`` (objects it maps to None are dropped)."""
 
     def __init__(self, api: KubeAPI, path: str, what: str, *, field_selector: str | None = None,
+                 label_selector: str | None = None,
                  transform: Callable[[Mapping[str, Any]], Any] = lambda obj: obj) -> None:
         self.api = api
         self.path = path
         self.what = what
         self.field_selector = field_selector
+        self.label_selector = label_selector
         self.transform = transform
         self.objects: dict[str, Any] = {}
         self.resource_version: str | None = None
@@ -40,7 +42,8 @@ class Watcher:
         self.generation = 0
 
     def _params(self) -> dict[str, Any]:
-        return {"fieldSelector": self.field_selector} if self.field_selector else {}
+        params = {"fieldSelector": self.field_selector, "labelSelector": self.label_selector}
+        return {k: v for k, v in params.items() if v}
 
     def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}

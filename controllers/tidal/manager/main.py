@@ -34,15 +34,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _leader_work(args, stop: asyncio.Event) -> None:
-    """The leader-elected controllers: every replica competes, one works."""
+    """The leader-elected controllers (oversell master, policy reconciler): every replica
+    competes, one works."""
     from tidal import qos
     from tidal.kube import api_client
     from tidal.manager.leader import LeaderElector
     from tidal.manager.oversell.loop import run_master
+    from tidal.manager.policy.reconciler import run_policy_reconciler
+
+    async def work() -> None:
+        await asyncio.gather(run_master(api, args.oversell_interval), run_policy_reconciler(api))
 
     async with await api_client(args.kubeconfig) as api:
         elector = LeaderElector(api, "tidal-manager", qos.NAMESPACE, args.identity)
-        await elector.run(lambda: run_master(api, args.oversell_interval), stop)
+        await elector.run(work, stop)
 
 
 async def _run(config: ServerConfig, args) -> None:

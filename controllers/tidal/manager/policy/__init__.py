@@ -1,0 +1,1 @@
+"""The policy reconciler: ColocationPolicy rollout status from what every node reports."""

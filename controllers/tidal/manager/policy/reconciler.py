@@ -1,0 +1,78 @@
+"""The policy reconciler (leader-elected in tidal-manager): keeps the ColocationPolicy's status
+— the rollout of its current generation to the colocation nodes — up to date.
+
+Inputs are watched (the policy, the nodes labelled for colocation, the NodeProfiles reduced to
+what the rollout needs), so a node reporting a new generation shows in the status within about
+half a second; the status is patched only when it changes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from tidal import qos
+from tidal.agent.watch import ObjectWatch, Watcher
+from tidal.kube import RequestAPI
+from tidal.policy import DEFAULT_POLICY_NAME
+
+from .rollout import NodeReport, rollout_status
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_policy_reconciler"]
+
+POLICIES = f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies"
+PROFILES = f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/nodeprofiles"
+
+
+def _name(obj) -> str:
+    return obj["metadata"]["name"]
+
+
+async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event | None = None) -> None:
+    """Run until cancelled (or ``stop``); ``api`` is a kubernetes_asyncio ApiClient."""
+    stop = stop or asyncio.Event()
+    rest = RequestAPI(api)
+    policy = ObjectWatch(rest, POLICIES, DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
+    nodes = Watcher(rest, "/api/v1/nodes", "colocation nodes", transform=_name,
+                    label_selector=f"{qos.COLOCATION_NODE_LABEL}={qos.NODE_LABEL_ENABLED_VALUE}")
+    profiles = Watcher(rest, PROFILES, "NodeProfiles",
+                       transform=lambda obj: (_name(obj), NodeReport.from_profile(obj)))
+    watchers = [asyncio.create_task(w.run()) for w in (policy, nodes, profiles)]
+    seen: Any = None
+    try:
+        await asyncio.gather(policy.synced.wait(), nodes.synced.wait(), profiles.synced.wait())
+        while not stop.is_set():
+            key = (policy.generation, nodes.generation, profiles.generation, int(datetime.now(UTC).timestamp()) // 30)
+            obj = policy.object
+            if obj is not None and key != seen:
+                seen = key
+                try:
+                    await _reconcile(rest, obj, nodes.objects.values(), dict(profiles.objects.values()))
+                except Exception as err:  # retried at the next change or within 30 s
+                    log.warning("ColocationPolicy status not updated: %s", err)
+                    seen = None
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                pass
+    finally:
+        for w in watchers:
+            w.cancel()
+
+
+async def _reconcile(rest: RequestAPI, obj, node_names, reports) -> None:
+    generation = int(obj["metadata"].get("generation") or 0)
+    current = obj.get("status") or {}
+    status = rollout_status(generation, node_names, reports, datetime.now(UTC), current)
+    if status == current:
+        return
+    await rest.request("PATCH", f"{POLICIES}/{DEFAULT_POLICY_NAME}/status",
+                       body={"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                             "status": status},
+                       content_type="application/merge-patch+json")
+    if status["appliedNodes"] != current.get("appliedNodes") or generation != current.get("observedGeneration"):
+        log.info("ColocationPolicy generation %d: %d/%d colocation nodes applied", generation,
+                 status["appliedNodes"], status["totalNodes"])

@@ -100,10 +100,16 @@ def crds(lab_api):
 
 @pytest.fixture(scope="session")
 def users(lab_api):
-    """Tokens of three ServiceAccounts: viewer (tidal-console-viewer), editor
-    (tidal-console-editor) and nobody (no binding); the console's own identity is the lab admin."""
+    """Tokens of three ServiceAccounts: viewer (the rules of tidal-console-viewer), editor
+    (tidal-console-editor) and nobody (no binding); the console's own identity is the lab admin.
+    The ClusterRoles are copies under names of this run, so a concurrent `tidal_controllers`
+    uninstall in the shared lab cannot pull them away mid-test."""
     core, rbac = client.CoreV1Api(lab_api), client.RbacAuthorizationV1Api(lab_api)
-    create_or_replace_all(lab_api, cluster_roles())
+    roles = {}
+    for role in cluster_roles():
+        original = role["metadata"]["name"]
+        role["metadata"]["name"] = roles[original] = f"{original}-{RUN}"
+        rbac.create_cluster_role(role)
     namespace = f"console-{RUN}"
     core.create_namespace({"metadata": {"name": namespace}})
     tokens, bindings = {}, []
@@ -113,7 +119,7 @@ def users(lab_api):
             name = f"console-{RUN}-{user}"
             rbac.create_cluster_role_binding({
                 "metadata": {"name": name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": roles[role]},
                 "subjects": [{"kind": "ServiceAccount", "name": user, "namespace": namespace}]})
             bindings.append(name)
         tokens[user] = core.create_namespaced_service_account_token(
@@ -122,6 +128,8 @@ def users(lab_api):
     yield tokens
     for name in bindings:
         rbac.delete_cluster_role_binding(name)
+    for name in roles.values():
+        rbac.delete_cluster_role(name)
     core.delete_namespace(namespace)
 
 

@@ -1,5 +1,5 @@
-"""`tidal-console`: `serve` the REST API and web console; `build-web` builds the web UI into the
-cache (what `make console-web` runs)."""
+"""`tidal-console`: `serve` the REST API and web console; `rbac` prints its ClusterRoles;
+`build-web` builds the web UI into the cache (what `make console-web` runs)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="built web console (default: the build of the current sources in the cache)")
     s.add_argument("--auth-cache-seconds", type=float, default=10.0,
                    help="how long TokenReview and SubjectAccessReview answers are reused (0: never)")
+    sub.add_parser("rbac", help="print the ClusterRoles (the console's own, viewer, editor) as YAML")
     b = sub.add_parser("build-web", help="build the web console into the cache (npm ci + esbuild)")
     b.add_argument("--force", action="store_true")
     return p
@@ -43,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     from tidal.console.webbuild import WebBuildError, build_web, built_dir
+    if args.command == "rbac":
+        import yaml
+
+        from tidal.console.rbac import cluster_roles
+        print(yaml.safe_dump_all(cluster_roles(), sort_keys=False), end="")
+        return 0
     if args.command == "build-web":
         try:
             print(build_web(force=args.force, log=lambda m: print(m, file=sys.stderr)))

@@ -75,6 +75,10 @@ bench-isolation: venv debian-packages lab-build
 bench-agent: venv debian-packages lab-build
 	$(BIN)/python bench/agent.py $(BENCH_ARGS)
 
+.PHONY: bench-policy
+bench-policy: venv debian-packages lab-build
+	$(BIN)/python bench/policy.py $(BENCH_ARGS)
+
 # NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),
 # built with the local Go toolchain and cached under ~/.cache/tidal/nri/<nri-version>/.
 # Test 2's containerd, shim, ctr and CRI client come from tests/nri/cri/go.mod, cached under

@@ -33,6 +33,7 @@ from .engine import QoSEngine, colocation_enabled
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
+from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
 
@@ -93,6 +94,9 @@ class NodeQoS:
         self.cpu_controller_root = cpu_controller_root
         self.clock = clock
         self.eviction = WatermarkEviction()
+        self.interference = PSIInterferenceEviction()
+        self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
+                                       node_psi=self.capabilities.get("psi", False))
         self.policy = ColocationPolicy()
         self._policy_key: Any = object()
         self._override_problems: list[str] = []
@@ -187,6 +191,7 @@ class NodeQoS:
             self.blocked = {uid: t for uid, t in self.blocked.items() if t > now and uid in self._states}
             pods = [c for c in candidates(self._states.values(), sampler) if c.uid not in self.blocked]
             decisions = self.eviction.step(now, usage, pods)
+            decisions += interference_decisions(self, now, pods)
         else:
             self.eviction = WatermarkEviction(config=self.eviction.config)
             self.blocked.clear()
@@ -329,6 +334,7 @@ class NodeQoS:
             return
         log.info("evicted %s/%s: %s", pod.namespace, pod.name, decision.reason)
         if self.metrics is not None:
-            self.metrics.evictions.labels(self.node, decision.resource or "", "watermark").inc()
+            self.metrics.evictions.labels(self.node, decision.resource or "",
+                                         getattr(decision, "kind", "watermark")).inc()
         await self.actions.event(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid,
                                  reason="TidalEvicted", message=decision.reason, warning=True)

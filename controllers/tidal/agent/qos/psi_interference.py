@@ -1,0 +1,167 @@
+"""PSI interference: evict the BE pod that contributes most while online work stalls.
+
+Pressure stall information (PSI) measures the share of wall time in which some task waited for a
+resource (``some avg10``: percent over the last 10 s). Where the pods' cgroups are on v2 each
+online (HLS/LS) pod's own ``<resource>.pressure`` is watched — stalls of online work exactly; on
+v1 (and v1 hybrid) only the node's ``/proc/pressure/<resource>`` exists, so the node's pressure
+stands for the online pods' (the reason the capability probe reports ``psi.cgroup`` unsupported).
+
+Decision (pure, :class:`PSIInterferenceEviction`): when some watched scope's ``some avg10`` for a
+configured resource (``features.psiInterference.resources``, default cpu and memory; io optional)
+is above ``avg10ThresholdPercent`` (5.0), one BE pod is evicted: the one using most of that
+resource (io has no per-pod usage here: CPU usage stands in), then lowest priority, then UID. The
+next PSI eviction waits ``cooldownSeconds`` (60), so avg10 (a 10 s average) can show the effect.
+A pod asked to go is not chosen again for ``max(2 × cooldown, 120 s)`` (a terminating pod stays
+listed for its grace period); if it is still there after that (the eviction failed), it can be
+chosen again. Decisions are :class:`PSIDecision`\\ s, carried out by
+the node's API worker like watermark evictions (Event ``TidalEvicted`` with the figures, metric
+``tidal_evictions_total{reason="psi"}``).
+
+I/O: :func:`parse_some_avg10` (pure) and :class:`PressureReader` (reads the files).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
+from tidal.policy import PSIInterference
+from tidal.qos import QoSLevel
+
+from .eviction import Action, Candidate, Decision
+from .strategy import PodState
+
+__all__ = ["NODE_SCOPE", "PSIDecision", "PSIInterferenceEviction", "PressureReader", "parse_some_avg10"]
+
+NODE_SCOPE = "node"
+ONLINE = (QoSLevel.HLS, QoSLevel.LS)
+
+
+#: a pod asked to go stays listed while it terminates (grace period, 30 s by default)
+MIN_FORGET_SECONDS = 120.0
+
+
+def forget_after(config: PSIInterference) -> float:
+    return max(2.0 * config.cooldown_seconds, MIN_FORGET_SECONDS)
+
+
+@dataclass(frozen=True)
+class PSIDecision(Decision):
+    """An eviction decided by PSI interference (metrics reason ``psi``)."""
+
+    kind: ClassVar[str] = "psi"
+    scope: str = NODE_SCOPE
+    avg10_percent: float | None = None
+    threshold_percent: float | None = None
+
+
+def parse_some_avg10(text: str) -> float:
+    """``some avg10=1.23 avg60=... total=...`` -> 1.23 (the ``some`` line of a pressure file)."""
+    for line in text.splitlines():
+        kind, *fields = line.split()
+        if kind == "some":
+            for item in fields:
+                key, _, value = item.partition("=")
+                if key == "avg10":
+                    return float(value)
+    raise ValueError(f"no 'some avg10=' in pressure text {text[:80]!r}")
+
+
+@dataclass
+class PSIInterferenceEviction:
+    """The decision state: when the last PSI eviction was, and which pods were asked to go."""
+
+    last_eviction: float | None = None
+    evicted: dict[str, float] = field(default_factory=dict)
+
+    def step(self, now: float, config: PSIInterference,
+             pressure: Mapping[str, Mapping[str, float]], pods: Sequence[Candidate]) -> list[PSIDecision]:
+        """``pressure`` maps scope (``node`` or an online pod's label) -> resource -> some avg10."""
+        present = {p.uid for p in pods}
+        self.evicted = {uid: t for uid, t in self.evicted.items()
+                        if uid in present and now - t < forget_after(config)}
+        if not config.enabled:
+            return []
+        resources = [r.value for r in config.resources]
+        over = [(avg10, scope, resource)
+                for scope, values in pressure.items()
+                for resource, avg10 in values.items()
+                if resource in resources and avg10 > config.avg10_threshold_percent]
+        if not over:
+            return []
+        if self.last_eviction is not None and now - self.last_eviction < config.cooldown_seconds:
+            return []
+        avg10, scope, resource = max(over, key=lambda o: (o[0], o[1], o[2]))
+        usage_key = resource if resource in ("cpu", "memory") else "cpu"
+        candidates = [p for p in pods if p.is_be and p.uid not in self.evicted]
+        if not candidates:
+            return []
+        victim = min(candidates, key=lambda p: (-p.usage.get(usage_key, 0.0), p.priority, p.uid))
+        self.last_eviction = now
+        self.evicted[victim.uid] = now
+        amount = victim.usage.get(usage_key, 0.0)
+        used = f"{amount:.0f}m CPU" if usage_key == "cpu" else f"{amount / (1 << 20):.0f} MiB memory"
+        where = "node" if scope == NODE_SCOPE else f"online pod {scope}"
+        return [PSIDecision(
+            Action.EVICT,
+            f"PSI interference: {resource} some avg10 {avg10:.2f}% above {config.avg10_threshold_percent:g}% "
+            f"({where}): evicting BE pod {victim.label}, the largest BE {usage_key} user ({used})",
+            resource=resource, pod_uid=victim.uid, scope=scope, avg10_percent=avg10,
+            threshold_percent=config.avg10_threshold_percent,
+        )]
+
+
+@dataclass
+class PressureReader:
+    """Reads ``some avg10`` of the online pods' cgroups (v2, when per-cgroup PSI is supported) or
+    of the node (``<proc_root>/pressure``)."""
+
+    layout: CgroupLayout
+    proc_root: Path = Path("/proc")
+    cgroup_psi: bool = False
+    node_psi: bool = True
+
+    def read(self, resources: Iterable[str], pods: Iterable[PodState]) -> dict[str, dict[str, float]]:
+        resources = list(resources)
+        out: dict[str, dict[str, float]] = {}
+        if self.cgroup_psi and self.layout.version is CgroupVersion.V2:
+            for pod in pods:
+                if pod.tidal_level not in ONLINE:
+                    continue
+                directory = self.layout.cpu_dir(self.layout.pod_relpath(pod.uid, pod.qos_class))
+                values = self._read_all(directory, resources, suffix=".pressure")
+                if values:
+                    out[f"{pod.namespace}/{pod.name}" if pod.name else pod.uid] = values
+            return out
+        if self.node_psi:
+            values = self._read_all(self.proc_root / "pressure", resources, suffix="")
+            if values:
+                out[NODE_SCOPE] = values
+        return out
+
+    @staticmethod
+    def _read_all(directory: Path, resources: list[str], suffix: str) -> dict[str, float]:
+        values = {}
+        for resource in resources:
+            try:
+                values[resource] = parse_some_avg10((directory / f"{resource}{suffix}").read_text())
+            except (OSError, ValueError):
+                continue  # pod gone, resource not offered: nothing to watch there
+        return values
+
+
+def interference_decisions(node_qos, now: float, pods: Sequence[Candidate]) -> list[PSIDecision]:
+    """One round of PSI interference for :class:`~.node_qos.NodeQoS` (reads pressure only when the
+    policy switches the feature on; pods the watermark machine already chose are left out)."""
+    config = node_qos.policy.features.psi_interference
+    if not config.enabled:
+        node_qos.interference.step(now, config, {}, pods)
+        return []
+    pressure = node_qos.pressure.read([r.value for r in config.resources], node_qos._states.values())
+    if node_qos.metrics is not None and NODE_SCOPE in pressure:
+        for resource, avg10 in pressure[NODE_SCOPE].items():
+            node_qos.metrics.psi.labels(node_qos.node, resource).set(avg10)
+    chosen = node_qos.eviction.evicted
+    return node_qos.interference.step(now, config, pressure, [p for p in pods if p.uid not in chosen])

@@ -1,0 +1,122 @@
+"""PSI interference: the pure decision (table-driven), the pressure reader on recorded trees, and
+the node round's wiring (metrics reason ``psi``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.qos.eviction import Action, Candidate
+from tidal.agent.qos.psi_interference import (
+    NODE_SCOPE,
+    PressureReader,
+    PSIDecision,
+    PSIInterferenceEviction,
+    parse_some_avg10,
+)
+from tidal.agent.qos.strategy import PodState
+from tidal.policy import ColocationPolicy
+from tidal.qos import QoSLevel
+
+PRESSURE = "some avg10={} avg60=1.00 avg300=0.50 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+
+def config(**kw):
+    spec = {"enabled": True, **kw}
+    return ColocationPolicy.from_spec({"features": {"psiInterference": spec}}).features.psi_interference
+
+
+BE_BIG = Candidate("be-big", True, 0, {"cpu": 1500.0, "memory": 100 << 20}, "batch", "big")
+BE_FAT = Candidate("be-fat", True, 0, {"cpu": 100.0, "memory": 900 << 20}, "batch", "fat")
+BE_LOW = Candidate("be-low", True, -10, {"cpu": 1500.0, "memory": 0.0}, "batch", "low")
+LS = Candidate("ls", False, 0, {"cpu": 3000.0, "memory": 2 << 30}, "web", "api")
+PODS = [BE_BIG, BE_FAT, LS]
+
+
+@pytest.mark.parametrize("pressure, cfg, pods, victim, resource", [
+    ({NODE_SCOPE: {"cpu": 4.9, "memory": 0.0}}, {}, PODS, None, None),          # below 5.0
+    ({NODE_SCOPE: {"cpu": 5.0}}, {}, PODS, None, None),                         # not above
+    ({NODE_SCOPE: {"cpu": 12.0}}, {}, PODS, "be-big", "cpu"),                    # most CPU
+    ({NODE_SCOPE: {"memory": 7.5}}, {}, PODS, "be-fat", "memory"),              # most memory
+    ({NODE_SCOPE: {"cpu": 6.0, "memory": 30.0}}, {}, PODS, "be-fat", "memory"),  # worst resource
+    ({NODE_SCOPE: {"io": 50.0}}, {}, PODS, None, None),                         # io not watched by default
+    ({NODE_SCOPE: {"io": 50.0}}, {"resources": ["io"]}, PODS, "be-big", "io"),  # io: CPU stands in
+    ({NODE_SCOPE: {"cpu": 9.0}}, {"avg10ThresholdPercent": 10}, PODS, None, None),
+    ({"web/api": {"cpu": 40.0}}, {}, PODS, "be-big", "cpu"),                    # a pod's own PSI (v2)
+    ({NODE_SCOPE: {"cpu": 90.0}}, {}, [LS], None, None),                         # no BE pod: nothing
+    ({NODE_SCOPE: {"cpu": 90.0}}, {}, [BE_BIG, BE_LOW], "be-low", "cpu"),       # tie: lower priority
+    ({NODE_SCOPE: {"cpu": 90.0}}, {"enabled": False}, PODS, None, None),
+])
+def test_victim(pressure, cfg, pods, victim, resource):
+    decisions = PSIInterferenceEviction().step(100.0, config(**cfg), pressure, pods)
+    if victim is None:
+        assert decisions == []
+        return
+    (d,) = decisions
+    assert isinstance(d, PSIDecision) and d.kind == "psi" and d.action is Action.EVICT
+    assert (d.pod_uid, d.resource) == (victim, resource)
+    assert f"{resource} some avg10" in d.reason
+
+
+def test_reason_carries_the_figures():
+    (d,) = PSIInterferenceEviction().step(0, config(), {NODE_SCOPE: {"cpu": 12.345}}, PODS)
+    assert d.reason == ("PSI interference: cpu some avg10 12.35% above 5% (node): evicting BE pod batch/big, "
+                        "the largest BE cpu user (1500m CPU)")
+    assert (d.avg10_percent, d.threshold_percent, d.scope) == (12.345, 5.0, "node")
+
+
+def test_cooldown_between_evictions_and_no_second_choice_of_the_same_pod():
+    machine, cfg, hot = PSIInterferenceEviction(), config(cooldownSeconds=60), {NODE_SCOPE: {"cpu": 50.0}}
+    assert [d.pod_uid for d in machine.step(0, cfg, hot, PODS)] == ["be-big"]
+    assert machine.step(30, cfg, hot, PODS) == []                   # cooling down
+    assert [d.pod_uid for d in machine.step(60, cfg, hot, PODS)] == ["be-fat"]  # big still listed: not again
+    assert machine.step(61, cfg, {NODE_SCOPE: {"cpu": 1.0}}, PODS) == []
+    # a pod whose eviction failed (still listed a cooldown later) can be chosen again
+    assert [d.pod_uid for d in machine.step(200, cfg, hot, PODS)] == ["be-big"]
+
+
+def test_zero_cooldown_evicts_one_pod_per_round():
+    machine, cfg, hot = PSIInterferenceEviction(), config(cooldownSeconds=0), {NODE_SCOPE: {"cpu": 50.0}}
+    assert [d.pod_uid for d in machine.step(0, cfg, hot, PODS)] == ["be-big"]
+    assert [d.pod_uid for d in machine.step(0.5, cfg, hot, PODS)] == ["be-fat"]
+
+
+@pytest.mark.parametrize("text, value", [
+    (PRESSURE.format("3.14"), 3.14),
+    ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", 0.0),
+])
+def test_parse(text, value):
+    assert parse_some_avg10(text) == value
+
+
+def test_parse_refuses_garbage():
+    with pytest.raises(ValueError, match="no 'some avg10='"):
+        parse_some_avg10("full avg10=1.0\n")
+
+
+def test_reader_node_scope_from_proc(tmp_path):
+    (tmp_path / "pressure").mkdir()
+    (tmp_path / "pressure" / "cpu").write_text(PRESSURE.format("8.50"))
+    (tmp_path / "pressure" / "memory").write_text(PRESSURE.format("0.10"))
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V1, tmp_path / "cpuacct", tmp_path / "memory"),
+                          CgroupDriver.CGROUPFS)
+    reader = PressureReader(layout, proc_root=tmp_path, cgroup_psi=False, node_psi=True)
+    assert reader.read(["cpu", "memory", "io"], []) == {"node": {"cpu": 8.5, "memory": 0.1}}
+    assert PressureReader(layout, proc_root=tmp_path, node_psi=False).read(["cpu"], []) == {}
+
+
+def test_reader_online_pods_on_v2(tmp_path):
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path), CgroupDriver.SYSTEMD)
+    ls = PodState("1111-2222", PodQOSClass.BURSTABLE, QoSLevel.LS, namespace="web", name="api")
+    be = PodState("3333-4444", PodQOSClass.BEST_EFFORT, QoSLevel.BE, namespace="batch", name="job")
+    gone = PodState("5555-6666", PodQOSClass.GUARANTEED, QoSLevel.HLS, namespace="web", name="gone")
+    for pod in (ls, be):
+        d = layout.cpu_dir(layout.pod_relpath(pod.uid, pod.qos_class))
+        d.mkdir(parents=True)
+        (d / "cpu.pressure").write_text(PRESSURE.format("22.00"))
+        (d / "memory.pressure").write_text(PRESSURE.format("1.00"))
+    reader = PressureReader(layout, cgroup_psi=True)
+    # BE pods' own stalls are not interference; a pod without a cgroup is skipped
+    assert reader.read(["cpu", "memory"], [ls, be, gone]) == {"web/api": {"cpu": 22.0, "memory": 1.0}}
+    assert "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1111_2222.slice" in str(
+        layout.cpu_dir(layout.pod_relpath(ls.uid, ls.qos_class)))

@@ -3,7 +3,7 @@ import { api, ApiError, setToken, token } from "./api.js";
 import { el } from "./ui.js";
 import { overview } from "./overview.js";
 import { policyPage } from "./policy.js";
-import { monitoringPage } from "./monitoring.js";
+import { leaveMonitoring, monitoringPage } from "./monitoring.js";
 
 const PAGES = { overview, policy: policyPage, monitoring: monitoringPage };
 let me = null;
@@ -24,6 +24,7 @@ async function render() {
   const root = document.getElementById("page");
   const name = (location.hash.replace(/^#\//, "").split("?")[0]) || "overview";
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === name);
+  leaveMonitoring();
   if (!token()) return loginForm(root);
   try {
     me ??= await api("GET", "/whoami");

@@ -24,9 +24,25 @@ function option(panel, start, end) {
   };
 }
 
-export async function monitoringPage(root) {
+const REFRESH_MS = 30000;
+let refreshTimer = null;
+
+/** Stops the charts' refresh and frees them (called before any page renders). */
+export function leaveMonitoring() {
+  clearInterval(refreshTimer);
+  refreshTimer = null;
   for (const c of charts) c.dispose();
   charts.clear();
+}
+
+async function fetchPanels(node, range) {
+  const end = Math.floor(Date.now() / 1000);
+  const q = `?start=${end - range}&end=${end}`;
+  return api("GET", (node ? `/monitoring/nodes/${encodeURIComponent(node)}` : "/monitoring/cluster") + q);
+}
+
+export async function monitoringPage(root) {
+  leaveMonitoring();
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const node = params.get("node") || "";
   const range = Number(params.get("range") || 3600);
@@ -40,21 +56,38 @@ export async function monitoringPage(root) {
   nodeSelect.addEventListener("change", go);
   rangeSelect.addEventListener("change", go);
   root.append(el("h1", {}, node ? `Monitoring: node ${node}` : "Monitoring: cluster"),
-    el("div", { class: "toolbar" }, el("label", {}, "Node ", nodeSelect), el("label", {}, "Range ", rangeSelect)));
-  const end = Math.floor(Date.now() / 1000);
-  const q = `?start=${end - range}&end=${end}`;
-  const data = await api("GET", (node ? `/monitoring/nodes/${encodeURIComponent(node)}` : "/monitoring/cluster") + q);
+    el("div", { class: "toolbar" }, el("label", {}, "Node ", nodeSelect), el("label", {}, "Range ", rangeSelect),
+      el("span", { class: "muted" }, `refreshed every ${REFRESH_MS / 1000} s`)));
+  const data = await fetchPanels(node, range);
   const grid = el("div", { class: "charts" });
   root.append(grid);
+  const byName = new Map();
   for (const panel of data.panels) {
     const box = el("div", { class: "chart", "data-panel": panel.name, "data-series": String(panel.series.length) });
-    grid.append(el("div", { class: "card" }, box,
-      panel.series.length ? null : el("div", { class: "muted" }, "no data yet"),
+    const empty = el("div", { class: "muted" }, panel.series.length ? "" : "no data yet");
+    grid.append(el("div", { class: "card" }, box, empty,
       el("details", {}, el("summary", { class: "muted" }, "PromQL"), el("code", {}, panel.query))));
     const chart = echarts.init(box, null, { renderer: "canvas" });
     chart.setOption(option(panel, data.start, data.end));
     charts.add(chart);
+    byName.set(panel.name, { chart, box, empty });
   }
+  refreshTimer = setInterval(async () => {
+    if (document.hidden) return;
+    try {
+      const fresh = await fetchPanels(node, range);
+      for (const panel of fresh.panels) {
+        const target = byName.get(panel.name);
+        if (!target) continue;
+        // Merging keeps the legend selection the user made.
+        target.chart.setOption(option(panel, fresh.start, fresh.end), { replaceMerge: ["series"] });
+        target.box.dataset.series = String(panel.series.length);
+        target.empty.textContent = panel.series.length ? "" : "no data yet";
+      }
+    } catch (err) {
+      // the next round tries again; a 401 shows at the next navigation
+    }
+  }, REFRESH_MS);
 }
 
 window.addEventListener("resize", () => { for (const c of charts) c.resize(); });

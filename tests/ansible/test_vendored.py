@@ -85,3 +85,21 @@ def test_every_module_is_in_the_action_group_when_it_takes_connection_options():
 def test_policy_model_is_a_dataclass_copy():
     assert dataclasses.is_dataclass(policy_model.ColocationPolicy)
     assert policy_model.policy_manifest()["apiVersion"] == qos.API_GROUP_VERSION
+
+
+def test_role_crds_equal_the_tidal_crds():
+    import shutil  # noqa: F401 (named in the message)
+    from tidal.crds import CRD_FILES
+    role_crds = ROOT / "roles" / "tidal_controllers" / "files" / "crds"
+    source = ROOT / "controllers" / "tidal" / "crds"
+    assert sorted(p.name for p in role_crds.glob("*.yaml")) == sorted(CRD_FILES)
+    for name in CRD_FILES:
+        assert (role_crds / name).read_text() == (source / name).read_text(), (
+            f"roles/tidal_controllers/files/crds/{name} is out of date: "
+            f"cp controllers/tidal/crds/*.yaml roles/tidal_controllers/files/crds/")
+
+
+def test_role_console_roles_equal_tidal_console_rbac():
+    from tidal.console.rbac import cluster_roles
+    data = yaml.safe_load((ROOT / "roles" / "tidal_controllers" / "vars" / "console_roles.yml").read_text())
+    assert data["tidal_controllers_console_roles"] == cluster_roles()

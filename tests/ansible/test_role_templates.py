@@ -1,0 +1,61 @@
+"""The tidal_controllers role's templates render what the `tidal` package defines (rendered with
+ansible-core's own templating, as the role renders them)."""
+import base64
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from collection_tools import ROOT
+from tidal import qos
+from tidal.manager.admission.configuration import webhook_configurations
+
+TEMPLATES = ROOT / "roles" / "tidal_controllers" / "templates"
+CA_PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+def render(name, **variables):
+    defaults = yaml.safe_load((ROOT / "roles" / "tidal_controllers" / "defaults" / "main.yml").read_text())
+    defaults.update(yaml.safe_load((ROOT / "roles" / "tidal_controllers" / "vars" / "console_roles.yml").read_text()))
+    defaults = {k: v for k, v in defaults.items() if "lookup(" not in str(v)}
+    defaults.update(variables)
+    text = Templar(loader=DataLoader(), variables=defaults).template(trust_as_template((TEMPLATES / name).read_text()))
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:18443", ""])
+def test_webhooks_equal_the_manager_configuration(url):
+    rendered = render("webhooks.yml.j2", tidal_controllers_webhook_url=url,
+                      tidal_controllers_webhook_ca_bundle=base64.b64encode(CA_PEM).decode())
+    expected = webhook_configurations(CA_PEM, url=url or None)
+    assert rendered == expected
+
+
+def test_priority_classes_equal_tidal_qos():
+    assert render("priorityclasses.yml.j2") == qos.priority_class_manifests()
+
+
+def test_agent_rbac_is_least_privilege_and_its_writes_are_limited_to_its_node():
+    objects = render("rbac.yml.j2")
+    agent = next(o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "tidal-agent")
+    writes = {(r["apiGroups"][0], res, verb) for r in agent["rules"] for res in r["resources"] for verb in r["verbs"]
+              if verb in ("create", "update", "patch", "delete")}
+    assert writes == {("", "nodes", "patch"), ("", "pods/eviction", "create"), ("", "events", "create"),
+                      ("", "events", "patch"), ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
+                      ("colocation.tidal.io", "nodeprofiles", "create"), ("colocation.tidal.io", "nodeprofiles/status", "patch")}
+    policy = next(o for o in objects if o["kind"] == "ValidatingAdmissionPolicy")
+    guarded = {res for rule in policy["spec"]["matchConstraints"]["resourceRules"] for res in rule["resources"]}
+    assert {"nodes", "nodeprofiles", "nodeprofiles/status"} <= guarded
+    assert "system:serviceaccount:tidal-system:tidal-agent" in policy["spec"]["matchConditions"][0]["expression"]
+
+
+def test_agent_daemonset_runs_only_on_colocation_nodes():
+    workloads = render("workloads.yml.j2")
+    agent = next(o for o in workloads if o["kind"] == "DaemonSet")
+    assert agent["spec"]["template"]["spec"]["nodeSelector"] == {qos.COLOCATION_NODE_LABEL: "true"}
+    manager = next(o for o in workloads if o["kind"] == "Deployment" and o["metadata"]["name"] == "tidal-manager")
+    container = manager["spec"]["template"]["spec"]["containers"][0]
+    assert manager["spec"]["replicas"] == 2
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["securityContext"]["runAsNonRoot"] is True

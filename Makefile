@@ -79,6 +79,13 @@ bench-agent: venv debian-packages lab-build
 bench-policy: venv debian-packages lab-build
 	$(BIN)/python bench/policy.py $(BENCH_ARGS)
 
+# Advanced node features on this machine's cgroups (root): CPU burst latency, PSI reaction time.
+.PHONY: bench-burst bench-psi
+bench-burst: venv
+	$(BIN)/python bench/burst.py $(BENCH_ARGS)
+bench-psi: venv
+	$(BIN)/python bench/psi.py $(BENCH_ARGS)
+
 # NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),
 # built with the local Go toolchain and cached under ~/.cache/tidal/nri/<nri-version>/.
 # Test 2's containerd, shim, ctr and CRI client come from tests/nri/cri/go.mod, cached under

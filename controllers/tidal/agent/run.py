@@ -17,9 +17,11 @@ from tidal.agent.prediction import STATISTICS, online_peak
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.qos.engine import QoSEngine
+from tidal.agent.qos.memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
+from tidal.agent.qos.strategy import RestoreJournal, restore
 from tidal.agent.watch import ObjectWatch
 from tidal.metrics import node_metrics
 from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
@@ -206,3 +208,4 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)
     return problems
+    problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim

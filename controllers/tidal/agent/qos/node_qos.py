@@ -33,6 +33,8 @@ from .engine import QoSEngine, colocation_enabled
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
+from .memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
+from .memory_reclaim import MemoryReclaimer, reclaim_round
 from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
@@ -95,6 +97,7 @@ class NodeQoS:
         self.clock = clock
         self.eviction = WatermarkEviction()
         self.interference = PSIInterferenceEviction()
+        self.reclaimer = MemoryReclaimer(layout, engine.journal_path.with_name(RECLAIM_JOURNAL))
         self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
                                        node_psi=self.capabilities.get("psi", False))
         self.policy = ColocationPolicy()
@@ -184,6 +187,7 @@ class NodeQoS:
         for write, problem in result.errors:
             log.warning("cgroup write failed: %s", problem)
         usage = usage_percent(sampler, self.node_cpus)
+        reclaim_round(self, sampler, usage, enabled)
         decisions: list[Decision] = []
         self._refresh_watermarks()
         if enabled:

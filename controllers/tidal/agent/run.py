@@ -18,6 +18,7 @@ from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
+from tidal.agent.qos.numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
@@ -209,3 +210,5 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
         log.info("node %s: offline-evicting taint removed", node)
     return problems
     problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
+    problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
+    problems += restore(RestoreJournal(Path(state_dir) / NUMA_JOURNAL))  # NUMA affinity

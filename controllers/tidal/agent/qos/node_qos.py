@@ -35,6 +35,8 @@ from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
 from .memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
 from .memory_reclaim import MemoryReclaimer, reclaim_round
+from .numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
+from .numa_affinity import NUMAAffinityActuator, numa_round
 from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
@@ -98,6 +100,7 @@ class NodeQoS:
         self.eviction = WatermarkEviction()
         self.interference = PSIInterferenceEviction()
         self.reclaimer = MemoryReclaimer(layout, engine.journal_path.with_name(RECLAIM_JOURNAL))
+        self.numa = NUMAAffinityActuator(layout, engine.journal_path.with_name(NUMA_JOURNAL))
         self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
                                        node_psi=self.capabilities.get("psi", False))
         self.policy = ColocationPolicy()
@@ -188,6 +191,7 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         usage = usage_percent(sampler, self.node_cpus)
         reclaim_round(self, sampler, usage, enabled)
+        numa_round(self, enabled)
         decisions: list[Decision] = []
         self._refresh_watermarks()
         if enabled:

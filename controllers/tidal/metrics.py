@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["ConsoleMetrics", "ManagerMetrics", "NodeMetrics", "console_metrics", "manager_metrics",
-           "node_metrics"]
+__all__ = ["ConsoleMetrics", "ManagerMetrics", "NodeMetrics", "SchedulerUsageMetrics", "console_metrics",
+           "manager_metrics", "node_metrics", "scheduler_usage_metrics"]
 
 
 @dataclass(frozen=True)
@@ -121,4 +121,40 @@ def console_metrics(registry: CollectorRegistry | None = None) -> ConsoleMetrics
                                   registry=r),
         writes=Counter("tidal_console_writes", "Changes made through the console, by kind (node, policy) and result",
                        ["kind", "result"], registry=r),
+    )
+
+
+@dataclass(frozen=True)
+class SchedulerUsageMetrics:
+    """Node usage under node_exporter's names, which Volcano's Prometheus source queries for its
+    ``usage`` plugin (``pkg/scheduler/metrics/source/metrics_client_prometheus.go``)::
+
+        avg_over_time(clamp_min(100 - (avg by (instance) (rate(node_cpu_seconds_total{mode="idle",
+            instance="<node>"}[5m])) * 100), 0)[10m:30s])
+        100*avg_over_time(((1-node_memory_MemAvailable_bytes{instance="<node>"}
+            /node_memory_MemTotal_bytes{instance="<node>"}))[10m:30s])
+
+    Not ``tidal_``-prefixed: these are node_exporter's names, kept so Volcano reads them. Each
+    series has a ``node`` label; the scrape copies it into ``instance`` (Volcano matches
+    ``instance`` against the node name). The CPU counter is one series per node (``cpu="all"``)
+    whose rate is the node's idle fraction, as node_exporter's per-CPU series averaged.
+    """
+
+    cpu_seconds: Counter   # node_cpu_seconds_total{node,cpu="all",mode="idle"}
+    mem_available: Gauge   # node_memory_MemAvailable_bytes{node}
+    mem_total: Gauge       # node_memory_MemTotal_bytes{node}
+
+    def observe(self, node: str, idle_fraction: float, seconds: float, total: float, used: float) -> None:
+        self.cpu_seconds.labels(node, "all", "idle").inc(max(0.0, min(1.0, idle_fraction)) * max(0.0, seconds))
+        self.mem_total.labels(node).set(total)
+        self.mem_available.labels(node).set(max(0.0, total - used))
+
+
+def scheduler_usage_metrics(registry: CollectorRegistry | None = None) -> SchedulerUsageMetrics:
+    r = REGISTRY if registry is None else registry
+    return SchedulerUsageMetrics(
+        cpu_seconds=Counter("node_cpu_seconds", "Seconds the node's CPUs spent idle, per CPU on average",
+                            ["node", "cpu", "mode"], registry=r),
+        mem_available=Gauge("node_memory_MemAvailable_bytes", "Memory available", ["node"], registry=r),
+        mem_total=Gauge("node_memory_MemTotal_bytes", "Memory total", ["node"], registry=r),
     )

@@ -58,6 +58,7 @@ def _profile_generation(custom, name):
 def test_a_policy_change_reaches_every_node_within_seconds_and_the_rollout_shows_it(
         lab, lab_api, core, nodes, policy, tmp_path):
     custom = client.CustomObjectsApi(lab_api)
+    lease = f"rollout-{secrets.token_hex(3)}"  # its own election: another manager may run in the lab
     policy({})
     trace = tmp_path / "trace.csv"
     trace.write_text("timestamp,series_id,usage,request\n" + "".join(
@@ -69,7 +70,7 @@ def test_a_policy_change_reaches_every_node_within_seconds_and_the_rollout_shows
     cert = issue(ensure_ca(tmp_path), tmp_path, "webhook", "tidal-manager", server=True, ip_addresses=("127.0.0.1",))
     port, health = free_ports(2)
     manager = processes.start("manager", [
-        str(BIN / "tidal-manager"), "--kubeconfig", str(lab.kubeconfig_path), "--identity", "rollout-test",
+        str(BIN / "tidal-manager"), "--kubeconfig", str(lab.kubeconfig_path), "--identity", "rollout-test", "--lease-name", lease,
         "--webhook-cert-file", str(cert.cert), "--webhook-key-file", str(cert.key),
         "--webhook-address", "127.0.0.1", "--webhook-port", str(port), "--health-address", "127.0.0.1",
         "--health-port", str(health)], tmp_path / "manager.log")
@@ -114,6 +115,6 @@ def test_a_policy_change_reaches_every_node_within_seconds_and_the_rollout_shows
         processes.stop(replay)
         processes.stop(manager)
         try:
-            client.CoordinationV1Api(lab_api).delete_namespaced_lease("tidal-manager", qos.NAMESPACE)
+            client.CoordinationV1Api(lab_api).delete_namespaced_lease(lease, qos.NAMESPACE)
         except ApiException:
             pass

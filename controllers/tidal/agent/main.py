@@ -26,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--predictor", choices=[p.value for p in Predictor],
                    help="override the policy's overselling.predictor")
     r.add_argument("--window", type=int, help="override the policy's overselling.windowSeconds")
+    r.add_argument("--node-cpus", type=float, default=16, help="CPUs of each fake node (the lab's: 16)")
+    r.add_argument("--node-memory-bytes", type=int, default=64 * 1024**3, help="memory of each fake node")
+    r.add_argument("--metrics-address", default="127.0.0.1", help="address of /metrics and /healthz")
+    r.add_argument("--metrics-port", type=int, help="serve the fake nodes' metrics on this port (0: any)")
     n = sub.add_parser("run", help="collect this node's usage and report it to its NodeProfile")
     n.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"),
                    help="this node's name (default $NODE_NAME)")
@@ -66,10 +70,24 @@ async def _replay(args) -> None:
     from tidal.agent.replay import read_long_csv, run_replay
     trace = read_long_csv(args.trace)
     stop = stop_on_signals()
-    async with await api_client(args.kubeconfig) as api:
-        await run_replay(api, trace, [n for n in args.nodes.split(",") if n], speed=args.speed,
-                         report_interval=args.report_interval, predictor=args.predictor,
-                         window=args.window, stop=stop)
+    metrics = usage_metrics = runner = None
+    if args.metrics_port is not None:
+        from prometheus_client import CollectorRegistry
+
+        from tidal.agent.run import serve_health
+        from tidal.metrics import node_metrics, scheduler_usage_metrics
+        registry = CollectorRegistry()
+        metrics, usage_metrics = node_metrics(registry), scheduler_usage_metrics(registry)
+        runner = await serve_health(args.metrics_address, args.metrics_port, registry, lambda: True)
+    try:
+        async with await api_client(args.kubeconfig) as api:
+            await run_replay(api, trace, [n for n in args.nodes.split(",") if n], speed=args.speed,
+                             report_interval=args.report_interval, predictor=args.predictor,
+                             window=args.window, stop=stop, metrics=metrics, usage_metrics=usage_metrics,
+                             node_cpus=args.node_cpus, node_memory_bytes=args.node_memory_bytes)
+    finally:
+        if runner is not None:
+            await runner.cleanup()
 
 
 async def _run(args) -> None:

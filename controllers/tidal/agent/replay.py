@@ -27,7 +27,7 @@ from tidal.agent.node_profile import write_status
 from tidal.agent.run import Predictions
 from tidal import qos
 from tidal.kube import requester
-from tidal.metrics import NodeMetrics
+from tidal.metrics import NodeMetrics, SchedulerUsageMetrics
 from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
 from tidal.qos import QoSLevel
 
@@ -147,10 +147,19 @@ def policy_of(obj) -> tuple[ColocationPolicy, int, list[str]]:
         return ColocationPolicy(), generation, [f"ColocationPolicy generation {generation} not applied: {err}"]
 
 
+def export_scheduler_usage(metrics: SchedulerUsageMetrics, node: ReplayedNode, cpus: float,
+                           memory_total: int, seconds: float) -> None:
+    """The replayed node's usage under the names Volcano's usage plugin queries."""
+    cpu_cores = sum(u.cpu_millicores for u in node.pod_usages()) / 1000
+    memory = sum(u.memory_bytes for u in node.pod_usages())
+    metrics.observe(node.name, 1 - cpu_cores / cpus, seconds, memory_total, memory)
+
+
 async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 300.0,
                      report_interval: float = 5.0, predictor: str | None = None, window: int | None = None,
                      memory_bytes_per_core: int = 4 * 1024**3, stop: asyncio.Event | None = None,
-                     metrics: NodeMetrics | None = None) -> None:
+                     metrics: NodeMetrics | None = None, usage_metrics: SchedulerUsageMetrics | None = None,
+                     node_cpus: float = 16, node_memory_bytes: int = 64 * 1024**3) -> None:
     """Replay until `stop`. The predictor and window are the policy's unless given. With
     `metrics`, each fake node also exports what a real agent does (its usage, all of it LS)."""
     stop = stop or asyncio.Event()
@@ -164,17 +173,19 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
     try:
         await asyncio.wait_for(policy_watch.synced.wait(), timeout=60)
         await _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
-                           memory_bytes_per_core, stop, metrics, policy_watch)
+                           memory_bytes_per_core, stop, metrics, policy_watch,
+                           (usage_metrics, node_cpus, node_memory_bytes))
     finally:
         watcher.cancel()
 
 
 async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
-                       memory_bytes_per_core, stop, metrics, policy_watch) -> None:
+                       memory_bytes_per_core, stop, metrics, policy_watch, usage=(None, 16, 64 << 30)) -> None:
     request = requester(api)
     start_wall = time.monotonic()
     last_report = -report_interval
     reported_generation = None
+    previous = time.monotonic()
     while not stop.is_set():
         now = time.monotonic()
         trace_time = trace.times[0] + (now - start_wall) * speed
@@ -183,6 +194,8 @@ async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, 
                          memory_bytes_per_core)
             if metrics is not None:
                 export_node_metrics(metrics, node)
+            if usage[0] is not None:
+                export_scheduler_usage(usage[0], node, usage[1], usage[2], now - previous)
         applied, generation, problems = policy_of(policy_watch.object)
         # a new policy generation is reported at once (the rollout status waits for it)
         if now - last_report >= report_interval or generation != reported_generation:
@@ -204,6 +217,7 @@ async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, 
                     log.warning("NodeProfile %s not written: %s", node.name, result)
             if not failed:
                 reported_generation = generation
+        previous = now
         try:
             await asyncio.wait_for(stop.wait(), timeout=1.0)
         except asyncio.TimeoutError:

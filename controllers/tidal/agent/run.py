@@ -24,7 +24,7 @@ from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
 from tidal.agent.qos.strategy import RestoreJournal, restore
 from tidal.agent.watch import ObjectWatch
-from tidal.metrics import node_metrics
+from tidal.metrics import node_metrics, scheduler_usage_metrics
 from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 from tidal.predict.predictors import REALISABLE
 
@@ -147,6 +147,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     capabilities = capability_status(probed)
     registry = REGISTRY if registry is None else registry
     metrics = node_metrics(registry)
+    usage_metrics = scheduler_usage_metrics(registry)
     engine = QoSEngine(Path(state_dir) / "qos-journal.json")
     node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics)
     watchers = [asyncio.create_task(w.run()) for w in (pods, node_watch, policy_watch)]
@@ -169,8 +170,12 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             predictions.observe(sampler, time.time())
             node_qos.observe_policy(policy_watch.object)
             node_qos.observe_node(node_watch.object)
-            node_qos.round(sampler, pods.states.values())
-            last_round = loop.time()
+            round_ = node_qos.round(sampler, pods.states.values())
+            now = loop.time()
+            if "cpu" in round_.usage and sampler.node_memory_total_bytes:
+                usage_metrics.observe(node, 1 - round_.usage["cpu"] / 100, now - last_round,
+                                      sampler.node_memory_total_bytes, sampler.node_memory_bytes or 0)
+            last_round = now
             # A new policy generation is reported at once: rollout status waits for it. The
             # write runs beside the rounds, so an absent API server never delays enforcement.
             behind = reported[0] != node_qos.policy_generation
@@ -206,9 +211,8 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     """Uninstall / colocation off for good: put back every cgroup value the agent changed and
     remove the offline-evicting taint. Returns the files that could not be restored."""
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
+    problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
+    problems += restore(RestoreJournal(Path(state_dir) / NUMA_JOURNAL))  # NUMA affinity
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)
     return problems
-    problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
-    problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
-    problems += restore(RestoreJournal(Path(state_dir) / NUMA_JOURNAL))  # NUMA affinity

@@ -244,7 +244,11 @@ def prometheus_config(ctx: LabContext) -> dict:
             # ports chosen at start: each drops a file_sd target file here (read within 5 s).
             {"job_name": "tidal",
              "file_sd_configs": [{"files": [str(ctx.lab_dir / PROMETHEUS_TARGETS_DIR / "*.json")],
-                                  "refresh_interval": "5s"}]},
+                                  "refresh_interval": "5s"}],
+             # Volcano's usage plugin matches node_exporter-style series by instance = node name;
+             # agents (one process may act for many fake nodes) label each series with `node`.
+             "metric_relabel_configs": [{"source_labels": ["node"], "regex": "(.+)",
+                                         "target_label": "instance", "replacement": "$1"}]},
         ],
     }
 

@@ -169,6 +169,8 @@ class Lab:
             record = records.get(component.name)
             if record and processes.alive(record) and component.health(ctx).healthy:
                 result.reused.append(component.name)
+                if component.name == "prometheus":
+                    self._reload_prometheus(ctx)  # its configuration was just rewritten
             else:
                 if record:
                     processes.stop(record)
@@ -185,6 +187,15 @@ class Lab:
         state["processes"] = {n: r.to_json() for n, r in records.items()}
         self._save_state(state)
         return result
+
+    @staticmethod
+    def _reload_prometheus(ctx: LabContext) -> None:
+        import urllib.request
+        request = urllib.request.Request(f"http://127.0.0.1:{ctx.ports['prometheus']}/-/reload", method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=10).read()
+        except OSError as err:  # a stale configuration is not worth failing `up` for
+            print(f"prometheus: configuration not reloaded: {err}", file=sys.stderr)
 
     def _write_configs(self, ctx: LabContext) -> None:
         conf = self.dir / "volcano-scheduler.conf"

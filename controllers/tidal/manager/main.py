@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 
+from tidal.manager.policy.volcano_target import DEFAULT_TARGET
 from tidal.manager.admission.server import ServerConfig, serve
 
 
@@ -27,6 +28,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="run the oversell master against this cluster (in-cluster config when "
                         "running in a pod); without either, only the webhook runs")
     p.add_argument("--oversell-interval", type=float, default=5.0, help="seconds between master cycles")
+    p.add_argument("--volcano-scheduler-config", default=env("TIDAL_VOLCANO_SCHEDULER_CONFIG", DEFAULT_TARGET),
+                   help="where the policy reconciler writes load-aware scheduling: file:PATH, "
+                        "configmap:NAMESPACE/NAME[/KEY] or none")
+    p.add_argument("--volcano-metrics-address", default=env("TIDAL_VOLCANO_METRICS_ADDRESS"),
+                   help="Prometheus URL Volcano's usage plugin reads node usage from (unset: leave "
+                        "Volcano's metrics section alone)")
+    p.add_argument("--volcano-metrics-interval", default="30s",
+                   help="how often Volcano queries node usage (read by Volcano at its start)")
+    p.add_argument("--lease-name", default="tidal-manager",
+                   help="the leader election's Lease (in tidal-system); replicas of one manager share it")
     p.add_argument("--identity", default=env("POD_NAME") or socket.gethostname(),
                    help="this replica's name in the leader election")
     p.add_argument("--log-level", default=env("TIDAL_LOG_LEVEL", "INFO"))
@@ -41,12 +52,20 @@ async def _leader_work(args, stop: asyncio.Event) -> None:
     from tidal.manager.leader import LeaderElector
     from tidal.manager.oversell.loop import run_master
     from tidal.manager.policy.reconciler import run_policy_reconciler
+    from tidal.manager.policy.volcano_target import parse_target
+
+    volcano = parse_target(args.volcano_scheduler_config)
+    metrics = None
+    if args.volcano_metrics_address:
+        metrics = {"type": "prometheus", "address": args.volcano_metrics_address,
+                   "interval": args.volcano_metrics_interval}
 
     async def work() -> None:
-        await asyncio.gather(run_master(api, args.oversell_interval), run_policy_reconciler(api))
+        await asyncio.gather(run_master(api, args.oversell_interval),
+                             run_policy_reconciler(api, volcano=volcano, metrics=metrics))
 
     async with await api_client(args.kubeconfig) as api:
-        elector = LeaderElector(api, "tidal-manager", qos.NAMESPACE, args.identity)
+        elector = LeaderElector(api, args.lease_name, qos.NAMESPACE, args.identity)
         await elector.run(work, stop)
 
 

@@ -15,9 +15,10 @@ from typing import Any
 from tidal import qos
 from tidal.agent.watch import ObjectWatch, Watcher
 from tidal.kube import RequestAPI
-from tidal.policy import DEFAULT_POLICY_NAME
+from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 
 from .rollout import NodeReport, rollout_status
+from .volcano_usage import render
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,11 @@ def _name(obj) -> str:
     return obj["metadata"]["name"]
 
 
-async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event | None = None) -> None:
-    """Run until cancelled (or ``stop``); ``api`` is a kubernetes_asyncio ApiClient."""
+async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event | None = None,
+                                volcano=None, metrics: dict[str, str] | None = None) -> None:
+    """Run until cancelled (or ``stop``); ``api`` is a kubernetes_asyncio ApiClient; ``volcano``
+    a target of ``volcano_target`` (None: leave Volcano alone); ``metrics`` the Prometheus
+    source to put in Volcano's configuration (None: leave it alone)."""
     stop = stop or asyncio.Event()
     rest = RequestAPI(api)
     policy = ObjectWatch(rest, POLICIES, DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
@@ -50,7 +54,8 @@ async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event 
             if obj is not None and key != seen:
                 seen = key
                 try:
-                    await _reconcile(rest, obj, nodes.objects.values(), dict(profiles.objects.values()))
+                    scheduler = await _configure_volcano(rest, volcano, obj, metrics)
+                    await _reconcile(rest, obj, nodes.objects.values(), dict(profiles.objects.values()), scheduler)
                 except Exception as err:  # retried at the next change or within 30 s
                     log.warning("ColocationPolicy status not updated: %s", err)
                     seen = None
@@ -63,10 +68,30 @@ async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event 
             w.cancel()
 
 
-async def _reconcile(rest: RequestAPI, obj, node_names, reports) -> None:
+async def _configure_volcano(rest: RequestAPI, target, obj, metrics) -> tuple[bool, str] | None:
+    """Render the policy's load-aware scheduling into Volcano's configuration; (ok, message)."""
+    if target is None:
+        return None
+    try:
+        policy = ColocationPolicy.from_spec(obj.get("spec") or {})
+        text, version = await target.read(rest)
+        rendered = render(text, policy.load_aware_scheduling, metrics)
+        las = policy.load_aware_scheduling
+        summary = (f"usage plugin {'on' if las.enabled else 'predicate off'}, thresholds cpu "
+                   f"{las.cpu_threshold_percent}% memory {las.memory_threshold_percent}%")
+        if rendered != text:
+            await target.write(rest, rendered, version)
+            log.info("Volcano scheduler configuration (%s): %s", target.describe(), summary)
+        return True, f"{target.describe()}: {summary}"
+    except Exception as err:
+        log.warning("Volcano scheduler configuration (%s) not updated: %s", target.describe(), err)
+        return False, f"{target.describe()}: {err}"
+
+
+async def _reconcile(rest: RequestAPI, obj, node_names, reports, scheduler=None) -> None:
     generation = int(obj["metadata"].get("generation") or 0)
     current = obj.get("status") or {}
-    status = rollout_status(generation, node_names, reports, datetime.now(UTC), current)
+    status = rollout_status(generation, node_names, reports, datetime.now(UTC), current, scheduler)
     if status == current:
         return
     await rest.request("PATCH", f"{POLICIES}/{DEFAULT_POLICY_NAME}/status",

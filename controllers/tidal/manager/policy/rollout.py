@@ -63,8 +63,11 @@ def _reason(report: NodeReport | None, generation: int, now: datetime) -> str:
 
 
 def rollout_status(generation: int, nodes: Iterable[str], reports: Mapping[str, NodeReport],
-                   now: datetime, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ColocationPolicy ``status`` for ``generation`` over the colocation ``nodes``.
+                   now: datetime, previous: Mapping[str, Any] | None = None,
+                   scheduler: tuple[bool, str] | None = None) -> dict[str, Any]:
+    """The ColocationPolicy ``status`` for ``generation`` over the colocation ``nodes``;
+    ``scheduler`` (ok, message) adds the ``SchedulerConfigured`` condition (Volcano's
+    configuration carries the policy's load-aware scheduling).
 
     Conditions keep their ``lastTransitionTime`` from ``previous`` while their status holds.
     """
@@ -87,6 +90,10 @@ def rollout_status(generation: int, nodes: Iterable[str], reports: Mapping[str, 
                    f"{len(with_problems)} nodes cannot apply part of the policy"
                    + (f": {', '.join(r.name for r in with_problems[:10])}" if with_problems else "")),
     ]
+    if scheduler is not None:
+        ok, message = scheduler
+        conditions.append(_condition("SchedulerConfigured", ok, generation,
+                                     "VolcanoConfigured" if ok else "VolcanoNotConfigured", message))
     previous_conditions = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     for c in conditions:

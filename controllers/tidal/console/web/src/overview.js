@@ -1,5 +1,5 @@
 import { api } from "./api.js";
-import { el } from "./ui.js";
+import { el, fill } from "./ui.js";
 
 const STEPS = [
   { title: "Environment preparation", link: null, text: [
@@ -32,7 +32,7 @@ export async function overview(root) {
   const on = nodes.items.filter((n) => n.colocation).length;
   const oversold = nodes.items.filter((n) => n.oversubscription).length;
   const evicting = nodes.items.filter((n) => n.evicting).map((n) => n.name);
-  summary.replaceChildren(
+  fill(summary,
     el("p", {}, `${nodes.items.length} nodes, colocation on ${on}, overselling on ${oversold}.`),
     el("p", {}, rollout.generation === null ? "No ColocationPolicy yet: the defaults apply."
       : `Policy generation ${rollout.generation}: applied on ${rollout.appliedNodes} of ${rollout.totalNodes} colocation nodes.`),

@@ -1,5 +1,5 @@
 import { api, ApiError } from "./api.js";
-import { el, formatValue, toast } from "./ui.js";
+import { el, fill, formatValue, toast } from "./ui.js";
 
 const SECTIONS = [
   ["spec.loadAwareScheduling", "Load-aware scheduling"],
@@ -121,7 +121,7 @@ function showErrors(form, summary, err) {
       slot.textContent = `${f.field}: ${f.message}`;
     } else unplaced.push(`${f.field}: ${f.message}`);
   }
-  summary.replaceChildren(el("p", {}, err.fields.length ? `The policy was not saved: ${err.fields.length} invalid field(s).` : err.message),
+  fill(summary, el("p", {}, err.fields.length ? `The policy was not saved: ${err.fields.length} invalid field(s).` : err.message),
     unplaced.length ? el("ul", {}, unplaced.map((m) => el("li", {}, m))) : null);
 }
 

@@ -15,6 +15,11 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+/** Replaces a node's children, skipping null/false ones (DOM's replaceChildren would print "null"). */
+export function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 export function toast(message, kind = "info") {
   const box = document.getElementById("toasts");
   const item = el("div", { class: `toast ${kind}`, role: kind === "error" ? "alert" : "status" }, message);

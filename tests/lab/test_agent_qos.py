@@ -192,12 +192,15 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
 def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_without_flapping(
         lab, core, namespace, node, kubelet, policy, tmp_path):
     policy({})
-    # The watermarks sit above this machine's own load (the lab, this test): the BE pods below
-    # add 1.4 CPUs, 0.6 after the largest is evicted, 0.2 after the next.
+    # The watermarks sit above this machine's own load (the lab, this test). The BE pods below are
+    # held to their batch-cpu quotas: 0.6 CPU (protected by a PDB), 0.4 and 0.2 — 1.2 CPUs in all,
+    # 0.8 once the 0.4 one is gone, 0.6 once the 0.2 one is too. High = own load + 1 CPU, low =
+    # own load + 0.7 CPU: eviction starts, the PDB refuses the largest, the 0.4 one goes, then the
+    # 0.2 one (or usage is already at or below low), and the taint is removed.
     baseline = _busy_percent()
     if baseline > 35:
         pytest.skip(f"this machine is too busy for a watermark test: {baseline:.0f} % CPU before the pods start")
-    high, low = round(baseline + 100 * 0.9 / CPUS), round(baseline + 100 * 0.4 / CPUS)
+    high, low = round(baseline + 100 * 1.0 / CPUS), round(baseline + 100 * 0.7 / CPUS)
     # Per-node overrides: evict above high, stop at or below low; quick dwell and cooldown.
     core.patch_node(node, {"metadata": {"annotations": {
         "colocation.tidal.io/eviction-cpu-high-percent": str(high),
@@ -205,8 +208,8 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         "colocation.tidal.io/eviction-memory-high-percent": "99", "colocation.tidal.io/eviction-memory-low-percent": "98",
         "colocation.tidal.io/eviction-dwell-seconds": "2", "colocation.tidal.io/eviction-cooldown-seconds": "3"}}})
     pods = {"web": _pod(node, "web", "LS", {"cpu": "500m", "memory": "128Mi"}),
-            "be-big": _be(node, "be-big", 800), "be-small": _be(node, "be-small", 400),
-            "be-protected": _be(node, "be-protected", 200, labels={"app": "protected"})}
+            "be-protected": _be(node, "be-protected", 600, labels={"app": "protected"}),
+            "be-big": _be(node, "be-big", 400), "be-small": _be(node, "be-small", 200)}
     client.PolicyV1Api(core.api_client).create_namespaced_pod_disruption_budget(namespace, {
         "metadata": {"name": "protected"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "protected"}}}})
@@ -233,7 +236,7 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
     log = tmp_path / "agent.log"
     try:
         wait_for(tainted, 40, f"offline-evicting taint (log {log})")
-        wait_for(lambda: "be-big" not in remaining(), 30, "largest BE pod evicted first")
+        wait_for(lambda: "be-big" not in remaining(), 30, "the largest evictable BE pod evicted first")
         wait_for(lambda: not tainted() and remaining(), 90, f"taint removed after usage dropped (log {log})")
         left = remaining()
         # BE pods only; the PDB held its pod
@@ -246,9 +249,8 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         evicted = sorted(e.involved_object.name for e in ours if e.reason == "TidalEvicted")
         assert evicted and set(evicted) <= {"be-big", "be-small"}, evicted
         assert all("cpu usage" in e.message and "watermark" in e.message for e in ours if e.reason == "TidalEvicted")
-        if "be-small" in evicted:  # with the big one gone the node was still above low: the
-            # protected pod was asked, refused by its budget, and the small one went instead
-            assert any(e.reason == "TidalEvictionBlocked" and e.involved_object.name == "be-protected" for e in ours)
+        # the largest BE pod was asked first and refused by its budget
+        assert any(e.reason == "TidalEvictionBlocked" and e.involved_object.name == "be-protected" for e in ours)
         node_events = [e.reason for e in ours if e.involved_object.name == node]
         assert node_events.count("TidalOfflineEvicting") == 1
         assert node_events.count("TidalOfflineEvictingCleared") == 1

@@ -87,7 +87,8 @@ def test_node_view_counts_pods_by_qos_and_batch_requests_of_be_pods():
 
 
 def test_rollout_lists_colocation_nodes_with_why_they_lag():
-    policy = {"metadata": {"generation": 3}}
+    policy = {"metadata": {"generation": 3}, "status": {"conditions": [
+        {"type": "Applied", "status": "False", "reason": "NodesBehind", "message": "1/3 nodes", "lastTransitionTime": "x"}]}}
     nodes = [node("a", ON), node("b", ON), node("c", ON), node("d")]
     profiles = {"a": {"status": {"policy": {"appliedGeneration": 3}}},
                 "b": {"status": {"policy": {"appliedGeneration": 2}}}}
@@ -98,6 +99,9 @@ def test_rollout_lists_colocation_nodes_with_why_they_lag():
     assert rows["b"]["reason"] == "the node's agent runs generation 2, the policy is at 3"
     assert rows["c"]["reason"] == "no NodeProfile: the node's tidal-agent has not reported"
     assert "d" not in rows
+    assert result["conditions"] == [{"type": "Applied", "status": "False", "reason": "NodesBehind",
+                                     "message": "1/3 nodes"}]
+    assert rollout(None, nodes, {})["conditions"] == []
 
 
 @pytest.mark.parametrize("query, field", [

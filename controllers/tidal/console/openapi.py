@@ -110,13 +110,16 @@ SCHEMAS: dict[str, Any] = {
                                                  "properties": {"path": _STR, "message": _STR}}}},
     },
     "Rollout": {
-        "type": "object", "required": ["generation", "totalNodes", "appliedNodes", "nodes"],
+        "type": "object", "required": ["generation", "totalNodes", "appliedNodes", "nodes", "conditions"],
         "properties": {
             "generation": _nullable(_INT), "totalNodes": _INT, "appliedNodes": _INT,
             "nodes": {"type": "array", "items": {
                 "type": "object", "required": ["name", "appliedGeneration", "upToDate", "reason"],
                 "properties": {"name": _STR, "appliedGeneration": _nullable(_INT), "upToDate": _BOOL,
-                               "reason": _STR}}}},
+                               "reason": _STR}}},
+            "conditions": {"type": "array", "description": "The policy reconciler's conditions (policy status).",
+                           "items": {"type": "object", "required": ["type", "status", "reason", "message"],
+                                     "properties": {k: _STR for k in ("type", "status", "reason", "message")}}}},
     },
     "Monitoring": {
         "type": "object", "required": ["scope", "node", "start", "end", "step", "panels"],

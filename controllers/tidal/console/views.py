@@ -177,7 +177,9 @@ def disabled_message(decision: ToggleDecision, be_pods: int) -> str:
 
 def rollout(policy: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]],
             profiles: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Per colocation node, the policy generation its agent reports having applied."""
+    """Per colocation node, the policy generation its agent reports having applied (from the
+    NodeProfiles, so it is right even before the policy reconciler has written the status), and
+    the reconciler's conditions from the policy's status."""
     generation = ((policy or {}).get("metadata") or {}).get("generation")
     rows = []
     for node in nodes:
@@ -196,5 +198,8 @@ def rollout(policy: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]
             reason = ""
         rows.append({"name": name, "appliedGeneration": applied, "upToDate": reason == "", "reason": reason})
     rows.sort(key=lambda r: r["name"])
+    # The policy reconciler's own conditions (Applied, NodeProblems, ...), as it wrote them.
+    conditions = [{k: str(c.get(k) or "") for k in ("type", "status", "reason", "message")}
+                  for c in ((policy or {}).get("status") or {}).get("conditions") or [] if isinstance(c, Mapping)]
     return {"generation": generation, "totalNodes": len(rows),
-            "appliedNodes": sum(r["upToDate"] for r in rows), "nodes": rows}
+            "appliedNodes": sum(r["upToDate"] for r in rows), "nodes": rows, "conditions": conditions}

@@ -174,10 +174,13 @@ export async function policyPage(root, me) {
     el("thead", {}, el("tr", {}, ["Colocation", "Node", "Status", "Overselling", "Pods HLS / LS / BE", "Batch CPU requested of allocatable",
       "Batch memory requested of allocatable", "Capabilities", "Policy gen."].map((h) => el("th", {}, h)))),
     el("tbody", {}, nodes.items.map((n) => nodeRow(n, canWriteNodes)))));
-  root.append(el("h2", {}, "Rollout"), rollout.nodes.length
+  root.append(...[el("h2", {}, "Rollout"), rollout.nodes.length
     ? el("table", { id: "rollout" }, el("tbody", {}, rollout.nodes.map((r) => el("tr", {},
       el("td", {}, r.name), el("td", {}, r.appliedGeneration ?? "–"), el("td", {}, r.upToDate ? "applied" : r.reason)))))
-    : el("p", { class: "muted" }, "No colocation nodes."));
+    : el("p", { class: "muted" }, "No colocation nodes."),
+    rollout.conditions.length ? el("table", { id: "policy-conditions" }, el("tbody", {}, rollout.conditions.map((c) =>
+      el("tr", {}, el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason), el("td", { class: "muted" }, c.message)))))
+      : null].filter(Boolean));
   const dialog = policyDialog(schema, policy, nodes.items, canWritePolicy, () => window.dispatchEvent(new HashChangeEvent("hashchange")));
   root.append(dialog);
   open.addEventListener("click", () => dialog.showModal());

@@ -22,6 +22,7 @@ from tidal.agent.qos.numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
+from tidal.agent.qos.resctrl import remove_groups
 from tidal.agent.qos.strategy import RestoreJournal, restore
 from tidal.agent.watch import ObjectWatch
 from tidal.metrics import node_metrics, scheduler_usage_metrics
@@ -213,6 +214,7 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
     problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
     problems += restore(RestoreJournal(Path(state_dir) / NUMA_JOURNAL))  # NUMA affinity
+    problems += remove_groups()  # resctrl groups (threads go back to the default group)
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)
     return problems

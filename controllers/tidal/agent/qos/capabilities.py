@@ -4,7 +4,7 @@ The result is shaped for ``NodeProfile.status.capabilities``: a list of ``{name,
 reason}``. Names are stable (the contract with the manager and the console):
 
 ``kernel``, ``cgroup``, ``cgroup.driver``, ``cpu.idle``, ``cpu.cfs_burst``, ``psi``, ``psi.cgroup``, ``resctrl.l3``,
-``resctrl.mba``, ``numa``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``.
+``resctrl.mba``, ``numa``, ``memory.reclaim``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``.
 
 Parsing is pure (``parse_*``); :func:`probe` only checks that files exist and reads small ones,
 under three roots that tests point at recorded trees.
@@ -52,6 +52,7 @@ CAPABILITY_NAMES = (
     "resctrl.l3",
     "resctrl.mba",
     "numa",
+    "memory.reclaim",
     "openeuler.cpu.qos_level",
     "openeuler.memory.qos_level",
 )
@@ -217,10 +218,12 @@ def probe(
         elif (resctrl / "info").is_dir():
             caps.append(Capability(name, False, f"resctrl mounted but no info/{info_dir}: not offered by this CPU"))
         elif flag in flags:
-            caps.append(Capability(name, False, f"CPU has {flag} but resctrl is not mounted at {resctrl}"))
+            caps.append(Capability(name, False, f"unsupported: no resctrl mounted at {resctrl}, though the CPU "
+                                                f"has {flag} (mount -t resctrl resctrl {resctrl})"))
         else:
             caps.append(
-                Capability(name, False, f"resctrl not mounted at {resctrl} and CPU flags lack {flag}")
+                Capability(name, False, f"unsupported: no resctrl mounted at {resctrl} (not mounted, and the "
+                                        f"CPU flags lack {flag})")
             )
 
     online = _read(sys_root / "devices/system/node/online")
@@ -232,6 +235,14 @@ def probe(
             caps.append(Capability("numa", True, f"{len(nodes)} NUMA nodes ({online.strip()})"))
         else:
             caps.append(Capability("numa", False, f"single NUMA node ({online.strip()}): nothing to align"))
+
+    if hierarchy is not None and hierarchy.version is CgroupVersion.V1:
+        caps.append(Capability("memory.reclaim", False, "cgroup v1 has no memory.reclaim: BE memory is "
+                                                        "reclaimed through memory.soft_limit_in_bytes only"))
+    else:
+        cgroup_file_cap("memory.reclaim", memory_root, ["memory.reclaim"],
+                        f"no memory.reclaim in {memory_root} (kernel {kernel_text}; needs >= 5.19): "
+                        "BE memory is reclaimed through memory.high only")
 
     cgroup_file_cap("openeuler.cpu.qos_level", cpu_root, ["cpu.qos_level"], "no cpu.qos_level: not an openEuler kernel")
     cgroup_file_cap(

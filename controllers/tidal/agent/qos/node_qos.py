@@ -38,6 +38,7 @@ from .memory_reclaim import MemoryReclaimer, reclaim_round
 from .numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
 from .numa_affinity import NUMAAffinityActuator, numa_round
 from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
+from .resctrl import ResctrlActuator, resctrl_round
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
 
@@ -101,6 +102,7 @@ class NodeQoS:
         self.interference = PSIInterferenceEviction()
         self.reclaimer = MemoryReclaimer(layout, engine.journal_path.with_name(RECLAIM_JOURNAL))
         self.numa = NUMAAffinityActuator(layout, engine.journal_path.with_name(NUMA_JOURNAL))
+        self.resctrl = ResctrlActuator(layout)
         self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
                                        node_psi=self.capabilities.get("psi", False))
         self.policy = ColocationPolicy()
@@ -192,6 +194,7 @@ class NodeQoS:
         usage = usage_percent(sampler, self.node_cpus)
         reclaim_round(self, sampler, usage, enabled)
         numa_round(self, enabled)
+        resctrl_round(self, online, enabled)
         decisions: list[Decision] = []
         self._refresh_watermarks()
         if enabled:

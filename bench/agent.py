@@ -68,6 +68,7 @@ def main() -> int:
     from tidal.lab import processes
     from tidal.lab.apply import create_or_replace_all
     from tidal.lab.lab import Lab
+    from tidal.testing.kwok import kwok_node
     from tidal.lab.ports import free_port
     from tidal.testing.local_kubelet import LocalKubelet
     from tidal.testing.real_cgroups import RealCgroups
@@ -87,10 +88,7 @@ def main() -> int:
             capacity = {"cpu": str(cpus), "memory": "24Gi", "pods": "250",
                         qos.BATCH_CPU_RESOURCE: str(cpus * 1000), qos.BATCH_MEMORY_RESOURCE: str(8 << 30)}
             for node in ("bench-node", "bench-empty"):
-                core.create_node({"apiVersion": "v1", "kind": "Node",
-                                  "metadata": {"name": node, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                               "labels": {qos.COLOCATION_NODE_LABEL: "true"}},
-                                  "status": {"capacity": capacity, "allocatable": capacity}})
+                kwok_node(core, node, capacity, {qos.COLOCATION_NODE_LABEL: "true"})
             core.create_namespace({"metadata": {"name": "bench"}})
             while not core.list_namespaced_service_account("bench").items:
                 time.sleep(0.2)

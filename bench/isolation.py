@@ -205,6 +205,7 @@ def main() -> int:
     from tidal.lab import processes
     from tidal.lab.apply import create_or_replace_all
     from tidal.lab.lab import Lab
+    from tidal.testing.kwok import kwok_node
     from tidal.lab.ports import free_port
     from tidal.testing.local_kubelet import LocalKubelet
     from tidal.testing.real_cgroups import RealCgroups
@@ -231,10 +232,7 @@ def main() -> int:
                          "beIsolation": {"cpuSuppression": {"thresholdPercent": args.suppression_percent}}}})
             capacity = {"cpu": str(CPUS), "memory": "24Gi", "pods": "110",
                         qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(8 << 30)}
-            core.create_node({"apiVersion": "v1", "kind": "Node",
-                              "metadata": {"name": node, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                           "labels": {qos.COLOCATION_NODE_LABEL: "true"}},
-                              "status": {"capacity": capacity, "allocatable": capacity}})
+            kwok_node(core, node, capacity, {qos.COLOCATION_NODE_LABEL: "true"})
             core.create_namespace({"metadata": {"name": "bench"}})
             while not core.list_namespaced_service_account("bench").items:  # pods need "default"
                 time.sleep(0.2)

@@ -47,6 +47,7 @@ def main() -> int:
     from tidal.lab import processes
     from tidal.lab.apply import create_or_replace_all
     from tidal.lab.lab import Lab
+    from tidal.testing.kwok import kwok_node
     from tidal.lab.pki import ensure_ca, issue
     from tidal.lab.ports import free_ports
 
@@ -67,10 +68,7 @@ def main() -> int:
             names = [f"bench-node-{i:03d}" for i in range(args.nodes)]
             capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
             for name in names:
-                core.create_node({"apiVersion": "v1", "kind": "Node",
-                                  "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                               "labels": {qos.COLOCATION_NODE_LABEL: "true"}},
-                                  "status": {"capacity": capacity, "allocatable": capacity}})
+                kwok_node(core, name, capacity, {qos.COLOCATION_NODE_LABEL: "true"})
             trace = workdir / "trace.csv"
             trace.write_text("timestamp,series_id,usage,request\n" + "".join(
                 f"{step * 300},web,{1 + step % 3},4\n" for step in range(12)))

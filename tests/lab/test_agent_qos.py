@@ -26,6 +26,7 @@ from tidal.lab import processes
 from tidal.lab.apply import create_or_replace_all
 from tidal.lab.ports import free_port
 from tidal.lab.pytest_plugin import wait_for
+from tidal.testing.kwok import kwok_node
 from tidal.testing.local_kubelet import LocalKubelet
 from tidal.testing.real_cgroups import RealCgroups
 
@@ -60,12 +61,7 @@ def node(core, lab_api):
     memory = read_meminfo("/proc/meminfo").total_bytes
     capacity = {"cpu": str(CPUS), "memory": str(memory), "pods": "110",
                 qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(memory)}
-    core.create_node({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                     "labels": {"kubernetes.io/hostname": name, "type": "kwok",
-                                qos.COLOCATION_NODE_LABEL: qos.NODE_LABEL_ENABLED_VALUE}},
-        "status": {"capacity": capacity, "allocatable": capacity}})
+    kwok_node(core, name, capacity, {"type": "kwok", qos.COLOCATION_NODE_LABEL: qos.NODE_LABEL_ENABLED_VALUE})
     yield name
     core.delete_node(name)
     try:

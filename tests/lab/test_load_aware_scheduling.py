@@ -18,6 +18,7 @@ from tidal.lab.components import PROMETHEUS_TARGETS_DIR
 from tidal.lab.pki import ensure_ca, issue
 from tidal.lab.ports import free_ports
 from tidal.lab.pytest_plugin import wait_for
+from tidal.testing.kwok import kwok_node
 from tidal.testing.prometheus_backfill import Series, backfill
 
 pytestmark = pytest.mark.lab
@@ -50,10 +51,7 @@ def test_volcano_keeps_pods_off_a_node_above_the_policy_threshold_until_it_is_ra
     hot, cool = f"tidal-hot-{group}", f"tidal-cool-{group}"
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
     for name in (hot, cool):
-        core.create_node({"apiVersion": "v1", "kind": "Node",
-                          "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                       "labels": {"kubernetes.io/hostname": name, "tidal-load-test": group}},
-                          "status": {"capacity": capacity, "allocatable": capacity}})
+        kwok_node(core, name, capacity, {"tidal-load-test": group})
     state = json.loads((lab.dir / "lab.json").read_text())
     prometheus = f"http://127.0.0.1:{state['ports']['prometheus']}"
     started, targets = [], []

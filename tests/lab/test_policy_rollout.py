@@ -16,6 +16,7 @@ from tidal.lab.apply import create_or_replace_all
 from tidal.lab.pki import ensure_ca, issue
 from tidal.lab.ports import free_ports
 from tidal.lab.pytest_plugin import wait_for
+from tidal.testing.kwok import kwok_node
 
 pytestmark = pytest.mark.lab
 BIN = Path(sys.executable).parent
@@ -33,10 +34,7 @@ def nodes(core, lab_api):
     names = [f"tidal-rollout-{secrets.token_hex(3)}" for _ in range(2)]
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
     for name in names:
-        core.create_node({"apiVersion": "v1", "kind": "Node",
-                          "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                       "labels": {qos.COLOCATION_NODE_LABEL: "true"}},
-                          "status": {"capacity": capacity, "allocatable": capacity}})
+        kwok_node(core, name, capacity, {qos.COLOCATION_NODE_LABEL: "true"})
     yield names
     custom = client.CustomObjectsApi(lab_api)
     for name in names:

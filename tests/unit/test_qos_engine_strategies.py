@@ -68,25 +68,33 @@ def test_cpu_controller_root_follows_the_mounts():
     assert cpu_controller_root(V1, Path("/x")) == Path("/x")
 
 
+SD_POD = f"/cg/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice"
+
+
 @pytest.mark.parametrize(
     "layout, caps, expected",
     [
-        (V1, {"cpu.idle": True}, [(f"/cg/cpu/kubepods/besteffort/pod{UID}", "cpu.idle", "1")]),
-        (V1, {}, [(f"/cg/cpu/kubepods/besteffort/pod{UID}", "cpu.shares", "2")]),
+        # the BE parent first (where BE competes with the online pods' groups), then each BE pod
+        (V1, {"cpu.idle": True}, [("/cg/cpu/kubepods/besteffort", "cpu.idle", "1"),
+                                  (f"/cg/cpu/kubepods/besteffort/pod{UID}", "cpu.idle", "1")]),
+        (V1, {}, [("/cg/cpu/kubepods/besteffort", "cpu.shares", "2"),
+                  (f"/cg/cpu/kubepods/besteffort/pod{UID}", "cpu.shares", "2")]),
         (
             V1_COMOUNT, {"openeuler.cpu.qos_level": True},
             [
+                ("/cg/cpu,cpuacct/kubepods/besteffort", "cpu.shares", "2"),
+                ("/cg/cpu,cpuacct/kubepods/besteffort", "cpu.qos_level", "-1"),
                 (f"/cg/cpu,cpuacct/kubepods/besteffort/pod{UID}", "cpu.shares", "2"),
                 (f"/cg/cpu,cpuacct/kubepods/besteffort/pod{UID}", "cpu.qos_level", "-1"),
             ],
         ),
         (
             V2, {"cpu.idle": True},
-            [(f"/cg/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice", "cpu.idle", "1")],
+            [("/cg/kubepods.slice/kubepods-besteffort.slice", "cpu.idle", "1"), (SD_POD, "cpu.idle", "1")],
         ),
         (
             V2, {},
-            [(f"/cg/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice", "cpu.weight", "1")],
+            [("/cg/kubepods.slice/kubepods-besteffort.slice", "cpu.weight", "1"), (SD_POD, "cpu.weight", "1")],
         ),
     ],
 )

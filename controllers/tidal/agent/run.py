@@ -92,7 +92,7 @@ def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
     return status
 
 
-async def serve_health(address: str, port: int, registry, alive) -> "web.AppRunner":
+async def serve_health(address: str, port: int, registry, alive):
     """``/metrics`` and ``/healthz`` (200 while rounds keep running) on plain HTTP."""
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -1,7 +1,8 @@
 """BE CPU priority: BE pods run at the lowest CPU priority the kernel offers.
 
-Per BE pod cgroup (the pod level is the entity competing with other pods; containers below it
-only compete with each other):
+On the parent of all BE pods (``kubepods/besteffort``, the sibling of the online pods' groups:
+a group's idleness or weight only counts among its siblings) and on every BE pod cgroup
+(containers below a pod only compete with each other):
 
 * ``cpu.idle = 1`` where the kernel has it (v1 and v2, Linux >= 5.15): SCHED_IDLE for the group,
   so any online task preempts it;
@@ -11,7 +12,7 @@ only compete with each other):
 
 from __future__ import annotations
 
-from tidal.agent.collector.cgroups import CgroupVersion
+from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
@@ -28,8 +29,14 @@ class BECPUPriority:
 
     def plan(self, state: NodeState) -> list[CgroupWrite]:
         writes: list[CgroupWrite] = []
-        for pod in state.be_pods():
-            path = cpu_dir(state, state.layout.pod_relpath(pod.uid, pod.qos_class))
+        # The priority must hold where BE competes with online pods: a group's cpu.idle or
+        # weight only counts among its siblings. BE pods are BestEffort, so their parent
+        # (kubepods/besteffort) is the sibling of the online pods' (kubepods/burstable and the
+        # Guaranteed pods in kubepods): it is made idle too. (The kubelet already gives it the
+        # minimum weight, 2 shares.) Each BE pod is idle among the BestEffort pods as well.
+        paths = [cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))] if state.be_pods() else []
+        paths += [cpu_dir(state, state.layout.pod_relpath(p.uid, p.qos_class)) for p in state.be_pods()]
+        for path in paths:
             if state.supports("cpu.idle"):
                 writes.append(CgroupWrite(path, "cpu.idle", "1"))
             elif state.layout.version is CgroupVersion.V1:

@@ -11,6 +11,8 @@ DEBIAN_PACKAGES ?= prometheus
 DEBIAN_PACKAGES += chromium nodejs
 # NRI plugin: its containerd test (tests/nri) runs containers with Debian's runc.
 DEBIAN_PACKAGES += runc
+# Egress bandwidth of BE pods: its real test shapes veths with tc and measures with iperf3.
+DEBIAN_PACKAGES += iperf3 iproute2
 PYTEST_ARGS ?=
 
 .PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean

@@ -16,6 +16,7 @@ from tidal.agent.node_profile import write_status
 from tidal.agent.prediction import STATISTICS, online_peak
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
+from tidal.agent.qos.egress_bandwidth import EgressActuator
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
 from tidal.agent.qos.numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
@@ -215,6 +216,7 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
     problems += restore(RestoreJournal(Path(state_dir) / NUMA_JOURNAL))  # NUMA affinity
     problems += remove_groups()  # resctrl groups (threads go back to the default group)
+    problems += [("tc", p) for p in EgressActuator(None).undo()]  # BE egress shaping (tfb* IFB devices)
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)
     return problems

@@ -4,7 +4,7 @@ The result is shaped for ``NodeProfile.status.capabilities``: a list of ``{name,
 reason}``. Names are stable (the contract with the manager and the console):
 
 ``kernel``, ``cgroup``, ``cgroup.driver``, ``cpu.idle``, ``cpu.cfs_burst``, ``psi``, ``psi.cgroup``, ``resctrl.l3``,
-``resctrl.mba``, ``numa``, ``memory.reclaim``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``.
+``resctrl.mba``, ``numa``, ``memory.reclaim``, ``tc``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``.
 
 Parsing is pure (``parse_*``); :func:`probe` only checks that files exist and reads small ones,
 under three roots that tests point at recorded trees.
@@ -13,6 +13,7 @@ under three roots that tests point at recorded trees.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ CAPABILITY_NAMES = (
     "resctrl.mba",
     "numa",
     "memory.reclaim",
+    "tc",
     "openeuler.cpu.qos_level",
     "openeuler.memory.qos_level",
 )
@@ -243,6 +245,15 @@ def probe(
         cgroup_file_cap("memory.reclaim", memory_root, ["memory.reclaim"],
                         f"no memory.reclaim in {memory_root} (kernel {kernel_text}; needs >= 5.19): "
                         "BE memory is reclaimed through memory.high only")
+
+    missing_tools = [t for t in ("tc", "ip", "nsenter") if shutil.which(t) is None]
+    if missing_tools:
+        caps.append(Capability("tc", False, f"no {', '.join(missing_tools)} on PATH (iproute2, util-linux): "
+                                            "BE egress cannot be shaped"))
+    elif not (sys_root / "class/net").is_dir():
+        caps.append(Capability("tc", False, f"no {sys_root}/class/net"))
+    else:
+        caps.append(Capability("tc", True, f"{shutil.which('tc')} (ingress + IFB + TBF on host veths)"))
 
     cgroup_file_cap("openeuler.cpu.qos_level", cpu_root, ["cpu.qos_level"], "no cpu.qos_level: not an openEuler kernel")
     cgroup_file_cap(

@@ -33,6 +33,7 @@ from .engine import QoSEngine, colocation_enabled
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
+from .egress_bandwidth import EgressActuator, egress_round
 from .memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
 from .memory_reclaim import MemoryReclaimer, reclaim_round
 from .numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
@@ -103,6 +104,7 @@ class NodeQoS:
         self.reclaimer = MemoryReclaimer(layout, engine.journal_path.with_name(RECLAIM_JOURNAL))
         self.numa = NUMAAffinityActuator(layout, engine.journal_path.with_name(NUMA_JOURNAL))
         self.resctrl = ResctrlActuator(layout)
+        self.egress = EgressActuator(layout)
         self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
                                        node_psi=self.capabilities.get("psi", False))
         self.policy = ColocationPolicy()
@@ -195,6 +197,7 @@ class NodeQoS:
         reclaim_round(self, sampler, usage, enabled)
         numa_round(self, enabled)
         resctrl_round(self, online, enabled)
+        egress_round(self, enabled)
         decisions: list[Decision] = []
         self._refresh_watermarks()
         if enabled:

@@ -291,8 +291,10 @@ def test_unreadable_pod_file_is_reported_not_raised(node):
     web = node.pod("web-0")
     memory_dir = node.layout.memory_dir(node.layout.pod_relpath(web.uid, web.qos_class))
     (memory_dir / "memory.stat").write_text("garbage\n")
-    node.advance()
-    summary = node.sampler.sample(node.pods)
+    # memory.stat is re-read every stat_every steps (its inactive page cache moves slowly)
+    for _ in range(node.sampler.stat_every):
+        node.advance()
+        summary = node.sampler.sample(node.pods)
     (flagged,) = summary["perQoS"]["HLS"]["podsAtRequest"]
     assert flagged["resources"] == ["memory"]
     # the one line the agent needs is missing: named, with the file's path

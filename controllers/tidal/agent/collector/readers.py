@@ -42,6 +42,9 @@ __all__ = [
     "parse_meminfo",
     "read_cpu_usage_ns",
     "read_memory_working_set",
+    "read_memory_usage",
+    "read_inactive_file",
+    "OpenFiles",
     "read_proc_stat",
     "read_meminfo",
 ]
@@ -248,14 +251,15 @@ def _read(path: Path | str) -> str:
     return b"".join(chunks).decode("ascii", errors="replace")
 
 
-def read_cpu_usage_ns(cgroup_dir: Path, version: CgroupVersion) -> int:
+def read_cpu_usage_ns(cgroup_dir: Path, version: CgroupVersion, read=None) -> int:
     """Cumulative CPU nanoseconds of the cgroup directory (in the CPU hierarchy)."""
     # string paths: this runs for every pod every second, pathlib's joins are measurable
+    read = read or _read
     if version is CgroupVersion.V1:
         path = f"{cgroup_dir}/cpuacct.usage"
-        return parse_cpuacct_usage(_read(path), path)
+        return parse_cpuacct_usage(read(path), path)
     path = f"{cgroup_dir}/cpu.stat"
-    return parse_cpu_stat_usage_ns(_read(path), path)
+    return parse_cpu_stat_usage_ns(read(path), path)
 
 
 def read_memory_working_set(cgroup_dir: Path, version: CgroupVersion) -> int:
@@ -265,6 +269,70 @@ def read_memory_working_set(cgroup_dir: Path, version: CgroupVersion) -> int:
     stat = f"{cgroup_dir}/memory.stat"
     usage_text = _read(usage)
     return parse_memory_working_set(version, usage_text, _read(stat), usage, stat)
+
+
+def read_memory_usage(cgroup_dir: Path, version: CgroupVersion, read=None) -> int:
+    """``memory.usage_in_bytes`` (v1) / ``memory.current`` (v2): usage including page cache."""
+    usage = f"{cgroup_dir}/{'memory.usage_in_bytes' if version is CgroupVersion.V1 else 'memory.current'}"
+    return parse_int_file((read or _read)(usage), usage)
+
+
+def read_inactive_file(cgroup_dir: Path, version: CgroupVersion, read=None) -> int:
+    """The inactive page cache of ``memory.stat`` (``total_inactive_file`` on v1)."""
+    stat = f"{cgroup_dir}/memory.stat"
+    key = "total_inactive_file" if version is CgroupVersion.V1 else "inactive_file"
+    return _keyed_value((read or _read)(stat), key, stat)
+
+
+class OpenFiles:
+    """Descriptors of files read every step, kept open and re-read from offset 0 with ``pread``
+    (cgroup and proc files regenerate their content on every read from the start): no
+    open/close per read. A file whose cgroup went away fails its ``pread`` (ENODEV) and is
+    reopened — which raises FileNotFoundError as a fresh read would. :meth:`sweep` closes the
+    descriptors not read since the previous sweep, so the set follows the pods."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._used: set[str] = set()
+
+    def read(self, path: str) -> str:
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                data = _pread_all(fd)
+                self._used.add(path)
+                return data
+            except OSError:
+                self._close(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._fds[path] = fd
+        self._used.add(path)
+        return _pread_all(fd)
+
+    def _close(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def sweep(self) -> None:
+        for path in [p for p in self._fds if p not in self._used]:
+            self._close(path)
+        self._used = set()
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self._close(path)
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+
+def _pread_all(fd: int) -> str:
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 65536, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks).decode("ascii", errors="replace")
 
 
 def read_proc_stat(path: Path | str = "/proc/stat") -> CpuTimes:

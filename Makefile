@@ -38,13 +38,21 @@ debian-packages:
 lab-build: venv
 	$(BIN)/tidal lab build
 
-test: venv debian-packages lab-build console-web
+# Ansible: the collections of requirements.yml (unpacked from the pinned `ansible` release) and
+# this checkout as tidal.colocation, in .venv/collections (ansible.cfg's first collections path).
+.PHONY: collections
+collections: $(VENV)/collections/.installed
+$(VENV)/collections/.installed: requirements.yml tests/ansible/install_collections.py $(BIN)/.installed
+	$(BIN)/python tests/ansible/install_collections.py
+	touch $@
+
+test: venv debian-packages lab-build console-web collections
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-unit: venv
+unit: venv collections
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-site: venv debian-packages
+site: venv debian-packages collections
 	$(BIN)/ansible-playbook playbooks/site.yml
 
 lab-up: venv debian-packages

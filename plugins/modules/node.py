@@ -63,11 +63,11 @@ EXAMPLES = r"""
   tidal.colocation.node:
     label_selector: accelerator=nvidia
     colocation: false
-  register: off
+  register: nodes_off
 
 - name: Show what was evicted
   ansible.builtin.debug:
-    msg: "{{ off.nodes | map(attribute='be_pods') | flatten }}"
+    msg: "{{ nodes_off.nodes | map(attribute='be_pods') | flatten }}"
 """
 
 RETURN = r"""

@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "restore":
             return asyncio.run(_restore(args))
         if args.command == "nri":
-            from tidal.agent.nri.main import run_nri
-            asyncio.run(run_nri(args))
+            from tidal.agent.nri.main import main as nri_main
+            nri_main(args)
             return 0
         asyncio.run(_replay(args) if args.command == "replay" else _run(args))
     except TraceError as err:

@@ -12,20 +12,33 @@ from tidal.lab.apply import create_or_replace_all
 from tidal.lab.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.lab
-NODE = "lab-node-0"
 
 
-def _pod(name, level, cpu):
+@pytest.fixture
+def node(core, lab_api):
+    """A kwok node of this test's own: the shared lab's nodes may be replayed by someone else."""
+    import secrets
+
+    from tidal.testing.kwok import kwok_node
+    name = f"tidal-agent-node-{secrets.token_hex(3)}"
+    kwok_node(core, name, {"cpu": "16", "memory": "64Gi", "pods": "110"})
+    yield name
+    core.delete_node(name)
+
+
+def _pod(name, level, cpu, node):
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "annotations": {qos.QOS_ANNOTATION: level}},
-            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "registry.invalid/app:1",
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.invalid/app:1",
                                                         "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}}
 
 
-def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab, lab_api, core, namespace, tmp_path):
+def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab, lab_api, core, namespace, node,
+                                                                           tmp_path):
+    NODE = node
     create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
     custom = client.CustomObjectsApi(lab_api)
-    core.create_namespaced_pod(namespace, _pod("web", "LS", "1500m"))
+    core.create_namespaced_pod(namespace, _pod("web", "LS", "1500m", node))
     agent = processes.start("agent", [str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", NODE,
                                       "--kubeconfig", str(lab.kubeconfig_path), "--report-interval", "1",
                                       "--history-step-seconds", "2", "--state-dir", str(tmp_path / "state"),
@@ -59,7 +72,7 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         assert capabilities["resctrl.l3"]["supported"] is False and capabilities["resctrl.l3"]["reason"]
         assert status["predictions"]["onlinePeak"]["cpuMillicores"] >= 1500
         # A pod created later reaches the agent through its watch.
-        core.create_namespaced_pod(namespace, _pod("search", "LS", "500m"))
+        core.create_namespaced_pod(namespace, _pod("search", "LS", "500m", node))
         wait_for(profile_with(lambda s: "search" in pods_at_request(s)), 30, "pod search reported")
         core.delete_namespaced_pod("web", namespace, grace_period_seconds=0)
         wait_for(profile_with(lambda s: "web" not in pods_at_request(s)), 30, "pod web gone from the report")

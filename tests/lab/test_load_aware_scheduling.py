@@ -135,7 +135,9 @@ def test_volcano_keeps_pods_off_a_node_above_the_policy_threshold_until_it_is_ra
             pass
         conf.write_text(original_conf)  # the shared lab's scheduler as it was
         for name in (hot, cool):
-            try:
-                core.delete_node(name)
-            except ApiException:
-                pass
+            for delete in (lambda: core.delete_node(name), lambda: client.CustomObjectsApi(core.api_client)
+                           .delete_cluster_custom_object("colocation.tidal.io", "v1alpha1", "nodeprofiles", name)):
+                try:
+                    delete()
+                except ApiException:
+                    pass

@@ -23,6 +23,8 @@ pytestmark = pytest.mark.lab
 BIN = Path(sys.executable).parent
 LABELLED, UNLABELLED = "lab-node-1", "lab-node-2"
 DEGRADE_SECONDS = 10
+# its own leader election: a tidal-manager deployed into the lab (tidal_controllers) may hold the default one
+LEASE = "oversell-replay-test"
 
 
 def _batch_cpu(core, name):
@@ -54,7 +56,7 @@ def stack(lab, lab_api, core, tmp_path):
         "--nodes", f"{LABELLED},{UNLABELLED}", "--report-interval", "1", "--window", "60",
         "--predictor", "p95"], tmp_path / "agent.log")
     manager = processes.start("manager", [
-        str(BIN / "tidal-manager"), "--kubeconfig", str(lab.kubeconfig_path), "--identity", "replay-test",
+        str(BIN / "tidal-manager"), "--kubeconfig", str(lab.kubeconfig_path), "--identity", "replay-test", "--lease-name", LEASE,
         "--oversell-interval", "1", "--webhook-cert-file", str(cert.cert), "--webhook-key-file", str(cert.key),
         "--webhook-address", "127.0.0.1", "--webhook-port", str(port), "--health-address", "127.0.0.1",
         "--health-port", str(health)], tmp_path / "manager.log")
@@ -68,7 +70,7 @@ def stack(lab, lab_api, core, tmp_path):
     for name in (LABELLED, UNLABELLED):
         custom.delete_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name)
     custom.delete_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")
-    client.CoordinationV1Api(lab_api).delete_namespaced_lease("tidal-manager", qos.NAMESPACE)
+    client.CoordinationV1Api(lab_api).delete_namespaced_lease(LEASE, qos.NAMESPACE)
 
 
 def test_replayed_usage_becomes_batch_resources_and_a_stopped_agent_drives_them_to_zero(core, lab_api, stack):

@@ -17,6 +17,7 @@ from tidal.agent.prediction import STATISTICS, online_peak
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.qos.egress_bandwidth import EgressActuator
+from tidal.agent.nri.probe import nri_capability
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
 from tidal.agent.qos.numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
@@ -132,7 +133,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                          history_step_seconds: int = STEP_SECONDS,
                          state_dir: Path = Path("/var/lib/tidal-agent"),
                          metrics_address: str = "0.0.0.0", metrics_port: int | None = 9465,
-                         registry=None, stop: asyncio.Event | None = None) -> None:
+                         registry=None, nri_socket: str = "/var/run/nri/nri.sock",
+                         stop: asyncio.Event | None = None) -> None:
     from prometheus_client import REGISTRY
 
     stop = stop or asyncio.Event()
@@ -145,7 +147,9 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
     predictions = Predictions(history_step_seconds)
     # Probed once at start: kernels and hardware do not change under a running agent.
-    probed = probe(cgroup_root, proc_root, Path("/sys"), layout.kubelet_root)
+    # ... and which path sets BE resources at container creation: NRI (tidal-agent nri) or, without
+    # it, this engine's reconcile after the container started.
+    probed = [*probe(cgroup_root, proc_root, Path("/sys"), layout.kubelet_root), nri_capability(nri_socket)]
     capabilities = capability_status(probed)
     registry = REGISTRY if registry is None else registry
     metrics = node_metrics(registry)

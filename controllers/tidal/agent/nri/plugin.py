@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_SOCKET", "PLUGIN_SERVICE", "RUNTIME_SERVICE", "SUBSCRIBED_EV
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = "/var/run/nri/nri.sock"
+from .probe import DEFAULT_SOCKET  # noqa: E402  (one definition, importable without protobuf)
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from tidal.agent.qos.capabilities import Capability
 
-from .plugin import DEFAULT_SOCKET
+#: the runtime's NRI socket (containerd's default); `plugin.py` uses the same. Kept here so the
+#: node agent can probe for NRI without importing the plugin's protobuf code.
+DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 
 __all__ = ["NRI_CAPABILITY", "nri_capability"]
 

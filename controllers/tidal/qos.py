@@ -46,6 +46,7 @@ __all__ = [
     "VOLCANO_CACHE_LIMIT_ANNOTATION",
     "CPU_BURST_ANNOTATION",
     "CPU_BURST_QUOTA_US_ANNOTATION",
+    "BATCH_RESOURCES_ANNOTATION",
     "VOLCANO_ENABLE_QUOTA_BURST_ANNOTATION",
     "VOLCANO_QUOTA_BURST_TIME_ANNOTATION",
     "METRICS_PREFIX",
@@ -113,6 +114,10 @@ VOLCANO_CACHE_LIMIT_ANNOTATION = "volcano.sh/cache-limit"
 CPU_BURST_ANNOTATION = "colocation.tidal.io/cpu-burst"
 #: Burst quota in microseconds per CFS period; absent means "as much as the CPU limit".
 CPU_BURST_QUOTA_US_ANNOTATION = "colocation.tidal.io/cpu-burst-quota-us"
+#: Written by admission on BE pods: each container's batch limits as JSON,
+#: ``{"<container>": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "1Gi"}}``.
+#: NRI does not carry extended resources: the NRI plugin reads them from here at creation.
+BATCH_RESOURCES_ANNOTATION = "colocation.tidal.io/batch-resources"
 VOLCANO_ENABLE_QUOTA_BURST_ANNOTATION = "volcano.sh/enable-quota-burst"
 VOLCANO_QUOTA_BURST_TIME_ANNOTATION = "volcano.sh/quota-burst-time"
 

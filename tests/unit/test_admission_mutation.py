@@ -565,6 +565,11 @@ def test_batch_resource_keys_are_escaped_in_the_patch() -> None:
             "path": "/spec/containers/0/resources/limits/kubernetes.io~1batch-cpu",
             "value": "1000",
         },
+        {
+            "op": "add",
+            "path": "/metadata/annotations/colocation.tidal.io~1batch-resources",
+            "value": '{"web":{"kubernetes.io/batch-cpu":"1000"}}',
+        },
     ]
 
 
@@ -601,7 +606,24 @@ def test_patch_values_do_not_alias_each_other() -> None:
     assert first["value"] == second["value"] and first["value"] is not second["value"]
 
 
-def test_no_annotation_records_the_mutation() -> None:
-    patched, ops, _ = mutate(pod("BE", {"containers": [container(requests={"cpu": "1"})]}))
+def test_be_pods_get_their_batch_amounts_in_one_annotation_for_the_nri_plugin() -> None:
+    """NRI does not carry extended resources: the plugin reads each container's batch amounts
+    from colocation.tidal.io/batch-resources. Nothing else in metadata changes."""
+    spec = {"initContainers": [container("setup", requests={"cpu": "250m"}, limits={"cpu": "250m"})],
+            "containers": [container(requests={"cpu": "1", "memory": "1Gi"}),
+                           container("side", limits={BATCH_CPU: "2k", "kubernetes.io/batch-memory": "512Mi"})]}
+    patched, ops, _ = mutate(pod("BE", spec))
+    metadata_ops = [op for op in ops if op["path"].startswith("/metadata")]
+    assert [op["path"] for op in metadata_ops] == ["/metadata/annotations/colocation.tidal.io~1batch-resources"]
+    assert json.loads(patched["metadata"]["annotations"]["colocation.tidal.io/batch-resources"]) == {
+        "setup": {BATCH_CPU: "250"},
+        "web": {BATCH_CPU: "1000", "kubernetes.io/batch-memory": str(1 << 30)},
+        "side": {BATCH_CPU: "2000", "kubernetes.io/batch-memory": str(512 << 20)},
+    }
+    assert {k: v for k, v in patched["metadata"].items() if k != "annotations"} == \
+        {k: v for k, v in pod("BE", {})["metadata"].items() if k != "annotations"}
+    # online pods get no such annotation
+    _, ops, _ = mutate(pod("LS", {"containers": [container(requests={"cpu": "1", "memory": "1Gi"})]}))
     assert not any(op["path"].startswith("/metadata") for op in ops)
-    assert patched["metadata"] == pod("BE", {})["metadata"]
+
+

@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 #: Written by admission on BE pods: per container, its ``kubernetes.io/batch-*`` limits.
-BATCH_RESOURCES_ANNOTATION = "colocation.tidal.io/batch-resources"
+BATCH_RESOURCES_ANNOTATION = qos.BATCH_RESOURCES_ANNOTATION  # written by admission
 _BATCH_KEYS = (qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE)
 
 

@@ -22,12 +22,13 @@ BE:
   term (no expressions, no fields) matches no node, and is left so.
 * native cpu/memory requests and limits of every container, init containers included, become
   ``kubernetes.io/batch-cpu`` (millicores) / ``kubernetes.io/batch-memory`` (bytes), see
-  ``tidal.manager.admission.batch``; the native keys are removed.
+  ``tidal.manager.admission.batch``; the native keys are removed;
+* ``colocation.tidal.io/batch-resources``: every container's batch amounts as JSON, for the NRI
+  plugin (NRI does not carry extended resources to plugins).
 
 The patch is minimal (only what differs, ``add`` for what is missing, including a missing
 parent map, ``replace``/``remove`` on exact paths) and idempotent: reviewing the patched pod
-again yields no operation, which is what webhook reinvocation needs. No annotation records
-what was changed; the result is visible in the pod itself.
+again yields no operation, which is what webhook reinvocation needs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tidal.manager.admission.podspec import Container, containers_of
 from tidal.manager.admission.quantities import QuantityError, parse_quantity
 from tidal.manager.admission.shape import MalformedObjectError, optional_array, optional_object
 from tidal.qos import (
+    BATCH_RESOURCES_ANNOTATION,
     COLOCATION_NODE_LABEL,
     NODE_LABEL_ENABLED_VALUE,
     OFFLINE_EVICTING_TAINT_EFFECT,
@@ -285,14 +287,42 @@ def _batch_resources(containers: list[Container], ops: list[Operation]) -> None:
             _rewrite_resource_map(container.resources, map_name, amounts, resources_path, ops)
 
 
+def batch_resources_annotation(containers: list[Container]) -> str | None:
+    """The BE pod's ``colocation.tidal.io/batch-resources`` value: every container's batch
+    amounts (init containers included; names are unique in a pod), as compact sorted JSON."""
+    amounts = {c.name: {k: _canonical(v) for k, v in _batch_amounts(c).items()}
+               for c in containers if c.resources is not None}
+    amounts = {name: a for name, a in amounts.items() if a and isinstance(name, str)}
+    return json.dumps(amounts, sort_keys=True, separators=(",", ":")) if amounts else None
+
+
+def _canonical(amount: str) -> str:
+    """A batch amount as a plain integer (``2k`` and ``2000`` are one value), so the annotation
+    does not change when reinvocation reads the amounts as written instead of as converted."""
+    try:
+        return str(int(parse_quantity(amount)))
+    except (QuantityError, ValueError, TypeError):
+        return amount
+
+
+def _batch_annotation(annotations: dict[str, Any] | None, containers: list[Container],
+                      ops: list[Operation]) -> None:
+    value = batch_resources_annotation(containers)
+    if value is None or annotations is None or annotations.get(BATCH_RESOURCES_ANNOTATION) == value:
+        return
+    ops.append(set_member(annotations, BATCH_RESOURCES_ANNOTATION, value, "/metadata/annotations"))
+
+
 def pod_mutation(
-    spec: dict[str, Any], level: QoSLevel, containers: list[Container] | None = None
+    spec: dict[str, Any], level: QoSLevel, containers: list[Container] | None = None,
+    annotations: dict[str, Any] | None = None,
 ) -> Mutation:
     """The patch that makes a pod of ``level`` follow Tidal's scheduling contract.
 
     ``spec`` is ``pod.spec`` and must already satisfy the rule of ``level``
     (``rules.violations`` is empty): BE quantities are read as valid. ``containers`` is
-    ``containers_of(spec, "spec")`` when the caller already has it.
+    ``containers_of(spec, "spec")`` when the caller already has it; ``annotations`` the pod's
+    ``metadata.annotations`` (where a BE pod gets ``colocation.tidal.io/batch-resources``).
 
     Raises:
         MalformedObjectError: a part of the spec the mutation reads has the wrong JSON type.
@@ -301,8 +331,10 @@ def pod_mutation(
     warnings: list[str] = []
     _scheduling(spec, level, ops, warnings)
     if level is QoSLevel.BE:
+        containers = containers_of(spec, "spec") if containers is None else containers
         _colocation_node_affinity(spec, ops)
-        _batch_resources(containers_of(spec, "spec") if containers is None else containers, ops)
+        _batch_resources(containers, ops)
+        _batch_annotation(annotations, containers, ops)
     else:
         _offline_evicting_toleration(spec, ops)
     return Mutation(tuple(ops), tuple(warnings))

@@ -84,8 +84,9 @@ def _qos_annotation_values(annotations: dict[str, Any] | None) -> tuple[Any, ...
 
 
 def _pod_create(pod: dict[str, Any]) -> Decision:
+    annotations = _annotations_of(pod, "")
     try:
-        level = qos_level_of(_annotations_of(pod, ""))
+        level = qos_level_of(annotations)
     except AnnotationError as error:
         return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, str(error))
     if level is None:
@@ -97,7 +98,7 @@ def _pod_create(pod: dict[str, Any]) -> Decision:
     problems = violations(spec, level, "spec", containers)
     if problems:
         return Decision.deny(RULE_REASON_BY_LEVEL[level], "; ".join(problems))
-    mutation = pod_mutation(spec, level, containers)
+    mutation = pod_mutation(spec, level, containers, annotations)
     if not mutation.ops and not mutation.warnings:
         return ALLOWED
     return Decision.allow(mutation.ops, mutation.warnings)

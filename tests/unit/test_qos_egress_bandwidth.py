@@ -178,3 +178,60 @@ def test_online_traffic_pushes_be_egress_to_the_low_watermark(hierarchy, real, n
     assert NODE_MBPS * 0.4 * 0.6 <= be_alone <= NODE_MBPS * 0.4 * 1.15
     assert NODE_MBPS * 0.1 * 0.6 <= be_squeezed <= NODE_MBPS * 0.1 * 1.3
     assert not [d for d in sh("ip", "-o", "link", "show").splitlines() if ": tfb" in d]
+
+
+class FakeShaper:
+    """Records what the actuator asks of tc (the real one is tested above)."""
+
+    def __init__(self, veths):
+        self.veths, self.devices, self.calls = veths, {}, []
+
+    def host_veth(self, pid):
+        return self.veths.get(pid)
+
+    def shape(self, veth, ifindex, bps):
+        self.calls.append(("shape", veth, bps))
+        self.devices[ifindex] = f"tfb{ifindex}"
+
+    def shaped(self):
+        self.calls.append(("list",))
+        return dict(self.devices)
+
+    def unshape(self, ifindex):
+        self.calls.append(("unshape", ifindex))
+        self.devices.pop(ifindex)
+
+
+def test_egress_round_shapes_be_pods_shares_the_cap_and_undoes_once_off(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
+    from tidal.agent.qos import egress_bandwidth
+    from tidal.agent.qos.egress_bandwidth import egress_round
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path), CgroupDriver.CGROUPFS)
+    pods = []
+    for n, level in ((1, QoSLevel.BE), (2, QoSLevel.BE), (3, QoSLevel.LS)):
+        pod = PodState(f"{n}{n}{n}{n}-0000", PodQOSClass.BEST_EFFORT if level is QoSLevel.BE else PodQOSClass.BURSTABLE,
+                       level, (ContainerState(f"containerd://c{n}"),), "ns", f"p{n}")
+        d = layout.cpu_dir(layout.container_relpath(pod.uid, pod.qos_class, pod.containers[0].id))
+        d.mkdir(parents=True)
+        (d / "cgroup.procs").write_text(f"{100 + n}\n")
+        pods.append(pod)
+    shaper = FakeShaper({101: ("veth1", 11), 102: ("veth2", 12), 103: ("veth3", 13)})
+    monkeypatch.setattr(egress_bandwidth.Path, "exists", lambda self: False)  # no /sys/class/net here
+    actuator = EgressActuator(layout, shaper)
+    policy = ColocationPolicy.from_spec({"features": {"egressBandwidth": {"enabled": True, "nodeBandwidthMbps": 1000}}})
+    node_qos = SimpleNamespace(policy=policy, capabilities={"tc": True}, egress=actuator, clock=lambda: 0.0,
+                               _states={p.uid: p for p in pods}, _annotations={})
+    egress_round(node_qos, True)
+    # no online traffic measured: 40 % of 1000 Mbit/s, shared by the two BE pods; the LS pod is not shaped
+    assert [c for c in shaper.calls if c[0] == "shape"] == [("shape", "veth1", 200_000_000), ("shape", "veth2", 200_000_000)]
+    shaper.calls.clear()
+    egress_round(node_qos, True)
+    assert [c for c in shaper.calls if c[0] == "shape"] == []  # unchanged rate: no tc call
+    node_qos.policy = ColocationPolicy()  # switched off (the default)
+    egress_round(node_qos, True)
+    assert sorted(c for c in shaper.calls if c[0] == "unshape") == [("unshape", 11), ("unshape", 12)]
+    shaper.calls.clear()
+    egress_round(node_qos, True)
+    assert shaper.calls == []  # off and nothing left: no I/O at all

@@ -197,6 +197,7 @@ class EgressActuator:
     applied: dict[int, int] = field(default_factory=dict)  # veth ifindex -> bits/s
     online_mbps: float = 0.0
     cap_mbps: float | None = None
+    leftovers_checked: bool = False
     _problem: str | None = None
 
     def _pid(self, pod: PodState) -> int | None:
@@ -289,14 +290,16 @@ class EgressActuator:
 
 
 def egress_round(node_qos, enabled: bool) -> None:
-    """One round for :class:`~.node_qos.NodeQoS`; no I/O unless the feature is on or tc devices of
-    ours are left from before."""
+    """One round for :class:`~.node_qos.NodeQoS`; no I/O while the feature is off, except once to
+    remove ``tfb*`` devices a previous run left."""
     config = node_qos.policy.features.egress_bandwidth
     on = enabled and config.enabled and node_qos.capabilities.get("tc", False)
-    if not on and not node_qos.egress.applied and not node_qos.capabilities.get("tc", False):
-        return
-    if not on and not node_qos.egress.applied and not node_qos.egress.shaper.shaped():
-        return
+    if not on:
+        # off: undo what this run shaped, and once at start what a previous run may have left
+        if not node_qos.capabilities.get("tc", False) or (node_qos.egress.leftovers_checked
+                                                          and not node_qos.egress.applied):
+            return
+        node_qos.egress.leftovers_checked = True
     for problem in node_qos.egress.round(node_qos.clock(), on, config, node_qos._states.values(),
                                          node_qos._annotations):
         log.warning("egress bandwidth: %s", problem)

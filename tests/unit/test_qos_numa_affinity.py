@@ -122,3 +122,28 @@ def test_no_cpu_manager_state_file_means_every_cpu_is_shareable(tmp_path):
     assert actuator.read_cpu_state() == CPUManagerState()
     assert actuator.round(True, [ls("1111-aaaa", "api", ("containerd://a1", 1000))]) == []  # cgroup missing: skipped
     assert actuator.placements["containerd://a1"] == Placement("1111-aaaa", "containerd://a1", (0,), 1000)
+
+
+def test_a_restarted_agent_keeps_the_numa_nodes_it_gave(tmp_path):
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path), CgroupDriver.SYSTEMD)
+    first = ls("1111-aaaa", "api", ("containerd://a1", 1000))
+    second = ls("2222-bbbb", "web", ("containerd://b1", 1000))
+    third = ls("0000-cccc", "new", ("containerd://c1", 1000))  # sorts first: fresh placement would give it node 0
+    for pod in (first, second, third):
+        d = tmp_path / layout.container_relpath(pod.uid, pod.qos_class, pod.cpu[0].id)
+        d.mkdir(parents=True)
+        (d / "cpuset.cpus").write_text("0-15")
+        (d / "cpuset.mems").write_text("0-3")
+    kw = dict(sys_root=DATA / "four-node", cpu_manager_state=tmp_path / "absent")
+    before = NUMAAffinityActuator(layout, tmp_path / "numa.json", **kw)
+    before.round(True, [first])
+    before.round(True, [first, second])
+    assert {c: p.nodes for c, p in before.placements.items()} == {"containerd://a1": (0,), "containerd://b1": (1,)}
+    # restarted, with a new LS pod: the placed containers keep their nodes, the new one gets the freest
+    after = NUMAAffinityActuator(layout, tmp_path / "numa.json", **kw)
+    assert after.round(True, [first, second, third]) == []
+    assert {c: p.nodes for c, p in after.placements.items()} == {
+        "containerd://a1": (0,), "containerd://b1": (1,), "containerd://c1": (2,)}
+    assert after.round(False, [first, second, third]) == []
+    d = tmp_path / layout.container_relpath(first.uid, first.qos_class, "containerd://a1")
+    assert (d / "cpuset.mems").read_text() == "0-3" and (d / "cpuset.cpus").read_text() == "0-15"

@@ -200,6 +200,27 @@ class NUMAAffinityActuator:
         except FileNotFoundError:
             return CPUManagerState()
 
+    def recovered(self, containers: Iterable[tuple[str, str, int]], pods: Mapping) -> dict[str, Placement]:
+        """Placements made by an earlier run of the agent (restart-safe: no container moves to
+        another NUMA node because the agent restarted): an LS container not placed yet whose
+        ``cpuset.mems`` this agent changed (it is in the journal) keeps the nodes it has now."""
+        out = {}
+        for uid, cid, request in containers:
+            if cid in self.placements:
+                continue
+            pod = pods[uid]
+            mems = cpuset_root(self.layout) / self.layout.container_relpath(pod.uid, pod.qos_class, cid) / "cpuset.mems"
+            if str(mems) not in self.journal.originals:
+                continue
+            try:
+                nodes = tuple(parse_cpu_list(mems.read_text()))
+            except (OSError, ValueError):
+                continue
+            if nodes:
+                out[cid] = Placement(uid, cid, nodes, request)
+                self._logged.add(cid)
+        return out
+
     def round(self, enabled: bool, pods: Iterable) -> list[tuple[str, str]]:
         if not enabled:
             self.placements.clear()
@@ -208,7 +229,9 @@ class NUMAAffinityActuator:
             return restore(self.journal)
         pods = {p.uid: p for p in pods}
         free = shareable(self.topology(), self.read_cpu_state())
-        self.placements = assign(free, self.placements, ls_containers(pods.values()))
+        containers = ls_containers(pods.values())
+        self.placements.update(self.recovered(containers, pods))
+        self.placements = assign(free, self.placements, containers)
         plan = numa_plan(self.placements.values(), free, pods, self.layout)
         self._rounds += 1
         if self._rounds % self.verify_every == 0:

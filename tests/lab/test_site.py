@@ -20,7 +20,7 @@ PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 UPSTREAM_RACE = "_queued_task_cache"
 
 
-def play(playbook: str, lab, timeout: float = 420) -> subprocess.CompletedProcess:
+def play(playbook: str, lab, timeout: float = 240) -> subprocess.CompletedProcess:
     env = dict(os.environ, TIDAL_LAB_DIR=str(lab.dir), ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     for attempt in (1, 2):

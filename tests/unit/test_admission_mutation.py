@@ -627,3 +627,17 @@ def test_be_pods_get_their_batch_amounts_in_one_annotation_for_the_nri_plugin() 
     assert not any(op["path"].startswith("/metadata") for op in ops)
 
 
+
+
+def test_a_container_name_that_is_not_a_string_is_left_out_of_the_annotation_not_an_error() -> None:
+    """Found by the any-JSON property: a list as a container's name could not key the
+    annotation's map and the review answered 500. The verdict is now the usual one, and only
+    containers with a real name carry batch amounts in the annotation."""
+    spec = {"containers": [container(requests={"cpu": "1"}),
+                           {**container(requests={"cpu": "1"}), "name": ["not", "a", "name"]}]}
+    body = create_review(pod("BE", spec))
+    response = review(body)["response"]
+    assert response["allowed"], response
+    patched = jsonpatch.apply_patch(body["request"]["object"], patch_of({"response": response}))
+    assert json.loads(patched["metadata"]["annotations"]["colocation.tidal.io/batch-resources"]) == {
+        "web": {BATCH_CPU: "1000"}}

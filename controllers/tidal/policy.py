@@ -544,10 +544,11 @@ class CacheLimits:
 
 @dataclass(frozen=True)
 class PSIInterference:
-    """Suppresses BE pods while online pods stall on a resource (pressure stall information)."""
+    """Evicts the BE pod contributing most while online pods stall on a resource (pressure
+    stall information), one at a time with a cooldown."""
 
     enabled: bool = _boolean(
-        "enabled", False, "Watch online pods' PSI and suppress BE pods on interference (needs PSI)."
+        "enabled", False, "Watch online pods' PSI and evict BE pods on interference (needs PSI)."
     )
     resources: tuple[PSIResource, ...] = _choices(
         "resources",
@@ -560,16 +561,16 @@ class PSIInterference:
         default=5.0,
         minimum=0.0,
         maximum=100.0,
-        description="An online pod's 'some' avg10 stall, percent, above which BE pods are "
-        "suppressed.",
+        description="An online pod's 'some' avg10 stall, percent, above which the BE pod "
+        "contributing most is evicted.",
     )
     cooldown_seconds: int = _integer(
         "cooldownSeconds",
         default=60,
         minimum=0,
         maximum=3600,
-        description="How long BE pods stay suppressed after pressure falls below the threshold, "
-        "in seconds.",
+        description="Seconds after a PSI eviction before the next one, so the pressure "
+        "average can show its effect.",
     )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
@@ -660,7 +661,8 @@ class Features:
     psi_interference: PSIInterference = _object(
         "psiInterference",
         PSIInterference,
-        "Suppresses BE pods while online pods stall on a resource (pressure stall information).",
+        "Evicts the BE pod contributing most while online pods stall on a resource (pressure "
+        "stall information), one at a time with a cooldown.",
     )
     numa_affinity: NUMAAffinity = _object(
         "numaAffinity",

@@ -74,14 +74,15 @@ def test_the_policy_status_names_generation_effective_spec_and_what_the_node_can
                              "spec": {"features": {"cacheLimits": {"enabled": True}, "numaAffinity": {"enabled": True}}}})
     node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "90",
                                                         "colocation.tidal.io/eviction-dwell-seconds": "x"}}})
-    caps = [Capability("resctrl.l3", False, "resctrl not mounted"), Capability("resctrl.mba", True, "/x"),
+    caps = [Capability("resctrl.l3", False, "resctrl not mounted"), Capability("resctrl.mba", False, "resctrl not mounted"),
             Capability("numa", True, "2 NUMA nodes")]
     status = node_qos.policy_status(caps)
     assert status["appliedGeneration"] == 4
     assert status["effective"]["evictionWatermarks"]["cpu"]["highPercent"] == 80  # bad overrides: none applied
     assert status["problems"] == [
         "node annotation colocation.tidal.io/eviction-dwell-seconds='x': must be an integer",
-        "spec.features.cacheLimits: enabled but not supported on this node (resctrl.l3: resctrl not mounted)"]
+        "spec.features.cacheLimits: enabled but not supported on this node "
+        "(resctrl.l3: resctrl not mounted; resctrl.mba: resctrl not mounted)"]
     node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "90"}}})
     status = node_qos.policy_status(caps)
     assert status["effective"]["evictionWatermarks"]["cpu"]["highPercent"] == 90
@@ -91,3 +92,26 @@ def test_the_policy_status_names_generation_effective_spec_and_what_the_node_can
     status = node_qos.policy_status(caps)
     assert status["appliedGeneration"] == 4
     assert status["problems"][0].startswith("ColocationPolicy generation 5 not applied: invalid ColocationPolicy")
+
+
+def _caps(**supported):
+    from tidal.agent.qos.capabilities import Capability
+    return [Capability(name.replace("_", "."), ok, "yes" if ok else f"no {name}") for name, ok in supported.items()]
+
+
+@pytest.mark.parametrize("feature, caps, problem", [
+    ("cacheLimits", _caps(resctrl_l3=True, resctrl_mba=False), None),  # L3 alone is enough
+    ("cacheLimits", _caps(resctrl_l3=False, resctrl_mba=True), None),  # so is MBA alone
+    ("cacheLimits", _caps(resctrl_l3=False, resctrl_mba=False),
+     "spec.features.cacheLimits: enabled but not supported on this node (resctrl.l3: no resctrl_l3; "
+     "resctrl.mba: no resctrl_mba)"),
+    ("egressBandwidth", _caps(tc=False),
+     "spec.features.egressBandwidth: enabled but not supported on this node (tc: no tc)"),
+    ("egressBandwidth", _caps(tc=True), None),
+    ("psiInterference", _caps(psi=False), "spec.features.psiInterference: enabled but not supported on this node (psi: no psi)"),
+    ("numaAffinity", [], None),  # not probed (an older agent): nothing claimed either way
+])
+def test_an_enabled_feature_is_a_problem_only_when_no_capability_it_can_use_is_supported(feature, caps, problem):
+    from tidal.agent.qos.policy_status import unsupported_features
+    assert unsupported_features({"features": {feature: {"enabled": True}}}, caps) == ([problem] if problem else [])
+    assert unsupported_features({"features": {feature: {"enabled": False}}}, caps) == []

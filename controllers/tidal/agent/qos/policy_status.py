@@ -18,12 +18,14 @@ from .capabilities import Capability
 
 __all__ = ["FEATURE_NEEDS", "policy_status", "unsupported_features"]
 
-#: policy section (JSON path) -> capabilities it needs (all of them)
-FEATURE_NEEDS: dict[str, tuple[str, ...]] = {
-    "features.cpuBurst": ("cpu.cfs_burst",),
-    "features.psiInterference": ("psi",),
-    "features.cacheLimits": ("resctrl.l3", "resctrl.mba"),
-    "features.numaAffinity": ("numa",),
+#: policy section (JSON path) -> what it needs: every group, and in a group any one capability
+#: (cache limits work with L3 allocation, memory bandwidth allocation or both).
+FEATURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "features.cpuBurst": (("cpu.cfs_burst",),),
+    "features.psiInterference": (("psi",),),
+    "features.cacheLimits": (("resctrl.l3", "resctrl.mba"),),
+    "features.numaAffinity": (("numa",),),
+    "features.egressBandwidth": (("tc",),),
 }
 
 
@@ -40,7 +42,11 @@ def unsupported_features(spec: Mapping[str, Any], capabilities: Iterable[Capabil
     for path, needs in FEATURE_NEEDS.items():
         if not _enabled(spec, path):
             continue
-        missing = [caps[n] for n in needs if n in caps and not caps[n].supported]
+        missing = []
+        for group in needs:
+            probed = [caps[n] for n in group if n in caps]
+            if probed and not any(c.supported for c in probed):
+                missing += [c for c in probed]
         if missing:
             reasons = "; ".join(f"{c.name}: {c.reason}" for c in missing)
             problems.append(f"spec.{path}: enabled but not supported on this node ({reasons})")

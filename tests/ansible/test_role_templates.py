@@ -59,3 +59,32 @@ def test_agent_daemonset_runs_only_on_colocation_nodes():
     assert manager["spec"]["replicas"] == 2
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["securityContext"]["runAsNonRoot"] is True
+
+
+def _manager_rules(objects, kind, name):
+    role = next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+    return role, {(r["apiGroups"][0], res, verb) for r in role["rules"] for res in r["resources"] for verb in r["verbs"]}
+
+
+def test_manager_may_count_pods_and_edit_only_volcanos_scheduler_configmap():
+    objects = render("rbac.yml.j2")
+    _, rules = _manager_rules(objects, "ClusterRole", "tidal-manager")
+    assert ("", "pods", "list") in rules and ("", "configmaps", "patch") not in rules
+    role, rules = _manager_rules(objects, "Role", "tidal-manager-volcano-scheduler-config")
+    assert role["metadata"]["namespace"] == "volcano-system"
+    assert rules == {("", "configmaps", "get"), ("", "configmaps", "patch")}
+    assert role["rules"][0]["resourceNames"] == ["volcano-scheduler-configmap"]
+    binding = next(o for o in objects if o["kind"] == "RoleBinding"
+                   and o["metadata"]["name"] == "tidal-manager-volcano-scheduler-config")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tidal-manager", "namespace": "tidal-system"}]
+    manager = next(o for o in render("workloads.yml.j2") if o["kind"] == "Deployment")
+    assert ("--volcano-scheduler-config=configmap:volcano-system/volcano-scheduler-configmap/volcano-scheduler.conf"
+            in manager["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.parametrize("variables", [{"tidal_controllers_volcano_scheduler_config": "none"},
+                                       {"tidal_controllers_volcano_scheduler_config": "file:/etc/volcano/s.conf"},
+                                       {"tidal_controllers_mode": "lab"}])
+def test_no_volcano_configmap_access_when_the_manager_does_not_write_one(variables):
+    names = {o["metadata"]["name"] for o in render("rbac.yml.j2", **variables)}
+    assert "tidal-manager-volcano-scheduler-config" not in names

@@ -175,9 +175,13 @@ def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, cor
             pass
 
 
-def test_tidal_manager_process_leads_and_writes_batch_resources(lab, core, oversell_setup, tmp_path):
+def test_tidal_manager_process_leads_writes_batch_resources_and_exports_them(lab, core, oversell_setup, namespace,
+                                                                            tmp_path):
     import sys
+    import urllib.request
     from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
 
     from tidal.lab import processes
     from tidal.lab.pki import ensure_ca, issue
@@ -188,8 +192,25 @@ def test_tidal_manager_process_leads_and_writes_batch_resources(lab, core, overs
     except ApiException as err:
         if err.status != 409:
             raise
+    # A BE pod bound to the oversold node (as admission leaves it: batch resources only), and an
+    # LS pod, which counts for nothing in batch terms.
+    for name, level, resources in (
+            ("be", "BE", {qos.BATCH_CPU_RESOURCE: "1500", qos.BATCH_MEMORY_RESOURCE: str(2 * GiB)}),
+            ("ls", "LS", {"cpu": "1", "memory": "1Gi"})):
+        core.create_namespaced_pod(namespace, {
+            "metadata": {"name": name, "annotations": {qos.QOS_ANNOTATION: level}},
+            "spec": {"nodeName": OVERSOLD, "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "main", "image": "registry.invalid/app:1",
+                                     "resources": {"requests": resources, "limits": resources}}]}})
     cert = issue(ensure_ca(tmp_path), tmp_path, "webhook", "tidal-manager", server=True, ip_addresses=("127.0.0.1",))
     port, health = free_ports(2)
+
+    def exported() -> dict[tuple[str, str, str], float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=5).read().decode()
+        return {(sample.name, sample.labels.get("node", ""), sample.labels.get("resource", "")): sample.value
+                for family in text_string_to_metric_families(text) for sample in family.samples
+                if sample.name.startswith("tidal_node_batch")}
+
     record = processes.start("tidal-manager", [
         str(Path(sys.executable).with_name("tidal-manager")), "--kubeconfig", str(lab.kubeconfig_path),
         "--identity", "test-replica", "--oversell-interval", "1",
@@ -201,6 +222,15 @@ def test_tidal_manager_process_leads_and_writes_batch_resources(lab, core, overs
                  "batch-cpu written by the running tidal-manager")
         lease = client.CoordinationV1Api(core.api_client).read_namespaced_lease("tidal-manager", qos.NAMESPACE)
         assert lease.spec.holder_identity == "test-replica"
+        # /metrics on the health port: what was published and what BE pods request of it (the
+        # console's overselling chart), with the admission series in the same registry.
+        wanted = {("tidal_node_batch_allocatable", OVERSOLD, "cpu"): 6000.0,
+                  ("tidal_node_batch_requested", OVERSOLD, "cpu"): 1500.0,
+                  ("tidal_node_batch_requested", OVERSOLD, "memory"): float(2 * GiB)}
+        wait_for(lambda: wanted.items() <= exported().items(), 30,
+                 f"batch series on /metrics (log {tmp_path / 'manager.log'})")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{health}/metrics", timeout=5).read().decode()
+        assert "tidal_admission_requests_total" in body and "tidal_oversell_cycles_total" in body
     finally:
         processes.stop(record)
         client.CoordinationV1Api(core.api_client).delete_namespaced_lease("tidal-manager", qos.NAMESPACE)

@@ -130,3 +130,40 @@ def test_current_amounts_read_both_reporting_modes():
                                                            qos.BATCH_MEMORY_RESOURCE: 1024}
     assert current_amounts(_node(), "extendedResources") == {qos.BATCH_CPU_RESOURCE: None,
                                                              qos.BATCH_MEMORY_RESOURCE: None}
+
+
+def _pod(node, level, phase="Running", **requests):
+    return {"metadata": {"annotations": {qos.QOS_ANNOTATION: level} if level else {}},
+            "spec": {"nodeName": node, "containers": [{"resources": {"requests": requests}}]},
+            "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize("pods, expected", [
+    ([], {}),
+    ([_pod("n1", "BE", **{qos.BATCH_CPU_RESOURCE: "1500", qos.BATCH_MEMORY_RESOURCE: "1Gi"}),
+      _pod("n1", "BE", **{qos.BATCH_CPU_RESOURCE: "2k"})],
+     {"n1": {"cpu": 3500, "memory": 1 << 30}}),
+    ([_pod("n1", "LS", cpu="2", memory="1Gi"), _pod("n1", None, cpu="1")], {}),  # online pods: nothing batch
+    ([_pod("n1", "BE", "Succeeded", **{qos.BATCH_CPU_RESOURCE: "1000"}),
+      _pod("n1", "BE", "Failed", **{qos.BATCH_CPU_RESOURCE: "1000"})], {}),  # finished: freed
+    ([_pod(None, "BE", "Pending", **{qos.BATCH_CPU_RESOURCE: "1000"})], {}),  # not bound yet
+    ([_pod("n1", "be-ish", **{qos.BATCH_CPU_RESOURCE: "1000"})], {}),  # unreadable level: not counted
+    ([_pod("n1", "BE", **{qos.BATCH_CPU_RESOURCE: "lots"}), _pod("n2", "BE", **{qos.BATCH_MEMORY_RESOURCE: "1Mi"})],
+     {"n1": {"cpu": 0, "memory": 0}, "n2": {"cpu": 0, "memory": 1 << 20}}),
+])
+def test_batch_requested_sums_bound_unfinished_be_pods_per_node(pods, expected):
+    from tidal.manager.oversell.loop import batch_requested_by_node
+    assert batch_requested_by_node(pods) == expected
+
+
+def test_batch_requested_series_follow_the_latest_count():
+    from prometheus_client import CollectorRegistry
+    from tidal.manager.oversell.loop import export_batch_requested
+    from tidal.metrics import manager_metrics
+    registry = CollectorRegistry()
+    metrics = manager_metrics(registry)
+    export_batch_requested(metrics, {"n1": {"cpu": 1500, "memory": 10}, "n2": {"cpu": 1, "memory": 2}})
+    export_batch_requested(metrics, {"n2": {"cpu": 3, "memory": 4}})
+    value = registry.get_sample_value
+    assert value("tidal_node_batch_requested", {"node": "n2", "resource": "cpu"}) == 3
+    assert value("tidal_node_batch_requested", {"node": "n1", "resource": "cpu"}) is None  # gone

@@ -14,21 +14,10 @@ from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.agent.kubeapi import KubeAPI
 from tidal.agent.watch import Watcher
-from tidal.manager.admission.quantities import QuantityError, cpu_millicores, memory_bytes
+from tidal.manager.admission.quantities import QuantityError, memory_bytes
+from tidal.pod_resources import batch_requested, requested
 
 log = logging.getLogger(__name__)
-
-
-def _requests(pod: Mapping[str, Any], cpu_key: str, memory_key: str, cpu_parse=cpu_millicores) -> tuple[int, int]:
-    cpu = memory = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        requests = ((container.get("resources") or {}).get("requests")) or {}
-        try:
-            cpu += cpu_parse(requests[cpu_key]) if cpu_key in requests else 0
-            memory += memory_bytes(requests[memory_key]) if memory_key in requests else 0
-        except QuantityError:
-            continue  # admission rejects these; a pod from before it counts without them
-    return cpu, memory
 
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
@@ -45,10 +34,9 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
     except ValueError:
         qos_class = PodQOSClass("BestEffort")
     if level is qos.QoSLevel.BE:
-        # Extended resources are plain counts: batch-cpu "2k" is 2,000 millicores, not 2,000 cores.
-        cpu, memory = _requests(pod, qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE, cpu_parse=memory_bytes)
+        cpu, memory = batch_requested(pod)
     else:
-        cpu, memory = _requests(pod, "cpu", "memory")
+        cpu, memory = requested(pod, "cpu", "memory")
     ids = []
     for cs in (status.get("containerStatuses") or []):
         if cs.get("containerID"):

@@ -44,25 +44,30 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _leader_work(args, stop: asyncio.Event) -> None:
+async def _leader_work(args, stop: asyncio.Event, metrics) -> None:
     """The leader-elected controllers (oversell master, policy reconciler): every replica
     competes, one works."""
     from tidal import qos
     from tidal.kube import api_client
     from tidal.manager.leader import LeaderElector
-    from tidal.manager.oversell.loop import run_master
+    from tidal.manager.oversell.loop import run_batch_requested, run_master
     from tidal.manager.policy.reconciler import run_policy_reconciler
     from tidal.manager.policy.volcano_target import parse_target
 
     volcano = parse_target(args.volcano_scheduler_config)
-    metrics = None
+    usage_source = None
     if args.volcano_metrics_address:
-        metrics = {"type": "prometheus", "address": args.volcano_metrics_address,
-                   "interval": args.volcano_metrics_interval}
+        usage_source = {"type": "prometheus", "address": args.volcano_metrics_address,
+                        "interval": args.volcano_metrics_interval}
 
     async def work() -> None:
-        await asyncio.gather(run_master(api, args.oversell_interval),
-                             run_policy_reconciler(api, volcano=volcano, metrics=metrics))
+        try:
+            await asyncio.gather(run_master(api, args.oversell_interval, metrics),
+                                 run_batch_requested(api, metrics),
+                                 run_policy_reconciler(api, volcano=volcano, metrics=usage_source))
+        finally:  # leadership lost: the new leader reports the nodes, not this replica
+            metrics.batch_allocatable.clear()
+            metrics.batch_requested.clear()
 
     async with await api_client(args.kubeconfig) as api:
         elector = LeaderElector(api, args.lease_name, qos.NAMESPACE, args.identity)
@@ -71,10 +76,14 @@ async def _leader_work(args, stop: asyncio.Event) -> None:
 
 async def _run(config: ServerConfig, args) -> None:
     from tidal.kube import stop_on_signals
+    from tidal.manager.admission.server import AdmissionMetrics
+    from tidal.metrics import manager_metrics
     stop = stop_on_signals()
-    jobs = [serve(config, stop)]
+    # One registry, served at the health port's /metrics: admission and the leader's controllers.
+    admission_metrics = AdmissionMetrics()
+    jobs = [serve(config, stop, admission_metrics)]
     if args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"):
-        jobs.append(_leader_work(args, stop))
+        jobs.append(_leader_work(args, stop, manager_metrics(admission_metrics.registry)))
     await asyncio.gather(*jobs)
 
 

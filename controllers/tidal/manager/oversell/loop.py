@@ -7,7 +7,8 @@ import logging
 import time
 
 from tidal import qos
-from tidal.kube import read_policy
+from tidal.kube import raw_json, read_policy
+from tidal.pod_resources import batch_requested
 from tidal.manager.oversell.master import CycleResult, OversellMaster
 from tidal.metrics import ManagerMetrics
 from tidal.manager.oversell.node_decision import OversellSettings
@@ -49,4 +50,66 @@ async def run_master(api, interval_seconds: float, metrics: ManagerMetrics | Non
             log.exception("oversell cycle failed")
             if metrics is not None:
                 metrics.cycles.labels("error").inc()
+        await asyncio.sleep(interval_seconds)
+
+
+#: seconds between two counts of what BE pods request: a paged list of every live pod, so
+#: slower than the master's cycle (the console's charts are 30-second resolution anyway).
+BATCH_REQUESTED_INTERVAL = 30.0
+_PAGE = 500
+
+
+def batch_requested_by_node(pods) -> dict[str, dict[str, int]]:
+    """node -> {"cpu": batch millicores, "memory": batch bytes} requested by the BE pods bound
+    to it and not finished. Pure: raw pod JSON in, sums out."""
+    totals: dict[str, dict[str, int]] = {}
+    for pod in pods:
+        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        try:
+            level = qos.qos_level_of(meta.get("annotations"))
+        except qos.AnnotationError:
+            continue
+        if level is not qos.QoSLevel.BE:
+            continue
+        cpu, memory = batch_requested(pod)
+        node_totals = totals.setdefault(node, {"cpu": 0, "memory": 0})
+        node_totals["cpu"] += cpu
+        node_totals["memory"] += memory
+    return totals
+
+
+def export_batch_requested(metrics: ManagerMetrics, totals: dict[str, dict[str, int]]) -> None:
+    """Every node with BE pods gets both series; nodes without any lose theirs."""
+    metrics.batch_requested.clear()
+    for node, amounts in totals.items():
+        for resource, value in amounts.items():
+            metrics.batch_requested.labels(node, resource).set(value)
+
+
+async def _live_pods(api) -> list[dict]:
+    from kubernetes_asyncio import client
+    core, pods, token = client.CoreV1Api(api), [], None
+    while True:
+        page = await raw_json(core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", limit=_PAGE,
+            _continue=token, _preload_content=False))
+        pods += page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return pods
+
+
+async def run_batch_requested(api, metrics: ManagerMetrics,
+                              interval_seconds: float = BATCH_REQUESTED_INTERVAL) -> None:
+    """Keep ``tidal_node_batch_requested`` current while leading."""
+    while True:
+        try:
+            export_batch_requested(metrics, batch_requested_by_node(await _live_pods(api)))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the metric goes stale, the master goes on
+            log.exception("counting BE pods' batch requests failed")
         await asyncio.sleep(interval_seconds)

@@ -14,6 +14,8 @@ reference):
 
 The online server is nginx with gzip serving a 16 KiB page from an LS "pod" cgroup, under a fixed
 request rate (open loop: bench/loadgen sends on schedule whatever the latency, so queueing shows).
+The load generator runs at SCHED_FIFO priority 1 (``--client-scheduling fifo``): on this one
+machine it stands for clients on other machines, which a BE job here could not slow down.
 Pods are kubelet-style cgroups below a private cgroup root (tidal.testing.local_kubelet).
 
 Output: one JSON line per treatment and round, then the medians as the last line:
@@ -157,19 +159,24 @@ class StressNG:
         return float(match.group(1))
 
 
-def fixed_rate(loadgen: Path, url: str, rate: int, seconds: float) -> dict:
-    out = subprocess.run([str(loadgen), "-url", url, "-rate", str(rate), "-duration", f"{seconds}s",
+def fixed_rate(loadgen: Path, url: str, rate: int, seconds: float, realtime_client: bool) -> dict:
+    # The client stands for users on other machines: at SCHED_FIFO 1 it is never queued behind
+    # the BE hog (or anything else of this machine's CFS tasks), so what is measured is the
+    # server's delay, not the client's own starvation. The kernel's RT throttling (95 % of each
+    # second) bounds it; it sleeps between sends anyway.
+    prefix = ["chrt", "-f", "1"] if realtime_client else []
+    out = subprocess.run([*prefix, str(loadgen), "-url", url, "-rate", str(rate), "-duration", f"{seconds}s",
                           "-warmup", "200"], capture_output=True, text=True, timeout=seconds + 120)
     if out.returncode != 0:
         raise SystemExit(f"loadgen failed: {out.stderr}")
     return json.loads(out.stdout)
 
 
-def measure(loadgen, url, rate, seconds, be_dirs, workdir) -> dict:
+def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client) -> dict:
     stress = StressNG(be_dirs, seconds + 4, workdir) if be_dirs else None
     time.sleep(2 if stress else 0.5)
     before = proc_stat()
-    result = fixed_rate(loadgen, url, rate, seconds)
+    result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
     busy = busy_cores(before, proc_stat())
     return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
@@ -189,6 +196,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--suppression-percent", type=int, default=100,
                         help="the policy's beIsolation.cpuSuppression.thresholdPercent for the tidal run")
+    parser.add_argument("--client-scheduling", choices=("fifo", "normal"), default="fifo",
+                        help="the load generator's scheduling: fifo (SCHED_FIFO 1: a client on another "
+                             "machine) or normal (it competes with the BE hog for this machine's CPUs)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
@@ -276,7 +286,7 @@ def main() -> int:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
                 r = measure(loadgen, url, args.rate, args.seconds,
-                            None if treatment == "solo" else be_dirs, workdir)
+                            None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo")
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")

@@ -186,26 +186,33 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
 
 
 def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_without_flapping(
-        lab, core, namespace, node, kubelet, policy, tmp_path):
-    policy({})
+        lab, core, namespace, node, kubelet, policy, tmp_path, request):
+    # Only the strategy under test acts on BE CPU: suppression would cap the BE pods together.
+    policy({"beIsolation": {"cpuSuppression": {"enabled": False}}})
     # The watermarks sit above this machine's own load (the lab, this test). The BE pods below are
-    # held to their batch-cpu quotas: 0.6 CPU (protected by a PDB), 0.4 and 0.2 — 1.2 CPUs in all,
-    # 0.8 once the 0.4 one is gone, 0.6 once the 0.2 one is too. High = own load + 1 CPU, low =
-    # own load + 0.7 CPU: eviction starts, the PDB refuses the largest, the 0.4 one goes, then the
-    # 0.2 one (or usage is already at or below low), and the taint is removed.
+    # held to their batch-cpu quotas: 0.3 CPU at the lowest priority but protected by a PDB, 0.8
+    # and 0.2 — 1.3 CPUs in all, 0.5 once the 0.8 one is gone. High = own load + 1 CPU, low = own
+    # load + 0.75 CPU: a quarter of a CPU of slack on either side for the machine's own noise.
+    # Eviction starts; the lowest-priority pod is asked first and its budget refuses; the largest
+    # of the rest goes; usage is then below low and the taint is removed.
     baseline = _busy_percent()
     if baseline > 35:
         pytest.skip(f"this machine is too busy for a watermark test: {baseline:.0f} % CPU before the pods start")
-    high, low = round(baseline + 100 * 1.0 / CPUS), round(baseline + 100 * 0.7 / CPUS)
+    high, low = round(baseline + 100 * 1.0 / CPUS), round(baseline + 100 * 0.75 / CPUS)
     # Per-node overrides: evict above high, stop at or below low; quick dwell and cooldown.
     core.patch_node(node, {"metadata": {"annotations": {
         "colocation.tidal.io/eviction-cpu-high-percent": str(high),
         "colocation.tidal.io/eviction-cpu-low-percent": str(low),
         "colocation.tidal.io/eviction-memory-high-percent": "99", "colocation.tidal.io/eviction-memory-low-percent": "98",
         "colocation.tidal.io/eviction-dwell-seconds": "2", "colocation.tidal.io/eviction-cooldown-seconds": "3"}}})
+    scheduling = client.SchedulingV1Api(core.api_client)
+    low_priority = f"tidal-test-lowest-{namespace}"
+    scheduling.create_priority_class({"metadata": {"name": low_priority}, "value": -10})
+    request.addfinalizer(lambda: scheduling.delete_priority_class(low_priority))
+    protected = _be(node, "be-protected", 300, labels={"app": "protected"})
+    protected["spec"]["priorityClassName"] = low_priority
     pods = {"web": _pod(node, "web", "LS", {"cpu": "500m", "memory": "128Mi"}),
-            "be-protected": _be(node, "be-protected", 600, labels={"app": "protected"}),
-            "be-big": _be(node, "be-big", 400), "be-small": _be(node, "be-small", 200)}
+            "be-protected": protected, "be-big": _be(node, "be-big", 800), "be-small": _be(node, "be-small", 200)}
     client.PolicyV1Api(core.api_client).create_namespaced_pod_disruption_budget(namespace, {
         "metadata": {"name": "protected"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "protected"}}}})
@@ -232,8 +239,12 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
     log = tmp_path / "agent.log"
     try:
         wait_for(tainted, 40, f"offline-evicting taint (log {log})")
-        wait_for(lambda: "be-big" not in remaining(), 30, "the largest evictable BE pod evicted first")
-        wait_for(lambda: not tainted() and remaining(), 90, f"taint removed after usage dropped (log {log})")
+        wait_for(lambda: "be-big" not in remaining(), 30, f"the largest evictable BE pod evicted (log {log})")
+        def untainted_with_pods_left():
+            left = remaining()  # first: it also stops the containers of pods evicted meanwhile
+            return left if not tainted() else None
+
+        wait_for(untainted_with_pods_left, 60, f"taint removed after usage dropped (log {log})")
         left = remaining()
         # BE pods only; the PDB held its pod
         assert {"web", "be-protected"} <= left, left
@@ -245,8 +256,9 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         evicted = sorted(e.involved_object.name for e in ours if e.reason == "TidalEvicted")
         assert evicted and set(evicted) <= {"be-big", "be-small"}, evicted
         assert all("cpu usage" in e.message and "watermark" in e.message for e in ours if e.reason == "TidalEvicted")
-        # the largest BE pod was asked first and refused by its budget
+        # the lowest-priority BE pod was asked first and refused by its budget
         assert any(e.reason == "TidalEvictionBlocked" and e.involved_object.name == "be-protected" for e in ours)
+        assert "be-big" in evicted, evicted
         node_events = [e.reason for e in ours if e.involved_object.name == node]
         assert node_events.count("TidalOfflineEvicting") == 1
         assert node_events.count("TidalOfflineEvictingCleared") == 1

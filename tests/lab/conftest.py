@@ -23,6 +23,18 @@ def namespace(core):
     core.delete_namespace(name)
 
 
+@pytest.fixture
+def tidal_namespace(core):
+    """tidal-system, where tidal-manager's leader-election Lease lives (the tidal_controllers
+    role creates it in a real installation); kept after the test, as other tests share it."""
+    try:
+        core.create_namespace({"metadata": {"name": qos.NAMESPACE}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    return qos.NAMESPACE
+
+
 POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
 
 

@@ -46,7 +46,7 @@ def _pod(name, group, node=None):
 
 
 def test_volcano_keeps_pods_off_a_node_above_the_policy_threshold_until_it_is_raised(
-        lab, core, namespace, policy, tmp_path):
+        lab, core, namespace, policy, tidal_namespace, tmp_path):
     group = secrets.token_hex(3)
     hot, cool = f"tidal-hot-{group}", f"tidal-cool-{group}"
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}

@@ -116,12 +116,7 @@ def test_stale_profile_drives_batch_resources_to_zero_with_an_event(lab, core, o
     assert any(e.reason == "BatchResourcesDropped" and "stale" in e.message for e in events)
 
 
-def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, core):
-    try:
-        core.create_namespace({"metadata": {"name": qos.NAMESPACE}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
+def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, core, tidal_namespace):
     leases = client.CoordinationV1Api(lab_api)
     name = "tidal-test-leader"
 
@@ -176,7 +171,7 @@ def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, cor
 
 
 def test_tidal_manager_process_leads_writes_batch_resources_and_exports_them(lab, core, oversell_setup, namespace,
-                                                                            tmp_path):
+                                                                            tidal_namespace, tmp_path):
     import sys
     import urllib.request
     from pathlib import Path
@@ -187,11 +182,6 @@ def test_tidal_manager_process_leads_writes_batch_resources_and_exports_them(lab
     from tidal.lab.pki import ensure_ca, issue
     from tidal.lab.ports import free_ports
 
-    try:
-        core.create_namespace({"metadata": {"name": qos.NAMESPACE}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
     # A BE pod bound to the oversold node (as admission leaves it: batch resources only), and an
     # LS pod, which counts for nothing in batch terms.
     for name, level, resources in (

@@ -33,14 +33,8 @@ def _batch_cpu(core, name):
 
 
 @pytest.fixture
-def stack(lab, lab_api, core, tmp_path):
+def stack(lab, lab_api, core, tidal_namespace, tmp_path):
     create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
-    for ns in (qos.NAMESPACE,):
-        try:
-            core.create_namespace({"metadata": {"name": ns}})
-        except ApiException as err:
-            if err.status != 409:
-                raise
     policy = ColocationPolicy.from_spec({"overselling": {"degradeSeconds": DEGRADE_SECONDS}})
     create_or_replace_all(lab_api, [policy_manifest(policy)])
     core.patch_node(LABELLED, {"metadata": {"labels": {qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}}})

@@ -24,13 +24,8 @@ POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
 
 
 @pytest.fixture
-def nodes(core, lab_api):
+def nodes(core, lab_api, tidal_namespace):
     create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
-    try:  # the leader election's Lease lives there
-        core.create_namespace({"metadata": {"name": qos.NAMESPACE}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
     names = [f"tidal-rollout-{secrets.token_hex(3)}" for _ in range(2)]
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
     for name in names:

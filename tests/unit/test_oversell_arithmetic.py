@@ -167,3 +167,4 @@ def test_batch_requested_series_follow_the_latest_count():
     value = registry.get_sample_value
     assert value("tidal_node_batch_requested", {"node": "n2", "resource": "cpu"}) == 3
     assert value("tidal_node_batch_requested", {"node": "n1", "resource": "cpu"}) is None  # gone
+

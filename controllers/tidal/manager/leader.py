@@ -15,6 +15,21 @@ from typing import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 
+def api_error_summary(err: BaseException) -> str:
+    """One line for an API error: the status and the server's message (a missing namespace
+    reads 'namespaces "tidal-system" not found'), not the whole response with its headers."""
+    status = getattr(err, "status", None)
+    body = getattr(err, "body", None)
+    if status is None or not body:
+        return str(err) or type(err).__name__
+    try:
+        import json
+        message = json.loads(body).get("message") or body
+    except (ValueError, AttributeError):
+        message = body
+    return f"{status} {getattr(err, 'reason', '') or ''}: {message}".replace("\n", " ")[:500]
+
+
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
@@ -80,8 +95,8 @@ class LeaderElector:
     async def _attempt(self) -> bool:
         try:
             return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.retry_seconds * 2)
-        except Exception as err:  # the API server is unreachable: not renewed
-            log.warning("lease %s/%s: %s", self.namespace, self.name, err)
+        except Exception as err:  # the API server is unreachable, or refuses: not renewed
+            log.warning("lease %s/%s not acquired or renewed: %s", self.namespace, self.name, api_error_summary(err))
             return False
 
     async def run(self, work: Callable[[], Awaitable[None]], stop: asyncio.Event | None = None) -> None:

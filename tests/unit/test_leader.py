@@ -1,4 +1,6 @@
 """tidal-manager's leader election: what it logs when the Lease cannot be written."""
+
+
 def test_lease_errors_are_logged_as_one_line_with_the_servers_message():
     from kubernetes_asyncio.client.exceptions import ApiException
     from tidal.manager.leader import api_error_summary

@@ -40,7 +40,11 @@ POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
 
 @pytest.fixture
 def policy(lab_api):
-    """Set fields of the shared ColocationPolicy for one test; put the object back afterwards."""
+    """Set fields of the shared ColocationPolicy for one test; put the object back afterwards.
+    Tidal's CRDs are installed first, so the test does not depend on one that ran before it."""
+    from tidal.crds import crd_manifests
+    from tidal.lab.apply import create_or_replace_all
+    create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
     custom = client.CustomObjectsApi(lab_api)
     try:
         before = custom.get_cluster_custom_object(*POLICY)

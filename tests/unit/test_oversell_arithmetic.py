@@ -154,6 +154,11 @@ def _pod(node, level, phase="Running", **requests):
 def test_batch_requested_sums_bound_unfinished_be_pods_per_node(pods, expected):
     from tidal.manager.oversell.loop import batch_requested_by_node
     assert batch_requested_by_node(pods) == expected
+    # page by page into the same sums
+    totals = {}
+    for pod in pods:
+        batch_requested_by_node([pod], totals)
+    assert totals == expected
 
 
 def test_batch_requested_series_follow_the_latest_count():

@@ -59,10 +59,11 @@ BATCH_REQUESTED_INTERVAL = 30.0
 _PAGE = 500
 
 
-def batch_requested_by_node(pods) -> dict[str, dict[str, int]]:
+def batch_requested_by_node(pods, totals: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
     """node -> {"cpu": batch millicores, "memory": batch bytes} requested by the BE pods bound
-    to it and not finished. Pure: raw pod JSON in, sums out."""
-    totals: dict[str, dict[str, int]] = {}
+    to it and not finished, added to ``totals`` (one page of pods at a time). Pure: raw pod
+    JSON in, sums out."""
+    totals = {} if totals is None else totals
     for pod in pods:
         spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
         node = spec.get("nodeName")
@@ -89,17 +90,18 @@ def export_batch_requested(metrics: ManagerMetrics, totals: dict[str, dict[str, 
             metrics.batch_requested.labels(node, resource).set(value)
 
 
-async def _live_pods(api) -> list[dict]:
+async def _count_live_pods(api) -> dict[str, dict[str, int]]:
+    """Page through every pod that is not finished, keeping only the sums (not the pods)."""
     from kubernetes_asyncio import client
-    core, pods, token = client.CoreV1Api(api), [], None
+    core, totals, token = client.CoreV1Api(api), {}, None
     while True:
         page = await raw_json(core.list_pod_for_all_namespaces(
             field_selector="status.phase!=Succeeded,status.phase!=Failed", limit=_PAGE,
             _continue=token, _preload_content=False))
-        pods += page.get("items") or []
+        batch_requested_by_node(page.get("items") or [], totals)
         token = (page.get("metadata") or {}).get("continue")
         if not token:
-            return pods
+            return totals
 
 
 async def run_batch_requested(api, metrics: ManagerMetrics,
@@ -107,7 +109,7 @@ async def run_batch_requested(api, metrics: ManagerMetrics,
     """Keep ``tidal_node_batch_requested`` current while leading."""
     while True:
         try:
-            export_batch_requested(metrics, batch_requested_by_node(await _live_pods(api)))
+            export_batch_requested(metrics, await _count_live_pods(api))
         except asyncio.CancelledError:
             raise
         except Exception:  # the metric goes stale, the master goes on

@@ -15,6 +15,7 @@ from kubernetes import client
 from tidal.agent.nri.decisions import BatchRequest
 from tidal.agent.nri.pod_lookup import ApiServerPods, batch_requests_from_pod
 from tidal.kube import api_client
+from tidal.lab.pytest_plugin import wait_for
 
 
 def agent(*args: str) -> list[str]:
@@ -66,6 +67,8 @@ def test_pod_lookup_reads_the_pod_object_from_the_api_server(lab, lab_api):
     core = client.CoreV1Api(lab_api)
     ns = f"t-nri-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
+    # pods need the namespace's default ServiceAccount, which a controller creates a moment later
+    wait_for(lambda: core.list_namespaced_service_account(ns).items, 30, f"serviceaccount in {ns}")
     try:
         # no QoS annotation: admission leaves it alone; it stays Pending (no node has the resource)
         pod = core.create_namespaced_pod(ns, {

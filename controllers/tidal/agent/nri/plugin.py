@@ -126,6 +126,7 @@ class TidalNRIPlugin:
         self._client: Client | None = None
         self._looked_up: dict[str, Mapping[str, BatchRequest]] = {}  # pod uid -> from the pod object
         self._created: dict[str, asyncio.Event] = {}  # container id -> set at PostCreateContainer
+        self._started: dict[str, asyncio.Event] = {}  # container id -> set at PostStartContainer
         self._sync_parts: list[api.SynchronizeRequest] = []
         self._tasks: set[asyncio.Task] = set()
 
@@ -222,6 +223,7 @@ class TidalNRIPlugin:
             "StopContainer": h(api.StopContainerRequest, self._stop_container),
             # NRI before v0.12 (containerd 2.0-2.2) sends pod events and the post-events here
             "PostCreateContainer": h(api.PostCreateContainerRequest, self._post_create_container),
+            "PostStartContainer": h(api.PostStartContainerRequest, self._post_start_container),
             "StateChange": h(api.StateChangeEvent, self._state_change),
         }
         return {(PLUGIN_SERVICE, method): handler for method, handler in methods.items()}
@@ -230,7 +232,8 @@ class TidalNRIPlugin:
         self.runtime = (req.runtime_name, req.runtime_version)
         log.info("NRI: configured by %s %s (NRI %s, request timeout %d ms)", req.runtime_name,
                  req.runtime_version, req.NRI_version or "?", req.request_timeout)
-        events = SUBSCRIBED_EVENTS + ((api.POST_CREATE_CONTAINER,) if self.pod_lookup is not None else ())
+        events = SUBSCRIBED_EVENTS + ((api.POST_CREATE_CONTAINER, api.POST_START_CONTAINER)
+                                      if self.pod_lookup is not None else ())
         return api.ConfigureResponse(events=event_mask(events))
 
     async def _synchronize(self, req: api.SynchronizeRequest) -> api.SynchronizeResponse:
@@ -290,6 +293,7 @@ class TidalNRIPlugin:
                      decision.level, decision.resources.describe())
         if decision.needs_lookup and self.pod_lookup is not None:
             self._created[req.container.id] = asyncio.Event()
+            self._started[req.container.id] = asyncio.Event()
             self._spawn(self._resolve_later(ref, req.container.id))
         return reply
 
@@ -311,6 +315,8 @@ class TidalNRIPlugin:
             await self._remove_pod(api.RemovePodSandboxRequest(pod=req.pod))
         elif req.event == api.POST_CREATE_CONTAINER:
             await self._post_create_container(api.PostCreateContainerRequest(pod=req.pod, container=req.container))
+        elif req.event == api.POST_START_CONTAINER:
+            await self._post_start_container(api.PostStartContainerRequest(pod=req.pod, container=req.container))
         return api.Empty()
 
     async def _post_create_container(self, req: api.PostCreateContainerRequest) -> api.PostCreateContainerResponse:
@@ -318,6 +324,12 @@ class TidalNRIPlugin:
         if created is not None:
             created.set()
         return api.PostCreateContainerResponse()
+
+    async def _post_start_container(self, req: api.PostStartContainerRequest) -> api.PostStartContainerResponse:
+        started = self._started.get(req.container.id)
+        if started is not None:
+            started.set()
+        return api.PostStartContainerResponse()
 
     async def _stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
         log.debug("NRI: container %s of %s/%s stopped", req.container.name, req.pod.namespace, req.pod.name)
@@ -348,19 +360,29 @@ class TidalNRIPlugin:
             decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=requests)
             if not decision.resources:
                 return
-            try:
-                await asyncio.wait_for(created.wait(), 60)
-            except asyncio.TimeoutError:
-                log.warning("NRI: container %s of %s/%s was not created within 60 s; not updating it",
-                            ref.container_name, ref.namespace, ref.pod_name)
-                return
-            try:
-                failed = await self.update_containers([_update(container_id, decision.resources)])
-            except Exception as err:
-                log.warning("NRI: update of container %s failed: %s", container_id, err)
-                return
-            if not failed:
-                log.info("NRI: %s/%s container %s (BE, from the pod object): %s", ref.namespace, ref.pod_name,
-                         ref.container_name, decision.resources.describe())
+            update = _update(container_id, decision.resources)
+            # Once created, and again once started: containerd applies an update that arrives
+            # while the container is being started to its spec only, and the task then starts
+            # with the creation-time values (seen under load). The second update is a no-op
+            # when the first one reached the cgroups.
+            for stage, event in (("created", created), ("started", self._started[container_id])):
+                try:
+                    await asyncio.wait_for(event.wait(), 60)
+                except asyncio.TimeoutError:
+                    log.warning("NRI: container %s of %s/%s was not %s within 60 s; not updating it",
+                                ref.container_name, ref.namespace, ref.pod_name, stage)
+                    return
+                try:
+                    failed = await self.update_containers([update])
+                except Exception as err:
+                    log.warning("NRI: update of container %s (%s) failed: %s", container_id, stage, err)
+                    continue
+                if failed:
+                    log.warning("NRI: the runtime could not update container %s of %s/%s (%s)",
+                                ref.container_name, ref.namespace, ref.pod_name, stage)
+                    continue
+                log.info("NRI: %s/%s container %s (BE, from the pod object, %s): %s", ref.namespace,
+                         ref.pod_name, ref.container_name, stage, decision.resources.describe())
         finally:
             self._created.pop(container_id, None)
+            self._started.pop(container_id, None)

@@ -26,6 +26,16 @@ async def raw_json(call: Awaitable[Any]) -> Any:
     return json.loads(await raw(call))
 
 
+def api_status(err: BaseException) -> dict[str, Any]:
+    """The API server's Status object in an ApiException's body ({} when there is none or it
+    is not JSON): its ``message`` says what was wrong, ``details.causes`` which fields."""
+    try:
+        status = json.loads(getattr(err, "body", None) or "{}")
+    except (ValueError, TypeError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
 def requester(api):
     """``request(method, path, params=, body=, content_type=)`` over a kubernetes_asyncio client,
     the same shape as the agent's ``KubeAPI.request`` (so code shared by both takes either)."""

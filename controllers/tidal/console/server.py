@@ -27,7 +27,7 @@ from tidal.console.auth import (PERMISSIONS, READ_NODES, READ_POLICY, WRITE_NODE
 from tidal.console.monitoring import (MonitoringError, PrometheusClient, PrometheusError, TimeRange, panels,
                                       series_of, valid_node_name)
 from tidal.console.openapi import openapi_document
-from tidal.kube import raw, raw_json
+from tidal.kube import api_status, raw, raw_json
 from tidal.metrics import ConsoleMetrics, console_metrics
 from tidal.policy import DEFAULT_POLICY_NAME, POLICY_KIND, ColocationPolicy, PolicyValidationError, \
     cross_field_rules, field_specs
@@ -71,10 +71,7 @@ def _error_body(code: int, message: str, fields: list[dict] | None = None) -> di
 
 def _kube_error(err) -> ApiError:
     """An API server error answered to the console's own call, for the caller."""
-    try:
-        status = json.loads(err.body or "{}")
-    except ValueError:
-        status = {}
+    status = api_status(err)
     message = status.get("message") or err.reason or "API server error"
     if err.status in (404, 409, 422):
         causes = ((status.get("details") or {}).get("causes")) or []

@@ -12,6 +12,8 @@ import datetime
 import logging
 from typing import Awaitable, Callable
 
+from tidal.kube import api_status
+
 log = logging.getLogger(__name__)
 
 
@@ -22,11 +24,7 @@ def api_error_summary(err: BaseException) -> str:
     body = getattr(err, "body", None)
     if status is None or not body:
         return str(err) or type(err).__name__
-    try:
-        import json
-        message = json.loads(body).get("message") or body
-    except (ValueError, AttributeError):
-        message = body
+    message = api_status(err).get("message") or body
     return f"{status} {getattr(err, 'reason', '') or ''}: {message}".replace("\n", " ")[:500]
 
 

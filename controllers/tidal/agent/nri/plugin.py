@@ -125,8 +125,9 @@ class TidalNRIPlugin:
         self.sessions = 0
         self._client: Client | None = None
         self._looked_up: dict[str, Mapping[str, BatchRequest]] = {}  # pod uid -> from the pod object
-        self._created: dict[str, asyncio.Event] = {}  # container id -> set at PostCreateContainer
-        self._started: dict[str, asyncio.Event] = {}  # container id -> set at PostStartContainer
+        #: container id -> its lifecycle events awaited by a pod-object update ("created" set at
+        #: PostCreateContainer, "started" at PostStartContainer)
+        self._stages: dict[str, dict[str, asyncio.Event]] = {}
         self._sync_parts: list[api.SynchronizeRequest] = []
         self._tasks: set[asyncio.Task] = set()
 
@@ -292,8 +293,7 @@ class TidalNRIPlugin:
             log.info("NRI: create %s/%s container %s (%s): %s", ref.namespace, ref.pod_name, ref.container_name,
                      decision.level, decision.resources.describe())
         if decision.needs_lookup and self.pod_lookup is not None:
-            self._created[req.container.id] = asyncio.Event()
-            self._started[req.container.id] = asyncio.Event()
+            self._stages[req.container.id] = {"created": asyncio.Event(), "started": asyncio.Event()}
             self._spawn(self._resolve_later(ref, req.container.id))
         return reply
 
@@ -319,16 +319,17 @@ class TidalNRIPlugin:
             await self._post_start_container(api.PostStartContainerRequest(pod=req.pod, container=req.container))
         return api.Empty()
 
+    def _reached(self, container_id: str, stage: str) -> None:
+        stages = self._stages.get(container_id)
+        if stages is not None:
+            stages[stage].set()
+
     async def _post_create_container(self, req: api.PostCreateContainerRequest) -> api.PostCreateContainerResponse:
-        created = self._created.get(req.container.id)
-        if created is not None:
-            created.set()
+        self._reached(req.container.id, "created")
         return api.PostCreateContainerResponse()
 
     async def _post_start_container(self, req: api.PostStartContainerRequest) -> api.PostStartContainerResponse:
-        started = self._started.get(req.container.id)
-        if started is not None:
-            started.set()
+        self._reached(req.container.id, "started")
         return api.PostStartContainerResponse()
 
     async def _stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
@@ -344,9 +345,10 @@ class TidalNRIPlugin:
 
     async def _resolve_later(self, ref: ContainerRef, container_id: str) -> None:
         """Read the pod object while the runtime creates the container; once it exists
-        (PostCreateContainer), ask the runtime to update it."""
+        (PostCreateContainer), and again once it runs (PostStartContainer), ask the runtime to
+        update it."""
         assert self.pod_lookup is not None
-        created = self._created[container_id]
+        stages = self._stages[container_id]
         try:
             try:
                 requests = await asyncio.wait_for(self.pod_lookup(ref.namespace, ref.pod_name, ref.pod_uid),
@@ -365,7 +367,7 @@ class TidalNRIPlugin:
             # while the container is being started to its spec only, and the task then starts
             # with the creation-time values (seen under load). The second update is a no-op
             # when the first one reached the cgroups.
-            for stage, event in (("created", created), ("started", self._started[container_id])):
+            for stage, event in stages.items():
                 try:
                     await asyncio.wait_for(event.wait(), 60)
                 except asyncio.TimeoutError:
@@ -384,5 +386,4 @@ class TidalNRIPlugin:
                 log.info("NRI: %s/%s container %s (BE, from the pod object, %s): %s", ref.namespace,
                          ref.pod_name, ref.container_name, stage, decision.resources.describe())
         finally:
-            self._created.pop(container_id, None)
-            self._started.pop(container_id, None)
+            self._stages.pop(container_id, None)

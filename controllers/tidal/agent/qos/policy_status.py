@@ -46,7 +46,7 @@ def unsupported_features(spec: Mapping[str, Any], capabilities: Iterable[Capabil
         for group in needs:
             probed = [caps[n] for n in group if n in caps]
             if probed and not any(c.supported for c in probed):
-                missing += [c for c in probed]
+                missing += probed
         if missing:
             reasons = "; ".join(f"{c.name}: {c.reason}" for c in missing)
             problems.append(f"spec.{path}: enabled but not supported on this node ({reasons})")

@@ -290,8 +290,8 @@ def _batch_resources(containers: list[Container], ops: list[Operation]) -> None:
 def batch_resources_annotation(containers: list[Container]) -> str | None:
     """The BE pod's ``colocation.tidal.io/batch-resources`` value: every container's batch
     amounts (init containers included; names are unique in a pod), as compact sorted JSON."""
-    # A name of any other JSON type is not hashable, let alone a container name: skipped here
-    # (the API server rejects such a pod anyway).
+    # Only string names key the map (a list would not even be hashable); the API server
+    # rejects a pod with any other name anyway.
     amounts = {c.name: {k: _canonical(v) for k, v in _batch_amounts(c).items()}
                for c in containers if c.resources is not None and isinstance(c.name, str)}
     amounts = {name: a for name, a in amounts.items() if a}

@@ -61,8 +61,7 @@ def artefacts():
 @pytest.fixture(scope="session")
 def prometheus(lab):
     """The lab's Prometheus with Tidal's recording rules and alerts loaded."""
-    ports = json.loads((lab.dir / "lab.json").read_text())["ports"]
-    url = f"http://127.0.0.1:{ports['prometheus']}"
+    url = lab.prometheus_url
     (lab.dir / PROMETHEUS_TARGETS_DIR).mkdir(exist_ok=True)
     rules = lab.dir / PROMETHEUS_RULES_DIR
     rules.mkdir(exist_ok=True)

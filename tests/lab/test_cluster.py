@@ -114,11 +114,10 @@ def test_prometheus_scrapes_every_lab_target(lab):
     import urllib.parse
     import urllib.request
 
-    port = lab._load_state()["ports"]["prometheus"]
 
     def targets_up():
         query = urllib.parse.urlencode({"query": "up"})
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{query}", timeout=5) as r:
+        with urllib.request.urlopen(f"{lab.prometheus_url}/api/v1/query?{query}", timeout=5) as r:
             result = json.load(r)["data"]["result"]
         jobs = {s["metric"]["job"]: s["value"][1] for s in result}
         expected = {"prometheus", "etcd", "kube-apiserver", "volcano-scheduler",

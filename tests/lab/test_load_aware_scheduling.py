@@ -52,8 +52,7 @@ def test_volcano_keeps_pods_off_a_node_above_the_policy_threshold_until_it_is_ra
     capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
     for name in (hot, cool):
         kwok_node(core, name, capacity, {"tidal-load-test": group})
-    state = json.loads((lab.dir / "lab.json").read_text())
-    prometheus = f"http://127.0.0.1:{state['ports']['prometheus']}"
+    prometheus = lab.prometheus_url
     started, targets = [], []
     conf = lab.dir / "volcano-scheduler.conf"
     original_conf = conf.read_text()

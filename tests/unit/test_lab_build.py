@@ -46,6 +46,7 @@ def _required_version(module_dir: str, module: str) -> str:
     ("etcd", "go.etcd.io/etcd/server/v3", versions.ETCD_VERSION),
     ("volcano", "volcano.sh/volcano", versions.VOLCANO_VERSION),
     ("kwok", "sigs.k8s.io/kwok", versions.KWOK_VERSION),
+    ("containerd", "github.com/containerd/containerd/v2", versions.CONTAINERD_VERSION),
 ])
 def test_wrapper_modules_pin_the_versions_the_cache_is_named_after(module_dir, module, pinned):
     assert _required_version(module_dir, module) == pinned

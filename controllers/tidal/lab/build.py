@@ -94,9 +94,11 @@ def _module_workdir(module_dir: str) -> Path:
     src = versions.GOMOD_DIR / module_dir
     dst = versions.versions_dir() / "src" / module_dir
     dst.mkdir(parents=True, exist_ok=True)
-    for name in ("go.mod", "go.sum", "doc.go"):
-        if (src / name).exists():
-            shutil.copy2(src / name, dst / name)
+    for path in src.rglob("*"):
+        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+            target = dst / path.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
     return dst
 
 
@@ -113,6 +115,8 @@ def _build_one(binary: Binary, out: Path, log: Callable[[str], None]) -> None:
     total = len(deps)
     tmp = out.with_name(f".{out.name}.tmp")
     cmd = ["go", "build", "-v", "-trimpath", "-o", str(tmp), binary.package]
+    if binary.stamp:
+        cmd[3:3] = ["-ldflags", " ".join(f"-X {s}" for s in binary.stamp)]
     started = time.monotonic()
     log(f"building {binary.name} from {binary.package} ({total} packages)")
     proc = subprocess.Popen(cmd, cwd=workdir, env=go_env(), stdout=subprocess.PIPE,
@@ -164,6 +168,7 @@ def _copy_assets(log: Callable[[str], None]) -> None:
         "etcd": versions.ETCD_VERSION,
         "volcano": versions.VOLCANO_VERSION,
         "kwok": versions.KWOK_VERSION,
+        "containerd": versions.CONTAINERD_VERSION,
         "go": check_go(),
         "asset_sources": _asset_sources(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -16,7 +16,8 @@ from tidal.lab.lab import Lab, LabError, LabStatus
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tidal lab", description=(
         "A real local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, "
-        "Volcano, kwok nodes, Prometheus) on 127.0.0.1."))
+        "Volcano, kwok nodes, Prometheus) and a real node (containerd, kubelet, kube-proxy) "
+        "on this machine's loopback and a bridge of the lab's own."))
     parser.add_argument("--dir", default=os.environ.get("TIDAL_LAB_DIR"),
                         help="lab state directory (default $TIDAL_LAB_DIR or ~/.cache/tidal/lab/run)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -24,12 +25,22 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     up = sub.add_parser("up", help="start (or reuse) the lab; builds binaries when missing")
     up.add_argument("--nodes", type=int, default=3, help="fake kwok nodes to create (default 3)")
+    up.add_argument("--real-nodes", type=int, default=1,
+                    help="real nodes (kubelet, containerd, kube-proxy on this machine): 0 or 1 (default 1)")
     up.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
+    restart = sub.add_parser("restart", help="restart one component (after its configuration changed)")
+    restart.add_argument("component", choices=COMPONENT_NAMES)
+    stop = sub.add_parser("stop", help="stop one component (`up` or `restart` starts it again)")
+    stop.add_argument("component", choices=COMPONENT_NAMES)
     down = sub.add_parser("down", help="stop every lab process")
     down.add_argument("--wipe", action="store_true", help="also delete the lab's state (etcd data, PKI, logs)")
     status = sub.add_parser("status", help="health of every component and node")
     status.add_argument("--json", action="store_true")
     sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
+    sub.add_parser("bin-dir", help="print the directory of the lab's built binaries")
+    image = sub.add_parser("image", help="build the controllers' image (when its inputs changed) and "
+                                         "import it into the lab's real nodes")
+    image.add_argument("--force", action="store_true", help="rebuild even when built")
     ctl = sub.add_parser("controllers", help="supervise Tidal's controllers as lab processes")
     ctl.add_argument("action", choices=("up", "down", "status"))
     ctl.add_argument("--spec", type=Path, help="with up: YAML list of {name, argv} to run")
@@ -86,6 +97,11 @@ def _controllers(lab: Lab, args) -> int:
     return 0
 
 
+def _image_error() -> type[Exception]:
+    from tidal.lab.image import ImageBuildError
+    return ImageBuildError
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     lab = Lab(args.dir)
@@ -93,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             print(lab_build.build(force=args.force))
         elif args.command == "up":
-            result = lab.up(nodes=args.nodes, build_binaries=not args.no_build)
+            result = lab.up(nodes=args.nodes, build_binaries=not args.no_build, real_nodes=args.real_nodes)
             if result.started or result.nodes_created:
                 print("started: " + ", ".join(result.started + [f"node {n}" for n in result.nodes_created]))
             if result.reused:
@@ -109,8 +125,21 @@ def main(argv: list[str] | None = None) -> int:
             status = lab.status()
             print(json.dumps(status.to_json(), indent=2) if args.json else format_status(status))
             return 0 if status.healthy else 1
+        elif args.command == "stop":
+            print(f"stopped: {args.component}" if lab.stop(args.component) else f"{args.component} was not running")
+        elif args.command == "restart":
+            lab.restart(args.component)
+            print(f"restarted: {args.component}")
         elif args.command == "controllers":
             return _controllers(lab, args)
+        elif args.command == "image":
+            from tidal.lab import image as lab_image
+            archive = lab_image.build_image(force=args.force)
+            imported = lab.import_image(archive)
+            print(f"{lab_image.image_reference()}: {archive}"
+                  + (f"; in the containerd of {', '.join(imported)}" if imported else "; no real node to import into"))
+        elif args.command == "bin-dir":
+            print(lab_build.versions.bin_dir())
         elif args.command == "kubeconfig":
             print(lab.kubeconfig_path)
         elif args.command == "logs":
@@ -120,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             cmd = ["tail", "-n", str(args.lines)] + (["-F"] if args.follow else []) + [str(path)]
             return subprocess.call(cmd)
-    except (LabError, lab_build.LabBuildError) as err:
+    except (LabError, lab_build.LabBuildError, _image_error()) as err:
         print(f"tidal lab {args.command}: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

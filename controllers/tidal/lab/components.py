@@ -1,7 +1,8 @@
 """The lab's components: how each one is started and how its health is read.
 
-Every component listens on 127.0.0.1 only, on ports chosen when the lab is first
-created and kept across restarts (kubeconfigs handed out stay valid).
+Every component listens on 127.0.0.1, on ports chosen when the lab is first created and kept
+across restarts (kubeconfigs handed out stay valid) — except what pods must reach: with real
+nodes, the API server and the kubelet listen on the lab bridge's address (`network`).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tidal.lab import realnode
 from tidal.lab.pki import SERVICE_CLUSTER_IP_RANGE, LabPKI
 
 # Every port the lab needs, by purpose.
@@ -19,7 +21,12 @@ PORT_NAMES = (
     "etcd_client", "etcd_peer", "etcd_metrics", "apiserver", "controller_manager",
     "volcano_scheduler_healthz", "volcano_scheduler_metrics",
     "volcano_controllers_healthz", "volcano_controllers_metrics", "kwok", "prometheus",
+    "scheduler", "kubelet", "kubelet_healthz", "kube_proxy_healthz", "kube_proxy_metrics",
 )
+
+# What pods must reach listens on the lab bridge's address when the lab has real nodes: the API
+# server (the `kubernetes` Service) and Prometheus (tidal-console's monitoring).
+BRIDGE_PORTS = ("apiserver", "prometheus")
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # Under the lab directory: file_sd target files and rule files of Tidal's own processes.
@@ -40,13 +47,25 @@ class LabContext:
     admin_kubeconfig: Path
     controller_manager_kubeconfig: Path
     prometheus_binary: str
+    # 127.0.0.1 without real nodes; the lab bridge's address with them.
+    api_host: str = "127.0.0.1"
+    real_nodes: int = 0
 
     @property
     def apiserver_url(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.api_host}:{self.ports['apiserver']}"
+
+    def kubeconfig_of(self, identity: str) -> Path:
+        """The kubeconfig of a lab identity (written by `Lab._context`)."""
+        return self.lab_dir / "pki" / f"{identity}.kubeconfig"
+
+    @property
+    def real_node(self) -> "realnode.RealNode":
+        return realnode.node_for(self.lab_dir, 0)
 
     def url(self, port_name: str, path: str, scheme: str = "http") -> str:
-        return f"{scheme}://127.0.0.1:{self.ports[port_name]}{path}"
+        host = self.api_host if port_name in BRIDGE_PORTS else "127.0.0.1"
+        return f"{scheme}://{host}:{self.ports[port_name]}{path}"
 
 
 @dataclass(frozen=True)
@@ -86,6 +105,7 @@ class Component:
     command: Callable[[LabContext], list[str]]
     health: Callable[[LabContext], Health]
     endpoint: Callable[[LabContext], str]
+    env: Callable[[LabContext], dict[str, str]] | None = None
 
 
 def _etcd(ctx: LabContext) -> list[str]:
@@ -109,8 +129,11 @@ def _apiserver(ctx: LabContext) -> list[str]:
     return [
         str(ctx.bin_dir / "kube-apiserver"),
         "--etcd-servers", ctx.url("etcd_client", ""),
-        "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+        "--bind-address", ctx.api_host, "--advertise-address", ctx.api_host,
         "--secure-port", str(ctx.ports["apiserver"]),
+        "--kubelet-client-certificate", str(pki.kubelet_client.cert),
+        "--kubelet-client-key", str(pki.kubelet_client.key),
+        "--kubelet-preferred-address-types", "InternalIP",
         "--cert-dir", str(ctx.lab_dir / "apiserver-certs"),
         "--tls-cert-file", str(pki.apiserver.cert), "--tls-private-key-file", str(pki.apiserver.key),
         "--client-ca-file", str(pki.ca.cert),
@@ -145,6 +168,58 @@ def _controller_manager(ctx: LabContext) -> list[str]:
         "--controllers", "*",
         "--v=1",
     ]
+
+
+def _scheduler(ctx: LabContext) -> list[str]:
+    kubeconfig = str(ctx.kubeconfig_of("kube-scheduler"))
+    return [
+        str(ctx.bin_dir / "kube-scheduler"),
+        "--kubeconfig", kubeconfig, "--authentication-kubeconfig", kubeconfig,
+        "--authorization-kubeconfig", kubeconfig,
+        "--bind-address", "127.0.0.1", "--secure-port", str(ctx.ports["scheduler"]),
+        "--leader-elect=false", "--v=1",
+    ]
+
+
+def _containerd(ctx: LabContext) -> list[str]:
+    return [str(ctx.bin_dir / "containerd"), "--config", str(ctx.real_node.containerd_config)]
+
+
+def _kubelet(ctx: LabContext) -> list[str]:
+    node = ctx.real_node
+    return [
+        str(ctx.bin_dir / "kubelet"),
+        "--config", str(node.kubelet_config),
+        "--kubeconfig", str(ctx.kubeconfig_of(f"node-{node.name}")),
+        "--root-dir", str(node.kubelet_dir),
+        "--cert-dir", str(node.kubelet_dir / "pki"),
+        "--hostname-override", node.name, "--node-ip", ctx.api_host,
+        "--node-labels", "type=real,node.kubernetes.io/instance-type=lab-real",
+        "--v=1",
+    ]
+
+
+def _kube_proxy(ctx: LabContext) -> list[str]:
+    return [str(ctx.bin_dir / "kube-proxy"), "--config", str(ctx.real_node.kube_proxy_config), "--v=1"]
+
+
+def _real_node_env(ctx: LabContext) -> dict[str, str]:
+    # containerd finds its runc shim on PATH.
+    import os
+    return dict(os.environ, PATH=f"{ctx.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def _containerd_health(ctx: LabContext) -> Health:
+    import subprocess
+    node = ctx.real_node
+    if not node.containerd_socket.exists():
+        return Health(False, f"no socket at {node.containerd_socket}")
+    proc = subprocess.run([str(ctx.bin_dir / "ctr"), "--address", str(node.containerd_socket), "version"],
+                          capture_output=True, text=True, timeout=10)
+    if proc.returncode != 0:
+        return Health(False, proc.stderr.strip()[:120])
+    server = [line.split()[-1] for line in proc.stdout.splitlines() if line.strip().startswith("Version:")]
+    return Health(True, f"containerd {server[-1] if server else '?'}")
 
 
 def _volcano_controllers(ctx: LabContext) -> list[str]:
@@ -186,7 +261,7 @@ def _prometheus(ctx: LabContext) -> list[str]:
         ctx.prometheus_binary, "--config.file", str(ctx.lab_dir / "prometheus.yml"),
         "--storage.tsdb.path", str(ctx.lab_dir / "prometheus-data"),
         "--storage.tsdb.retention.time", "2d",
-        "--web.listen-address", f"127.0.0.1:{ctx.ports['prometheus']}",
+        "--web.listen-address", f"{ctx.api_host}:{ctx.ports['prometheus']}",
         "--web.enable-lifecycle",
         "--log.level", "warn",
     ]
@@ -206,6 +281,9 @@ COMPONENTS: tuple[Component, ...] = (
     Component("kube-controller-manager", _controller_manager,
               lambda c: probe(c.url("controller_manager", "/healthz", "https"), _unverified_tls()),
               lambda c: c.url("controller_manager", "", "https")),
+    Component("kube-scheduler", _scheduler,
+              lambda c: probe(c.url("scheduler", "/healthz", "https"), _unverified_tls()),
+              lambda c: c.url("scheduler", "", "https")),
     Component("volcano-controller-manager", _volcano_controllers,
               _http("volcano_controllers_healthz", "/healthz"),
               lambda c: c.url("volcano_controllers_healthz", "")),
@@ -217,7 +295,22 @@ COMPONENTS: tuple[Component, ...] = (
               lambda c: c.url("prometheus", "")),
 )
 
-COMPONENT_NAMES = tuple(c.name for c in COMPONENTS)
+# A real node, started after the control plane (and stopped before it).
+REAL_NODE_COMPONENTS: tuple[Component, ...] = (
+    Component("containerd", _containerd, _containerd_health,
+              lambda c: f"unix://{c.real_node.containerd_socket}", _real_node_env),
+    Component("kubelet", _kubelet, _http("kubelet_healthz", "/healthz"),
+              lambda c: f"https://{c.api_host}:{c.ports['kubelet']}", _real_node_env),
+    Component("kube-proxy", _kube_proxy, _http("kube_proxy_healthz", "/healthz"),
+              lambda c: c.url("kube_proxy_healthz", ""), _real_node_env),
+)
+
+COMPONENT_NAMES = tuple(c.name for c in COMPONENTS + REAL_NODE_COMPONENTS)
+
+
+def components(real_nodes: int) -> tuple[Component, ...]:
+    """In start order: the control plane, then the real node's runtime, kubelet and proxy."""
+    return COMPONENTS + (REAL_NODE_COMPONENTS if real_nodes > 0 else ())
 
 
 def prometheus_config(ctx: LabContext) -> dict:
@@ -253,5 +346,5 @@ def prometheus_config(ctx: LabContext) -> dict:
     }
 
 
-__all__ = ["COMPONENTS", "COMPONENT_NAMES", "Component", "Health", "LabContext",
+__all__ = ["COMPONENTS", "COMPONENT_NAMES", "REAL_NODE_COMPONENTS", "components", "Component", "Health", "LabContext",
            "PORT_NAMES", "PROMETHEUS_RULES_DIR", "PROMETHEUS_TARGETS_DIR", "prometheus_config", "probe"]

@@ -1,8 +1,9 @@
 """The lab: a real Kubernetes control plane with Volcano and kwok nodes on loopback.
 
-`Lab(dir).up(nodes=3)` builds the pinned binaries when they are not cached, starts
-etcd, kube-apiserver, kube-controller-manager, Volcano's controller-manager and
-scheduler, kwok and Prometheus, installs Volcano's CRDs and creates the fake nodes.
+`Lab(dir).up(nodes=3, real_nodes=1)` builds the pinned binaries when they are not cached,
+starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Volcano's
+controller-manager and scheduler, kwok and Prometheus, installs Volcano's CRDs, creates the
+fake nodes and brings up the real node (containerd, kubelet, kube-proxy: `realnode`).
 It is idempotent: components that are already running and healthy are reused.
 State (ports, PIDs, PKI, etcd data, logs) lives in the lab directory; the built
 binaries live in the shared cache and survive `down --wipe`.
@@ -21,9 +22,9 @@ from typing import Callable, Iterator
 
 import yaml
 
-from tidal.lab import build, kubeconfig, processes, versions
-from tidal.lab.components import (COMPONENT_NAMES, COMPONENTS, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE,
-                                  PORT_NAMES, Component, LabContext, prometheus_config)
+from tidal.lab import build, kubeconfig, network, processes, realnode, versions
+from tidal.lab.components import (COMPONENT_NAMES, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, PORT_NAMES,
+                                  Component, LabContext, components, prometheus_config)
 from tidal.lab.pki import ensure_lab_pki
 from tidal.lab.ports import free_ports, port_free
 
@@ -32,6 +33,9 @@ NODE_NAME_PREFIX = "lab-node-"
 # Realistic capacity for a fake node: a mid-size online-serving machine.
 NODE_CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "110", "ephemeral-storage": "200Gi"}
 START_TIMEOUT_SECONDS = {"kube-apiserver": 180.0}
+# Several kubelets on one machine would share its cgroups, iptables and ports: one is what the
+# lab can run faithfully.
+MAX_REAL_NODES = 1
 DEFAULT_START_TIMEOUT_SECONDS = 90.0
 
 
@@ -54,6 +58,7 @@ class LabStatus:
     kubeconfig: str
     components: list[ComponentStatus] = field(default_factory=list)
     nodes: list[dict] = field(default_factory=list)
+    prometheus_url: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -61,7 +66,8 @@ class LabStatus:
 
     def to_json(self) -> dict:
         return {"healthy": self.healthy, "lab_dir": self.lab_dir, "kubeconfig": self.kubeconfig,
-                "components": [asdict(c) for c in self.components], "nodes": self.nodes}
+                "components": [asdict(c) for c in self.components], "nodes": self.nodes,
+                "prometheus_url": self.prometheus_url}
 
 
 @dataclass
@@ -94,6 +100,13 @@ class Lab:
         return self.dir / "kubeconfig"
 
     @property
+    def prometheus_url(self) -> str:
+        """Where the lab's Prometheus answers (on the lab bridge when the lab has real nodes)."""
+        state = self._load_state()
+        host = network.HOST_ADDRESS if int(state.get("real_nodes", 0)) > 0 else "127.0.0.1"
+        return f"http://{host}:{state['ports']['prometheus']}"
+
+    @property
     def logs_dir(self) -> Path:
         return self.dir / "logs"
 
@@ -121,19 +134,30 @@ class Lab:
         return {name: processes.ProcessRecord.from_json(rec)
                 for name, rec in state.get("processes", {}).items()}
 
-    def _context(self, ports: dict[str, int]) -> LabContext:
-        pki = ensure_lab_pki(self.dir / "pki")
-        server = f"https://127.0.0.1:{ports['apiserver']}"
+    def _context(self, ports: dict[str, int], real_nodes: int = 0) -> LabContext:
+        api_host = network.HOST_ADDRESS if real_nodes > 0 else "127.0.0.1"
+        pki = ensure_lab_pki(self.dir / "pki", api_host)
+        server = f"https://{api_host}:{ports['apiserver']}"
         admin = kubeconfig.write(self.kubeconfig_path, server, pki.ca.cert, pki.admin, "tidal-lab-admin")
-        kcm = kubeconfig.write(self.dir / "pki" / "kube-controller-manager.kubeconfig", server,
-                               pki.ca.cert, pki.controller_manager, "system:kube-controller-manager")
+        identities = {"kube-controller-manager": (pki.controller_manager, "system:kube-controller-manager"),
+                      "kube-scheduler": (pki.scheduler, "system:kube-scheduler"),
+                      "kube-proxy": (pki.kube_proxy, "system:kube-proxy")}
+        for index in range(real_nodes):
+            name = realnode.node_for(self.dir, index).name
+            identities[f"node-{name}"] = (pki.node(name), f"system:node:{name}")
+        for file, (pair, user) in identities.items():
+            kubeconfig.write(self.dir / "pki" / f"{file}.kubeconfig", server, pki.ca.cert, pair, user)
         return LabContext(lab_dir=self.dir, bin_dir=versions.bin_dir(), assets_dir=versions.assets_dir(),
                           ports=ports, pki=pki, admin_kubeconfig=admin,
-                          controller_manager_kubeconfig=kcm,
-                          prometheus_binary=shutil.which("prometheus") or "prometheus")
+                          controller_manager_kubeconfig=self.dir / "pki" / "kube-controller-manager.kubeconfig",
+                          prometheus_binary=shutil.which("prometheus") or "prometheus",
+                          api_host=api_host, real_nodes=real_nodes)
 
     def _choose_ports(self, state: dict, records: dict[str, processes.ProcessRecord]) -> dict[str, int]:
-        ports = state.get("ports", {})
+        ports = dict(state.get("ports", {}))
+        if ports and not set(ports) >= set(PORT_NAMES):  # a lab from before a component was added
+            missing = [n for n in PORT_NAMES if n not in ports]
+            ports.update(zip(missing, free_ports(len(missing))))
         if set(ports) >= set(PORT_NAMES):
             if any(processes.alive(r) for r in records.values()):
                 return ports
@@ -143,9 +167,12 @@ class Lab:
         return dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES))))
 
     # -- up -------------------------------------------------------------------
-    def up(self, nodes: int = 3, build_binaries: bool = True) -> UpResult:
+    def up(self, nodes: int = 3, build_binaries: bool = True, real_nodes: int = 1) -> UpResult:
         if nodes < 0:
             raise LabError(f"--nodes must be 0 or more (got {nodes})")
+        if not 0 <= real_nodes <= MAX_REAL_NODES:
+            raise LabError(f"--real-nodes must be 0 or {MAX_REAL_NODES} (got {real_nodes}): several kubelets "
+                           "on one machine would share its cgroups, iptables rules and ports")
         if build_binaries:
             build.build(log=self.log)
         elif build.missing_binaries():
@@ -155,19 +182,30 @@ class Lab:
             raise LabError("Prometheus is not installed: install the Debian package `prometheus` "
                            "(`make test` does this).")
         with self._locked():
-            return self._up_locked(nodes)
+            return self._up_locked(nodes, real_nodes)
 
-    def _up_locked(self, nodes: int) -> UpResult:
+    def _up_locked(self, nodes: int, real_nodes: int) -> UpResult:
         state = self._load_state()
         records = self._records(state)
         ports = self._choose_ports(state, records)
-        ctx = self._context(ports)
-        state.update(ports=ports, versions=versions.versions_key(), lab_dir=str(self.dir))
+        if real_nodes > 0:
+            try:
+                network.ensure()
+            except network.NetworkError as err:
+                raise LabError(str(err)) from None
+        ctx = self._context(ports, real_nodes)
+        state.update(ports=ports, versions=versions.versions_key(), lab_dir=str(self.dir), real_nodes=real_nodes)
         self._write_configs(ctx)
         result = UpResult()
-        for component in COMPONENTS:
+        wanted = components(real_nodes)
+        for name in [n for n in records if n not in {c.name for c in wanted}]:
+            if processes.stop(records.pop(name)):  # e.g. the real node of a lab now without one
+                result.started.append(f"stopped {name}")
+        for component in wanted:
             record = records.get(component.name)
-            if record and processes.alive(record) and component.health(ctx).healthy:
+            # A changed command line (new ports, addresses, binaries) restarts the component.
+            if (record and processes.alive(record) and list(record.argv) == component.command(ctx)
+                    and component.health(ctx).healthy):
                 result.reused.append(component.name)
                 if component.name == "prometheus":
                     self._reload_prometheus(ctx)  # its configuration was just rewritten
@@ -182,8 +220,12 @@ class Lab:
                 # Every time, not only on first start: Volcano's controller-manager waits
                 # forever for informers whose CRDs are missing. Server-side apply is idempotent.
                 self._install_volcano_crds()
+            if component.name == "containerd":
+                realnode.ensure_cgroup_root()
+            if component.name == "containerd" and realnode.ensure_pause_image(ctx.bin_dir, ctx.real_node):
+                self.log(f"imported the sandbox image {realnode.PAUSE_IMAGE} into {ctx.real_node.name}'s containerd")
         result.nodes_created = self.ensure_nodes(nodes)
-        self._wait_nodes_ready()
+        self._wait_nodes_ready(real_nodes=[realnode.node_for(self.dir, i).name for i in range(real_nodes)])
         state["processes"] = {n: r.to_json() for n, r in records.items()}
         self._save_state(state)
         return result
@@ -191,7 +233,7 @@ class Lab:
     @staticmethod
     def _reload_prometheus(ctx: LabContext) -> None:
         import urllib.request
-        request = urllib.request.Request(f"http://127.0.0.1:{ctx.ports['prometheus']}/-/reload", method="POST")
+        request = urllib.request.Request(ctx.url("prometheus", "/-/reload"), method="POST")
         try:
             urllib.request.urlopen(request, timeout=10).read()
         except OSError as err:  # a stale configuration is not worth failing `up` for
@@ -207,11 +249,15 @@ class Lab:
         (self.dir / "kwok.yaml").write_text(
             "\n---\n".join(s.read_text().strip() for s in stages) + "\n")
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(ctx), sort_keys=False))
+        for index in range(ctx.real_nodes):
+            realnode.write_configs(realnode.node_for(self.dir, index), ctx.pki.ca.cert,
+                                   ctx.kubeconfig_of("kube-proxy"), ctx.ports)
 
     def _start(self, component: Component, ctx: LabContext) -> processes.ProcessRecord:
         self.log(f"starting {component.name}")
         record = processes.start(component.name, component.command(ctx),
-                                 self.logs_dir / f"{component.name}.log", cwd=self.dir)
+                                 self.logs_dir / f"{component.name}.log", cwd=self.dir,
+                                 env=component.env(ctx) if component.env else None)
         timeout = START_TIMEOUT_SECONDS.get(component.name, DEFAULT_START_TIMEOUT_SECONDS)
         deadline = time.monotonic() + timeout
         health = component.health(ctx)
@@ -287,17 +333,20 @@ class Lab:
                         "memory": node.status.allocatable.get("memory") if node.status.allocatable else None})
         return out
 
-    def _wait_nodes_ready(self, timeout: float = 90.0) -> None:
+    def _wait_nodes_ready(self, timeout: float = 120.0, real_nodes: list[str] = ()) -> None:
         deadline = time.monotonic() + timeout
         while True:
             # Only the lab's own nodes: tests and benchmarks add nodes of their own.
-            nodes = [n for n in self.node_summaries() if n["name"].startswith(NODE_NAME_PREFIX)]
+            nodes = [n for n in self.node_summaries()
+                     if n["name"].startswith(NODE_NAME_PREFIX) or n["name"] in real_nodes]
+            missing = set(real_nodes) - {n["name"] for n in nodes}
+            nodes += [{"name": name, "ready": False} for name in sorted(missing)]
             not_ready = [n["name"] for n in nodes if not n["ready"]]
             if not not_ready:
                 return
             if time.monotonic() > deadline:
                 raise LabError(f"nodes not Ready after {timeout:.0f}s: {', '.join(not_ready)} "
-                               f"(see {self.logs_dir / 'kwok.log'})")
+                               f"(see {self.logs_dir / 'kwok.log'} and {self.logs_dir / 'kubelet.log'})")
             time.sleep(0.5)
 
     # -- status / down ----------------------------------------------------------
@@ -307,8 +356,9 @@ class Lab:
         result = LabStatus(lab_dir=str(self.dir), kubeconfig=str(self.kubeconfig_path))
         if not state.get("ports"):
             return result
-        ctx = self._context(state["ports"])
-        for component in COMPONENTS:
+        ctx = self._context(state["ports"], int(state.get("real_nodes", 0)))
+        result.prometheus_url = ctx.url("prometheus", "")
+        for component in components(ctx.real_nodes):
             record = records.get(component.name)
             running = bool(record and processes.alive(record))
             health = component.health(ctx) if running else None
@@ -324,6 +374,56 @@ class Lab:
                 result.nodes = [{"error": str(err)}]
         return result
 
+    def stop(self, name: str) -> bool:
+        """Stop one component; True when it was running."""
+        with self._locked():
+            records = self._records(self._load_state())
+            return name in records and processes.stop(records[name])
+
+    def restart(self, name: str) -> None:
+        """Stop and start one component (the node roles' handlers: a changed kubelet or
+        containerd configuration), then wait until it is healthy again."""
+        with self._locked():
+            state = self._load_state()
+            records = self._records(state)
+            if not state.get("ports"):
+                raise LabError(f"the lab in {self.dir} has not been created: run `tidal lab up`")
+            ctx = self._context(state["ports"], int(state.get("real_nodes", 0)))
+            component = next((c for c in components(ctx.real_nodes) if c.name == name), None)
+            if component is None:
+                raise LabError(f"this lab has no component {name!r}; it has: "
+                               f"{', '.join(c.name for c in components(ctx.real_nodes))}")
+            if name in records:
+                processes.stop(records[name])
+            records[name] = self._start(component, ctx)
+            state["processes"] = {n: r.to_json() for n, r in records.items()}
+            self._save_state(state)
+
+    def import_image(self, archive: Path) -> list[str]:
+        """Import an OCI archive into the containerd of every running real node (what a registry
+        pull does in a cluster); returns the nodes' names."""
+        from tidal.lab.image import import_image
+        state = self._load_state()
+        records = self._records(state)
+        if "containerd" not in records or not processes.alive(records["containerd"]):
+            return []
+        names = []
+        for index in range(int(state.get("real_nodes", 0))):
+            node = realnode.node_for(self.dir, index)
+            import_image(archive, versions.bin_dir() / "ctr", node.containerd_socket)
+            names.append(node.name)
+        return names
+
+    def _remove_real_nodes(self, count: int, kube_proxy: bool) -> list[str]:
+        """What a real node leaves once its processes are stopped, then the lab network."""
+        removed = []
+        for index in range(count):
+            node = realnode.node_for(self.dir, index)
+            removed += [f"{node.name}: {what}" for what in realnode.cleanup(node, versions.bin_dir(), kube_proxy)]
+        if count:
+            removed += network.remove()
+        return removed
+
     def down(self, wipe: bool = False) -> list[str]:
         """Stop every process the lab started (reverse order); `wipe` also deletes its state."""
         from tidal.lab import controllers
@@ -338,6 +438,7 @@ class Lab:
             for name in order:
                 if processes.stop(records[name]):
                     stopped.append(name)
+            stopped += self._remove_real_nodes(int(state.get("real_nodes", 0)), "kube-proxy" in records)
             state["processes"] = {}
             if wipe:
                 for child in self.dir.iterdir():

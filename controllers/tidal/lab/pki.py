@@ -133,15 +133,40 @@ class LabPKI:
     controller_manager: CertPair
     service_account_key: Path
     service_account_pub: Path
+    scheduler: CertPair
+    kube_proxy: CertPair
+    kubelet_client: CertPair
+
+    def node(self, name: str) -> CertPair:
+        """A kubelet's client identity: the Node authorizer and NodeRestriction key on it."""
+        return issue(self.ca, self.ca.cert.parent, f"node-{name}", f"system:node:{name}",
+                     organizations=("system:nodes",), client=True)
 
 
-def ensure_lab_pki(pki_dir: Path) -> LabPKI:
+def covers_ips(pair: CertPair, ips: tuple[str, ...]) -> bool:
+    """True when the certificate's subject alternative names include every address of `ips`."""
+    try:
+        cert = x509.load_pem_x509_certificate(pair.cert.read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return False
+    have = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    return set(ips) <= have
+
+
+def ensure_lab_pki(pki_dir: Path, api_host: str = "127.0.0.1") -> LabPKI:
+    """The lab's identities; the API server's certificate also covers `api_host` (the lab
+    bridge's address, where pods and kubelets reach it), reissued when it did not."""
     ca = ensure_ca(pki_dir)
+    api_ips = tuple(dict.fromkeys(("127.0.0.1", api_host, API_SERVICE_IP)))
+    stale = CertPair(pki_dir / "kube-apiserver.crt", pki_dir / "kube-apiserver.key")
+    if stale.cert.exists() and not covers_ips(stale, api_ips):
+        stale.cert.unlink()
     apiserver = issue(
         ca, pki_dir, "kube-apiserver", "kube-apiserver", server=True,
         dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                    "kubernetes.default.svc.cluster.local"),
-        ip_addresses=("127.0.0.1", API_SERVICE_IP))
+        ip_addresses=api_ips)
     # system:masters bypasses RBAC: the lab's operator and the upstream components
     # that have no bootstrap RBAC of their own here (Volcano, kwok) use it.
     admin = issue(ca, pki_dir, "admin", "tidal-lab-admin", organizations=("system:masters",),
@@ -154,4 +179,10 @@ def ensure_lab_pki(pki_dir: Path) -> LabPKI:
         _write_private(sa_key, _key_pem(key))
         sa_pub.write_bytes(key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return LabPKI(ca, apiserver, admin, kcm, sa_key, sa_pub)
+    scheduler = issue(ca, pki_dir, "kube-scheduler", "system:kube-scheduler", client=True)
+    # Bound to the bootstrap ClusterRole system:node-proxier.
+    kube_proxy = issue(ca, pki_dir, "kube-proxy", "system:kube-proxy", client=True)
+    # The API server's identity towards kubelets (logs, exec, port-forward).
+    kubelet_client = issue(ca, pki_dir, "kube-apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                           organizations=("system:masters",), client=True)
+    return LabPKI(ca, apiserver, admin, kcm, sa_key, sa_pub, scheduler, kube_proxy, kubelet_client)

@@ -13,6 +13,11 @@ DEBIAN_PACKAGES += chromium nodejs
 DEBIAN_PACKAGES += runc
 # Egress bandwidth of BE pods: its real test shapes veths with tc and measures with iperf3.
 DEBIAN_PACKAGES += iperf3 iproute2
+# The lab's real node: Debian's CNI plugins (bridge, host-local, portmap), iptables for
+# kube-proxy and the kubelet, conntrack for kube-proxy's clean-up of UDP flows.
+DEBIAN_PACKAGES += containernetworking-plugins iptables conntrack
+# The controllers' image (make image, tests/packaging): a Debian root filesystem made by mmdebstrap.
+DEBIAN_PACKAGES += mmdebstrap
 PYTEST_ARGS ?=
 
 .PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean
@@ -117,3 +122,10 @@ console-web: venv debian-packages
 .PHONY: bench-console
 bench-console: venv debian-packages lab-build
 	$(BIN)/python bench/console.py
+
+# The controllers' container image without Docker or a registry: mmdebstrap (Debian packages) +
+# wheels from PyPI + the web console, as an OCI archive in ~/.cache/tidal/lab/image/<hash of the
+# inputs>/ (rebuilt only when they change); Containerfile builds the same image with an engine.
+.PHONY: image
+image: venv debian-packages console-web
+	$(BIN)/python -m tidal.lab.image

@@ -21,10 +21,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tidal.kube import SERVICE_ACCOUNT, in_cluster_missing, in_cluster_server
+
 __all__ = ["ApiError", "KubeAPI", "KubeconfigError"]
-
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
 
 class ApiError(Exception):
     """A non-2xx answer; ``status`` as the API server sent it (404, 409, 410, 429, ...)."""
@@ -70,8 +69,9 @@ class KubeAPI:
 
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike | None = None) -> KubeAPI:
-        """From a kubeconfig file, else (``path`` None) the in-cluster service account."""
-        if path is None:
+        """From a kubeconfig file, else (``path`` None or empty: ``$KUBECONFIG`` may be set but
+        empty) the in-cluster service account."""
+        if not path:
             return cls.in_cluster()
         import yaml
         path = Path(path)
@@ -117,13 +117,15 @@ class KubeAPI:
         return cls(cluster["server"], ctx, lambda: token)
 
     @classmethod
-    def in_cluster(cls, account: Path = SERVICE_ACCOUNT) -> KubeAPI:
-        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
-        if not host or not port:
-            raise KubeconfigError("no --kubeconfig and not in a cluster (KUBERNETES_SERVICE_HOST unset)")
-        ctx = ssl.create_default_context(cafile=str(account / "ca.crt"))
-        host = f"[{host}]" if ":" in host else host
-        return cls(f"https://{host}:{port}", ctx, lambda: (account / "token").read_text().strip())
+    def in_cluster(cls, account: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] | None = None) -> KubeAPI:
+        """The pod's service account: the API server's Service from the environment, its CA
+        from ``ca.crt``, and the ``token`` file re-read on every request (the kubelet rotates it)."""
+        missing = in_cluster_missing(environ, account)
+        if missing:
+            raise KubeconfigError(f"no --kubeconfig and no in-cluster configuration: {missing}")
+        ctx = ssl.create_default_context(cafile=str(Path(account) / "ca.crt"))
+        token = Path(account) / "token"
+        return cls(in_cluster_server(environ), ctx, lambda: token.read_text().strip())
 
     # -- requests ----------------------------------------------------------------------------
 

@@ -10,8 +10,12 @@ import logging
 import os
 from pathlib import Path
 
-from tidal.kube import api_client, stop_on_signals
+from tidal.kube import ClusterAccessError, api_client, stop_on_signals
 from tidal.policy import Predictor
+
+#: containerd's default NRI socket (tidal.agent.nri.probe.DEFAULT_SOCKET, not imported: the NRI
+#: process should not load the capability probe)
+_NRI_SOCKET = "/var/run/nri/nri.sock"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,20 +52,28 @@ def _parser() -> argparse.ArgumentParser:
                    help="where the journal of original cgroup values is kept (survives restarts)")
     n.add_argument("--metrics-address", default="0.0.0.0", help="address of /metrics and /healthz")
     n.add_argument("--metrics-port", type=int, default=9465, help="port of /metrics and /healthz (0: any)")
+    n.add_argument("--nri-socket", default=os.environ.get("NRI_SOCKET", _NRI_SOCKET),
+                   help="the runtime's NRI socket, probed for the `nri` capability (default $NRI_SOCKET or "
+                        f"{_NRI_SOCKET}; in a pod: where the host's socket directory is mounted)")
     rs = sub.add_parser("restore", help="put back every cgroup value the agent changed on this node and "
                         "remove the offline-evicting taint (uninstall, or colocation off for good)")
     rs.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"))
     rs.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     rs.add_argument("--state-dir", type=Path, default=Path("/var/lib/tidal-agent"))
     nri = sub.add_parser("nri", help="the NRI plugin: QoS resources set by containerd as containers are created")
-    nri.add_argument("--socket", default=os.environ.get("NRI_SOCKET", "/var/run/nri/nri.sock"),
-                     help="the runtime's NRI socket (default $NRI_SOCKET or /var/run/nri/nri.sock)")
+    nri.add_argument("--socket", default=os.environ.get("NRI_SOCKET", _NRI_SOCKET),
+                     help=f"the runtime's NRI socket (default $NRI_SOCKET or {_NRI_SOCKET})")
     nri.add_argument("--plugin-name", default="tidal")
     nri.add_argument("--plugin-index", default="10", help="two digits; plugins are called in index order")
     nri.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
                      help="read BE pods without the batch-resources annotation from the API server "
-                          "(default $KUBECONFIG; in a pod: the service account with --in-cluster)")
-    nri.add_argument("--in-cluster", action="store_true", help="API server lookups with the service account")
+                          "(default $KUBECONFIG; in a pod, without it: the service account)")
+    nri.add_argument("--in-cluster", action="store_true",
+                     help="API server lookups with the service account, and fail at start without one")
+    nri.add_argument("--health-address", default="0.0.0.0", help="address of /healthz and /readyz")
+    nri.add_argument("--health-port", type=int,
+                     help="serve /healthz (the process answers) and /readyz (registered with the runtime) "
+                          "on this port (default: no health endpoint)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -101,7 +113,8 @@ async def _run(args) -> None:
                              history_step_seconds=args.history_step_seconds,
                              cgroup_driver=CgroupDriver(args.cgroup_driver) if args.cgroup_driver else None,
                              kubelet_cgroup_root=args.kubelet_cgroup_root, state_dir=args.state_dir,
-                             metrics_address=args.metrics_address, metrics_port=args.metrics_port)
+                             metrics_address=args.metrics_address, metrics_port=args.metrics_port,
+                             nri_socket=args.nri_socket)
 
 
 async def _restore(args) -> int:
@@ -130,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as err:
         print(f"tidal-agent replay: {err}")
         return 2
-    except KubeconfigError as err:
+    except (KubeconfigError, ClusterAccessError) as err:
         print(f"tidal-agent {args.command}: {err}")
         return 2
     return 0

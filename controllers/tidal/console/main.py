@@ -58,8 +58,16 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.web_dir is None:
-        args.web_dir = built_dir()
-    asyncio.run(_serve(args))
+        try:
+            args.web_dir = built_dir()
+        except RuntimeError as err:  # no home directory (a non-root user in an image without one)
+            logging.getLogger(__name__).warning("no web console (%s): pass --web-dir", err)
+    from tidal.kube import ClusterAccessError
+    try:
+        asyncio.run(_serve(args))
+    except ClusterAccessError as err:
+        print(f"tidal-console serve: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

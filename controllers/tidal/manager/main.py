@@ -82,9 +82,23 @@ async def _run(config: ServerConfig, args) -> None:
     # One registry, served at the health port's /metrics: admission and the leader's controllers.
     admission_metrics = AdmissionMetrics()
     jobs = [serve(config, stop, admission_metrics)]
-    if args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"):
+    missing = cluster_access(args.kubeconfig)
+    if missing is None:
         jobs.append(_leader_work(args, stop, manager_metrics(admission_metrics.registry)))
+    else:
+        logging.getLogger(__name__).warning("only the webhook runs: %s", missing)
     await asyncio.gather(*jobs)
+
+
+def cluster_access(kubeconfig: str | None, environ=None, account=None) -> str | None:
+    """None when the leader's controllers can reach the cluster (a kubeconfig, else the pod's
+    service account), else why not: then only the webhook runs, which needs no API access."""
+    from tidal.kube import SERVICE_ACCOUNT, ClusterAccessError, resolve_kubeconfig
+    try:
+        resolve_kubeconfig(kubeconfig, environ, account or SERVICE_ACCOUNT)
+    except ClusterAccessError as err:
+        return str(err)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

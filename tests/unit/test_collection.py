@@ -207,9 +207,9 @@ def fake_tidal(tmp_path):
 
 
 def test_lab_up_passes_node_count_and_lab_dir(fake_tidal):
-    result = fake_tidal("site.yml", "lab_nodes=2")
+    result = fake_tidal("site.yml", "lab_nodes=2", "lab_real_nodes=0")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.calls[0] == ["lab", "--dir", fake_tidal.lab_dir, "up", "--nodes", "2"]
+    assert result.calls[0] == ["lab", "--dir", fake_tidal.lab_dir, "up", "--nodes", "2", "--real-nodes", "0"]
     assert result.calls[1] == ["lab", "--dir", fake_tidal.lab_dir, "status", "--json"]
 
 

@@ -74,11 +74,18 @@ def test_kube_proxy_opens_node_ports_only_on_the_lab_bridge(node, tmp_path):
     assert config["hostnameOverride"] == node.name
 
 
-def test_write_configs_keeps_files_the_roles_converged(node, tmp_path):
+def test_write_configs_keeps_what_the_roles_converged_and_follows_new_ports(node, tmp_path):
+    import yaml
     realnode.write_configs(node, tmp_path / "ca.crt", tmp_path / "kp", PORTS)
-    node.kubelet_config.write_text("cpuManagerPolicy: static\n")
-    realnode.write_configs(node, tmp_path / "ca.crt", tmp_path / "kp", PORTS)
-    assert node.kubelet_config.read_text() == "cpuManagerPolicy: static\n"
+    config = yaml.safe_load(node.kubelet_config.read_text())
+    config.update(cpuManagerPolicy="static", systemReserved={"cpu": "500m"})
+    node.kubelet_config.write_text(yaml.safe_dump(config))
+    node.containerd_config.write_text(node.containerd_config.read_text().replace("disable = true", "disable = false"))
+    realnode.write_configs(node, tmp_path / "ca.crt", tmp_path / "kp", {**PORTS, "kubelet_healthz": 20248})
+    again = yaml.safe_load(node.kubelet_config.read_text())
+    assert again["cpuManagerPolicy"] == "static" and again["systemReserved"] == {"cpu": "500m"}
+    assert again["healthzPort"] == 20248
+    assert "disable = false" in node.containerd_config.read_text()
     assert (node.cni_conf_dir / "10-tidal-lab.conflist").exists()
 
 

@@ -134,10 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             return _controllers(lab, args)
         elif args.command == "image":
             from tidal.lab import image as lab_image
+            from tidal.lab.lab import build_tag
             archive = lab_image.build_image(force=args.force)
             imported = lab.import_image(archive)
             print(f"{lab_image.image_reference()}: {archive}"
-                  + (f"; in the containerd of {', '.join(imported)}" if imported else "; no real node to import into"))
+                  + (f"; imported into the containerd of {', '.join(imported)}" if imported
+                     else "; every real node already holds it"))
+            print(f"image: {build_tag(lab_image.image_reference(), archive)}")
         elif args.command == "bin-dir":
             print(lab_build.versions.bin_dir())
         elif args.command == "kubeconfig":

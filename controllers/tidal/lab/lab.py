@@ -36,7 +36,14 @@ START_TIMEOUT_SECONDS = {"kube-apiserver": 180.0}
 # Several kubelets on one machine would share its cgroups, iptables and ports: one is what the
 # lab can run faithfully.
 MAX_REAL_NODES = 1
+# Which lab runs this machine's real node (its directory and its kubelet's process record).
+REAL_NODE_OWNER = Path("/run/tidal-lab/real-node.json")
 DEFAULT_START_TIMEOUT_SECONDS = 90.0
+
+
+def build_tag(reference: str, archive: Path) -> str:
+    """`localhost/tidal:0.1.0` built into `.../<key>/archive` -> `localhost/tidal:0.1.0-<key>`."""
+    return f"{reference}-{Path(archive).parent.name}"
 
 
 class LabError(RuntimeError):
@@ -189,6 +196,7 @@ class Lab:
         records = self._records(state)
         ports = self._choose_ports(state, records)
         if real_nodes > 0:
+            self._claim_real_node()
             try:
                 network.ensure()
             except network.NetworkError as err:
@@ -224,6 +232,8 @@ class Lab:
                 realnode.ensure_cgroup_root()
             if component.name == "containerd" and realnode.ensure_pause_image(ctx.bin_dir, ctx.real_node):
                 self.log(f"imported the sandbox image {realnode.PAUSE_IMAGE} into {ctx.real_node.name}'s containerd")
+        if real_nodes > 0:
+            self._note_real_node_owner(records)
         result.nodes_created = self.ensure_nodes(nodes)
         self._wait_nodes_ready(real_nodes=[realnode.node_for(self.dir, i).name for i in range(real_nodes)])
         state["processes"] = {n: r.to_json() for n, r in records.items()}
@@ -400,19 +410,48 @@ class Lab:
             self._save_state(state)
 
     def import_image(self, archive: Path) -> list[str]:
-        """Import an OCI archive into the containerd of every running real node (what a registry
-        pull does in a cluster); returns the nodes' names."""
-        from tidal.lab.image import import_image
+        """Import an OCI archive into the containerd of every running real node that does not
+        hold that image yet (what a registry pull does in a cluster); returns those nodes."""
+        from tidal.lab.image import archive_image, import_image
         state = self._load_state()
         records = self._records(state)
         if "containerd" not in records or not processes.alive(records["containerd"]):
             return []
+        name, digest, _ = archive_image(archive)
         names = []
         for index in range(int(state.get("real_nodes", 0))):
             node = realnode.node_for(self.dir, index)
-            import_image(archive, versions.bin_dir() / "ctr", node.containerd_socket)
-            names.append(node.name)
+            if realnode.image_digest(versions.bin_dir(), node, name) != digest:
+                import_image(archive, versions.bin_dir() / "ctr", node.containerd_socket)
+                names.append(node.name)
+            # Also under a tag naming the build (its inputs' hash), which the lab deploys: a
+            # change of the sources is a new tag, so `make site` rolls the pods onto it.
+            if realnode.image_digest(versions.bin_dir(), node, build_tag(name, archive)) != digest:
+                realnode.ctr(versions.bin_dir(), node, "images", "tag", "--force", name, build_tag(name, archive))
+                if node.name not in names:
+                    names.append(node.name)
         return names
+
+    def _claim_real_node(self) -> None:
+        """One lab at a time may run a real node on this machine (the bridge, the kubelet's
+        cgroup root and kube-proxy's rules are the machine's): refuse while another lab's is up."""
+        owner_file = REAL_NODE_OWNER
+        try:
+            owner = json.loads(owner_file.read_text())
+        except (OSError, ValueError):
+            owner = {}
+        other = owner.get("lab_dir")
+        if other and other != str(self.dir):
+            record = owner.get("kubelet")
+            if record and processes.alive(processes.ProcessRecord.from_json(record)):
+                raise LabError(f"the lab in {other} runs this machine's real node: stop it first "
+                               f"(`tidal lab --dir {other} down`) or use --real-nodes 0")
+        owner_file.parent.mkdir(parents=True, exist_ok=True)
+        owner_file.write_text(json.dumps({"lab_dir": str(self.dir)}))
+
+    def _note_real_node_owner(self, records: dict[str, processes.ProcessRecord]) -> None:
+        if "kubelet" in records:
+            REAL_NODE_OWNER.write_text(json.dumps({"lab_dir": str(self.dir), "kubelet": records["kubelet"].to_json()}))
 
     def _remove_real_nodes(self, count: int, kube_proxy: bool) -> list[str]:
         """What a real node leaves once its processes are stopped, then the lab network."""
@@ -422,6 +461,11 @@ class Lab:
             removed += [f"{node.name}: {what}" for what in realnode.cleanup(node, versions.bin_dir(), kube_proxy)]
         if count:
             removed += network.remove()
+            try:
+                if json.loads(REAL_NODE_OWNER.read_text()).get("lab_dir") == str(self.dir):
+                    REAL_NODE_OWNER.unlink()
+            except (OSError, ValueError):
+                pass
         return removed
 
     def down(self, wipe: bool = False) -> list[str]:

@@ -201,15 +201,32 @@ def kube_proxy_config(node: RealNode, kubeconfig: Path, ports: dict[str, int]) -
     }
 
 
+# Keys of the kubelet configuration that hold the lab's ports and paths: kept current on every
+# `up` (ports may change when the lab restarts); every other key is the node roles' to edit.
+KUBELET_LAB_KEYS = ("address", "port", "healthzBindAddress", "healthzPort", "containerRuntimeEndpoint",
+                    "cgroupDriver", "cgroupRoot", "authentication")
+
+
 def write_configs(node: RealNode, ca_cert: Path, proxy_kubeconfig: Path, ports: dict[str, int]) -> None:
-    """Write the node's files. The kubelet's and containerd's only when missing (the roles own
-    them afterwards); the CNI and kube-proxy files every time (nothing else edits them)."""
+    """Write the node's files. containerd's only when missing and the kubelet's lab-owned keys
+    (`KUBELET_LAB_KEYS`) only, leaving what the roles converged; the CNI and kube-proxy files
+    every time (nothing else edits them)."""
     import yaml
-    for path, text in ((node.kubelet_config, yaml.safe_dump(kubelet_config(node, ca_cert, ports), sort_keys=True)),
-                       (node.containerd_config, containerd_config(node))):
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+    wanted = kubelet_config(node, ca_cert, ports)
+    try:
+        current = yaml.safe_load(node.kubelet_config.read_text()) or {}
+    except FileNotFoundError:
+        current = None
+    if current is None:
+        merged = wanted
+    else:
+        merged = {**current, **{k: wanted[k] for k in KUBELET_LAB_KEYS}}
+    if merged != current:
+        node.kubelet_config.parent.mkdir(parents=True, exist_ok=True)
+        node.kubelet_config.write_text(yaml.safe_dump(merged, sort_keys=True))
+    if not node.containerd_config.exists():
+        node.containerd_config.parent.mkdir(parents=True, exist_ok=True)
+        node.containerd_config.write_text(containerd_config(node))
     node.cni_conf_dir.mkdir(parents=True, exist_ok=True)
     (node.cni_conf_dir / "10-tidal-lab.conflist").write_text(json.dumps(cni_config(node), indent=2) + "\n")
     node.kube_proxy_config.parent.mkdir(parents=True, exist_ok=True)
@@ -229,8 +246,17 @@ def ctr(bin_dir: Path, node: RealNode, *args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
+def image_digest(bin_dir: Path, node: RealNode, reference: str) -> str | None:
+    """The manifest digest containerd holds for `reference`, or None."""
+    for line in ctr(bin_dir, node, "images", "ls").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3 and fields[0] == reference:
+            return fields[2]
+    return None
+
+
 def has_image(bin_dir: Path, node: RealNode, reference: str) -> bool:
-    return reference in ctr(bin_dir, node, "images", "ls", "-q").split()
+    return image_digest(bin_dir, node, reference) is not None
 
 
 def ensure_pause_image(bin_dir: Path, node: RealNode) -> bool:

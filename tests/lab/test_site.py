@@ -1,7 +1,10 @@
 """`make site` = ansible-playbook playbooks/site.yml against the default inventory (the lab):
-the lab, the fake nodes' kubelet and containerd configs, Volcano, Tidal as lab processes,
-colocation on two of three nodes, the policy, a demo workload, a summary. A second run changes
-nothing; playbooks/uninstall.yml then removes everything again (the lab is shared by the suite)."""
+the lab with its real node, the nodes' kubelet and containerd configs (converged for real on the
+real node: its kubelet and containerd restart), Volcano, the project's image, Tidal as pods on the
+real node, colocation on, the policy, a demo workload, a summary. Then the whole chain runs on the
+real node with the in-cluster controllers; a second run changes nothing; playbooks/uninstall.yml
+removes everything again (the lab is shared by the suite)."""
+import json
 import os
 import re
 import subprocess
@@ -42,35 +45,239 @@ def recap(output: str) -> dict[str, dict[str, int]]:
             for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE)}
 
 
-@pytest.fixture
-def site_run(lab):
+REAL_NODE = "lab-real-0"
+NAMESPACE = "tidal-system"
+
+
+@pytest.fixture(scope="module")
+def site(lab):
+    """site.yml run once for the module; uninstall.yml afterwards, which must leave no residue."""
+    first = play("playbooks/site.yml", lab, timeout=900)
     try:
-        yield lambda: play("playbooks/site.yml", lab)
+        yield first
     finally:
         down = play("playbooks/uninstall.yml", lab)
         assert down.returncode == 0, down.stdout[-5000:] + down.stderr
+        from kubernetes import client
+        with lab.api_client() as api:
+            node = client.CoreV1Api(api).read_node(REAL_NODE)
+        assert not {k for k in node.metadata.labels if k.startswith("colocation.tidal.io/")}
+        assert not [t for t in (node.spec.taints or []) if t.key.startswith("colocation.tidal.io/")]
+        assert not {k for k in node.status.allocatable if k.startswith("kubernetes.io/batch-")}
 
 
-def test_site_playbook_deploys_tidal_on_the_lab_and_summarises(lab, site_run):
-    first = site_run()
-    output = first.stdout + first.stderr
-    assert first.returncode == 0, output[-15000:]
+@pytest.fixture(scope="module")
+def core(lab):
+    from kubernetes import client
+    with lab.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+def test_site_playbook_deploys_tidal_as_pods_on_the_real_node_and_summarises(lab, site, core):
+    output = site.stdout + site.stderr
+    assert site.returncode == 0, output[-15000:]
     assert f"The lab in {lab.dir} is healthy." in output
     assert "lab-node-0: colocation=True oversubscription=True" in output
     assert "lab-node-1: colocation=True oversubscription=True" in output
     assert "lab-node-2: colocation=False oversubscription=False" in output
+    assert f"{REAL_NODE}: colocation=True oversubscription=True" in output
     for host in ("lab-node-0", "lab-node-1", "lab-node-2"):
         assert recap(output)[host]["failed"] == 0
         root = lab.dir / "node-roots" / host
         kubelet = yaml.safe_load((root / "var/lib/kubelet/config.yaml").read_text())
         assert kubelet["cpuManagerPolicy"] == "static" and kubelet["cgroupDriver"] == "systemd"
         assert 'disable = false' in (root / "etc/containerd/config.toml").read_text()
+    # The real node was converged for real: its running kubelet has the static CPU manager (the
+    # checkpoint it wrote says so) and its containerd serves NRI.
+    root = lab.dir / "node-roots" / REAL_NODE
+    kubelet = yaml.safe_load((root / "var/lib/kubelet/config.yaml").read_text())
+    assert kubelet["cpuManagerPolicy"] == "static" and kubelet["cgroupDriver"] == "cgroupfs"
+    assert json.loads((root / "var/lib/kubelet/cpu_manager_state").read_text())["policyName"] == "static"
+    assert 'disable = false' in (root / "etc/containerd/config.toml").read_text()
+    assert (root / "var/run/nri/nri.sock").is_socket()
     scheduler = yaml.safe_load((lab.dir / "volcano-scheduler.conf").read_text())
     assert scheduler["actions"] == "allocate, backfill, preempt"
     assert scheduler["tiers"][0]["plugins"][0]["name"] == "priority"
+    # Tidal runs as pods on the real node, each under its own ServiceAccount, from the image.
+    pods = core.list_namespaced_pod(NAMESPACE).items
+    by_app = {}
+    for pod in pods:
+        by_app.setdefault(pod.metadata.labels["app.kubernetes.io/name"], []).append(pod)
+    assert {app: len(found) for app, found in by_app.items()} == {
+        "tidal-manager": 2, "tidal-agent": 1, "tidal-console": 1}
+    for app, found in by_app.items():
+        for pod in found:
+            assert pod.spec.node_name == REAL_NODE and pod.status.phase == "Running", (app, pod.status)
+            assert pod.spec.service_account_name == app
+            assert all(s.ready for s in pod.status.container_statuses), (app, pod.status.container_statuses)
+            assert all(c.image.startswith("localhost/tidal:") for c in pod.spec.containers)
+    assert {c.name for c in by_app["tidal-agent"][0].spec.containers} == {"agent", "nri"}
 
-    second = site_run()
-    output = second.stdout + second.stderr
-    assert second.returncode == 0, output[-15000:]
+
+def test_a_second_run_changes_nothing(lab, site):
+    assert site.returncode == 0
+    again = play("playbooks/site.yml", lab, timeout=900)
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-15000:]
     changed = {host: counts["changed"] for host, counts in recap(output).items()}
-    assert changed == {"localhost": 0, "lab-node-0": 0, "lab-node-1": 0, "lab-node-2": 0}, output[-15000:]
+    assert changed == {"localhost": 0, "lab-node-0": 0, "lab-node-1": 0, "lab-node-2": 0, REAL_NODE: 0}, \
+        output[-15000:]
+
+
+# -- the whole chain on the real node, with Tidal deployed as pods ---------------------------
+
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def _container_cgroup(pod, controller: str) -> Path:
+    """The container's cgroup directory under the real node's kubelet (cgroupfs driver)."""
+    qos_class = pod.status.qos_class.lower()
+    pod_dir = f"pod{pod.metadata.uid}"
+    base = CGROUP / controller / "tidal-lab" / "kubepods"
+    base = base / pod_dir if qos_class == "guaranteed" else base / qos_class / pod_dir
+    container_id = pod.status.container_statuses[0].container_id.split("://", 1)[1]
+    return base / container_id
+
+
+def _read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _pod(name: str, image: str, level: str | None, resources: dict, command: list[str], **extra) -> dict:
+    annotations = {"colocation.tidal.io/qos-level": level} if level else {}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": REAL_NODE}, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never",
+                                     "command": command, "resources": resources}], **extra}}
+
+
+def _running(core, namespace: str, name: str):
+    def check():
+        pod = core.read_namespaced_pod(name, namespace)
+        statuses = pod.status.container_statuses or []
+        return pod if pod.status.phase == "Running" and statuses and statuses[0].container_id else None
+    return check
+
+
+def _gone(core, namespace: str, name: str):
+    from kubernetes.client.exceptions import ApiException
+
+    def check():
+        try:
+            core.read_namespaced_pod(name, namespace)
+        except ApiException as err:
+            return err.status == 404
+        return False
+    return check
+
+
+def _node(core):
+    return core.read_node(REAL_NODE)
+
+
+def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, site, core):
+    """Webhook, agent, oversell leader, Volcano, NRI, static CPU manager, watermark eviction
+    and colocation off: every step done by the in-cluster controllers on the real node."""
+    from kubernetes import client
+    from tidal.lab.pytest_plugin import wait_for
+
+    assert site.returncode == 0
+    image = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager") \
+        .items[0].spec.containers[0].image
+    custom = client.CustomObjectsApi(core.api_client)
+    policy = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
+    original_spec = custom.get_cluster_custom_object(*policy)["spec"]
+    # Oversell from what the real node's pods use now (a window statistic: the history
+    # predictors wait for a day of history), the whole allocatable as cap; evict quickly.
+    custom.patch_cluster_custom_object(*policy, {"spec": {
+        "overselling": {"predictor": "max", "windowSeconds": 60, "ratioPercent": 100, "safetyMarginPercent": 0},
+        "evictionWatermarks": {"cpu": {"highPercent": 75, "lowPercent": 40}, "dwellSeconds": 3,
+                               "cooldownSeconds": 2}}})
+    namespace = f"chain-{os.getpid()}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
+    sleep = ["python3", "-c", "import signal; signal.pause()"]
+    try:
+        # 1. the in-cluster agent reports the real node, and the leader oversells it
+        batch = wait_for(lambda: int(_node(core).status.allocatable.get("kubernetes.io/batch-cpu", "0")) >= 300 and
+                         int(_node(core).status.allocatable["kubernetes.io/batch-cpu"]), 120,
+                         f"batch-cpu >= 300m on {REAL_NODE}")
+        profile = custom.get_cluster_custom_object("colocation.tidal.io", "v1alpha1", "nodeprofiles", REAL_NODE)
+        assert profile["status"]["oversell"], profile["status"]
+
+        # 2. a user's BE pod: mutated by the in-cluster webhook, bound by Volcano, limited by NRI
+        be = _pod("transcode", image, "BE", {"requests": {"cpu": "200m", "memory": "64Mi"},
+                                              "limits": {"cpu": "300m", "memory": "64Mi"}}, sleep)
+        core.create_namespaced_pod(namespace, be)
+        stored = core.read_namespaced_pod("transcode", namespace)
+        assert stored.spec.scheduler_name == "volcano"
+        assert stored.spec.priority_class_name == "tidal-be"
+        limits = stored.spec.containers[0].resources.limits
+        assert limits == {"kubernetes.io/batch-cpu": "300", "kubernetes.io/batch-memory": str(64 * 1024**2)}, limits
+        be_pod = wait_for(_running(core, namespace, "transcode"), 120, f"BE pod Running (batch-cpu {batch}m)")
+        assert be_pod.spec.node_name == REAL_NODE
+        be_cpu = _container_cgroup(be_pod, "cpu")
+        assert _read(be_cpu / "cpu.cfs_quota_us") == "30000"  # 300 m of a 100 ms period
+        assert int(_read(_container_cgroup(be_pod, "memory") / "memory.limit_in_bytes")) == 64 * 1024**2
+        nri_log = core.read_namespaced_pod_log(
+            core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-agent").items[0]
+            .metadata.name, NAMESPACE, container="nri")
+        assert "transcode" in nri_log, nri_log[-3000:]
+
+        # 3. an HLS pod gets a CPU of its own from the static CPU manager
+        hls = _pod("search", image, "HLS", {"requests": {"cpu": "1", "memory": "64Mi"},
+                                             "limits": {"cpu": "1", "memory": "64Mi"}}, sleep)
+        core.create_namespaced_pod(namespace, hls)
+        hls_pod = wait_for(_running(core, namespace, "search"), 120, "HLS pod Running")
+        cpus = _read(_container_cgroup(hls_pod, "cpuset") / "cpuset.cpus")
+        assert cpus.isdigit(), f"HLS pod's cpuset.cpus is {cpus!r}, not one exclusive CPU"
+        core.delete_namespaced_pod("search", namespace, grace_period_seconds=0)
+        wait_for(_gone(core, namespace, "search"), 60, "HLS pod gone")
+
+        # 4. an online pod drives the node above the CPU watermark: taint, eviction, kubelet stops it
+        spin = ["python3", "-c", "import multiprocessing as m\n"
+                "def spin():\n    while True: pass\n"
+                "[m.Process(target=spin).start() for _ in range(2)]\nimport signal; signal.pause()"]
+        web = _pod("web", image, "LS", {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                         "limits": {"cpu": "2", "memory": "128Mi"}}, spin)
+        core.create_namespaced_pod(namespace, web)
+        wait_for(_running(core, namespace, "web"), 120, "LS spinner Running")
+        wait_for(lambda: any(t.key == "colocation.tidal.io/offline-evicting" for t in _node(core).spec.taints or []),
+                 90, "offline-evicting taint on the hot node")
+        wait_for(_gone(core, namespace, "transcode"), 90, "BE pod evicted and stopped by the kubelet")
+        assert not be_cpu.exists(), f"{be_cpu} still there: the kubelet did not stop the container"
+        events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=transcode").items
+        assert any(e.reason == "Evicted" or "evict" in (e.message or "").lower() for e in events), \
+            [(e.reason, e.message) for e in events]
+        assert _gone(core, namespace, "web")() is False  # the online pod is never evicted
+        core.delete_namespaced_pod("web", namespace, grace_period_seconds=0)
+        wait_for(_gone(core, namespace, "web"), 60, "spinner gone")
+
+        # 5. colocation off: labels, taint and batch resources go, every cgroup value comes back
+        be_parent = CGROUP / "cpu/tidal-lab/kubepods/besteffort/cpu.cfs_quota_us"
+        off = subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-m",
+                              "tidal.colocation.node", "-a",
+                              json.dumps({"names": [REAL_NODE], "colocation": False,
+                                          "kubeconfig": str(lab.kubeconfig_path)})],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert off.returncode == 0, off.stdout + off.stderr
+
+        def clean():
+            node = _node(core)
+            return (not {k for k in node.metadata.labels if k.startswith("colocation.tidal.io/")}
+                    and not [t for t in node.spec.taints or [] if t.key.startswith("colocation.tidal.io/")]
+                    and not {k for k in node.status.allocatable if k.startswith("kubernetes.io/batch-")})
+        wait_for(clean, 60, "no Tidal label, taint or batch resource on the node")
+        wait_for(lambda: not core.list_namespaced_pod(
+            NAMESPACE, label_selector="app.kubernetes.io/name=tidal-agent").items, 60, "agent pod gone")
+        assert _read(be_parent) == "-1", "BE suppression quota not restored"
+    finally:
+        core.delete_namespace(namespace)
+        current = custom.get_cluster_custom_object(*policy)
+        current["spec"] = original_spec
+        custom.replace_cluster_custom_object(*policy, current)
+        subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-m", "tidal.colocation.node",
+                        "-a", json.dumps({"names": [REAL_NODE], "colocation": True,
+                                          "kubeconfig": str(lab.kubeconfig_path)})],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)

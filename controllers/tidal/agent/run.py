@@ -18,7 +18,7 @@ from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.qos.egress_bandwidth import EgressActuator
 from tidal.agent.nri.probe import nri_capability
-from tidal.agent.qos.engine import QoSEngine
+from tidal.agent.qos.engine import QoSEngine, colocation_enabled
 from tidal.agent.qos.memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
 from tidal.agent.qos.numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
 from tidal.agent.qos.node_actions import NodeActions
@@ -197,6 +197,13 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                 pass
     finally:
         await node_qos.stop()
+        # The DaemonSet runs on colocation nodes only, so switching a node off deletes this agent
+        # at once, maybe before a round saw the label go: what it changed is put back on the way out.
+        if node_watch.synced.is_set() and not colocation_enabled(
+                ((node_watch.object or {}).get("metadata") or {}).get("labels")):
+            problems = await asyncio.shield(restore_node(api, node, state_dir))
+            log.info("node %s: colocation is off, restored what the agent changed%s", node,
+                     f" (not restored: {problems})" if problems else "")
         if writer is not None:
             writer.cancel()
         for w in watchers:

@@ -227,13 +227,21 @@ def write_configs(node: RealNode, ca_cert: Path, proxy_kubeconfig: Path, ports: 
     if not node.containerd_config.exists():
         node.containerd_config.parent.mkdir(parents=True, exist_ok=True)
         node.containerd_config.write_text(containerd_config(node))
-    node.cni_conf_dir.mkdir(parents=True, exist_ok=True)
-    (node.cni_conf_dir / "10-tidal-lab.conflist").write_text(json.dumps(cni_config(node), indent=2) + "\n")
-    node.kube_proxy_config.parent.mkdir(parents=True, exist_ok=True)
-    node.kube_proxy_config.write_text(
-        yaml.safe_dump(kube_proxy_config(node, proxy_kubeconfig, ports), sort_keys=True))
+    _write_if_changed(node.cni_conf_dir / "10-tidal-lab.conflist", json.dumps(cni_config(node), indent=2) + "\n")
+    # Only when it changed: kube-proxy exits as soon as its configuration file is written.
+    _write_if_changed(node.kube_proxy_config,
+                      yaml.safe_dump(kube_proxy_config(node, proxy_kubeconfig, ports), sort_keys=True))
     for sub in ("var/run/nri", "opt/nri/plugins", "etc/nri/conf.d"):
         (node.root / sub).mkdir(parents=True, exist_ok=True)
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    try:
+        if path.read_text() == text:
+            return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 # -- the pause image -----------------------------------------------------------------------------

@@ -281,3 +281,62 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
                         "-a", json.dumps({"names": [REAL_NODE], "colocation": True,
                                           "kubeconfig": str(lab.kubeconfig_path)})],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def _pod_token(lab, pod) -> str:
+    """The ServiceAccount token the kubelet projected into a running pod (read on the node)."""
+    volumes = lab.dir / "node-roots" / REAL_NODE / "var/lib/kubelet/pods" / pod.metadata.uid / "volumes"
+    tokens = sorted(volumes.glob("kubernetes.io~projected/kube-api-access-*/token"))
+    assert tokens, f"no projected token under {volumes}"
+    return tokens[0].read_text().strip()
+
+
+def _as(lab, token: str):
+    from kubernetes import client
+    from kubernetes import config as kconfig
+    configuration = client.Configuration()
+    kconfig.load_kube_config(config_file=str(lab.kubeconfig_path), client_configuration=configuration)
+    configuration.cert_file = configuration.key_file = None
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(configuration)
+
+
+def _status(call) -> int:
+    from kubernetes.client.exceptions import ApiException
+    try:
+        call()
+    except ApiException as err:
+        return err.status
+    return 200
+
+
+def test_every_controller_has_only_the_rights_its_work_needs(lab, site, core):
+    """With the tokens the pods really hold: the agent may write its own node and NodeProfile
+    only, the console no more than its ClusterRole, and the manager was never refused."""
+    from kubernetes import client
+    assert site.returncode == 0
+
+    def pod_of(app):
+        return core.list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/name={app}").items[0]
+
+    label = {"metadata": {"labels": {"tidal-rbac-probe": "x"}}}
+    with _as(lab, _pod_token(lab, pod_of("tidal-agent"))) as agent:
+        nodes, custom = client.CoreV1Api(agent), client.CustomObjectsApi(agent)
+        assert _status(lambda: nodes.patch_node("lab-node-0", label)) == 403
+        profile = ("colocation.tidal.io", "v1alpha1", "nodeprofiles")
+        assert _status(lambda: custom.patch_cluster_custom_object(*profile, "lab-node-0", {"status": {}})) in (403, 404)
+        assert _status(lambda: custom.patch_cluster_custom_object_status(*profile, "lab-node-0",
+                                                                         {"status": {}})) in (403, 404)
+        assert _status(lambda: nodes.list_namespaced_secret(NAMESPACE)) == 403
+        # its own node: allowed (the agent taints it), and the probe label removed again
+        assert _status(lambda: nodes.patch_node(REAL_NODE, label)) == 200
+        core.patch_node(REAL_NODE, {"metadata": {"labels": {"tidal-rbac-probe": None}}})
+    with _as(lab, _pod_token(lab, pod_of("tidal-console"))) as console:
+        api = client.CoreV1Api(console)
+        assert _status(lambda: api.list_namespaced_secret(NAMESPACE)) == 403
+        assert _status(lambda: api.delete_namespaced_pod(pod_of("tidal-agent").metadata.name, NAMESPACE)) == 403
+        assert _status(lambda: client.AppsV1Api(console).list_namespaced_deployment(NAMESPACE)) == 403
+    for pod in core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager").items:
+        log = core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE, container="manager")
+        refused = [line for line in log.splitlines() if " 403" in line or "forbidden" in line.lower()]
+        assert not refused, refused[:5]

@@ -114,7 +114,6 @@ def test_prometheus_scrapes_every_lab_target(lab):
     import urllib.parse
     import urllib.request
 
-
     def targets_up():
         query = urllib.parse.urlencode({"query": "up"})
         with urllib.request.urlopen(f"{lab.prometheus_url}/api/v1/query?{query}", timeout=5) as r:

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tidal.lab.components import COMPONENT_NAMES
+from tidal.lab.components import components
+
+# The second lab runs without a real node: the session's lab has this machine's one.
+COMPONENT_NAMES = [c.name for c in components(0)]
 
 pytestmark = pytest.mark.lab
 
@@ -47,7 +50,7 @@ def _processes_mentioning(path):
 def test_up_reuses_down_stops_everything_and_state_survives_a_restart(lab, tmp_path_factory):
     lab_dir = tmp_path_factory.mktemp("second-lab")
     try:
-        first = _tidal(lab_dir, "up", "--nodes", "1", "--no-build")
+        first = _tidal(lab_dir, "up", "--nodes", "1", "--real-nodes", "0", "--no-build")
         assert first.stdout.splitlines()[0].startswith("started: ")
         status = json.loads(_tidal(lab_dir, "status", "--json").stdout)
         assert status["healthy"] is True
@@ -55,7 +58,7 @@ def test_up_reuses_down_stops_everything_and_state_survives_a_restart(lab, tmp_p
         assert [n["name"] for n in status["nodes"]] == ["lab-node-0"] and status["nodes"][0]["ready"]
         pids = [c["pid"] for c in status["components"]]
 
-        again = _tidal(lab_dir, "up", "--nodes", "1", "--no-build")
+        again = _tidal(lab_dir, "up", "--nodes", "1", "--real-nodes", "0", "--no-build")
         assert "started:" not in again.stdout
         assert again.stdout.splitlines()[0] == "reused: " + ", ".join(COMPONENT_NAMES)
 
@@ -66,10 +69,23 @@ def test_up_reuses_down_stops_everything_and_state_survives_a_restart(lab, tmp_p
         assert _tidal(lab_dir, "status", check=False).returncode == 1
 
         # etcd's data was kept: the node exists without being created again.
-        restarted = _tidal(lab_dir, "up", "--nodes", "1", "--no-build")
+        restarted = _tidal(lab_dir, "up", "--nodes", "1", "--real-nodes", "0", "--no-build")
         assert "node lab-node-0" not in restarted.stdout.splitlines()[0]
         assert json.loads(_tidal(lab_dir, "status", "--json").stdout)["healthy"] is True
     finally:
         _tidal(lab_dir, "down", "--wipe", check=False)
     assert _processes_mentioning(lab_dir) == []
     assert not (lab_dir / "etcd").exists() and not (lab_dir / "lab.json").exists()
+
+
+def test_a_second_lab_cannot_take_the_machines_real_node(lab, tmp_path_factory):
+    if not int(lab._load_state().get("real_nodes", 0)):
+        pytest.skip("the session's lab runs no real node, so there is nothing to take")
+    lab_dir = tmp_path_factory.mktemp("third-lab")
+    try:
+        proc = _tidal(lab_dir, "up", "--nodes", "1", "--no-build", check=False)
+        assert proc.returncode == 1
+        assert f"the lab in {lab.dir} runs this machine's real node" in proc.stderr, proc.stderr
+        assert _processes_mentioning(lab_dir) == []
+    finally:
+        _tidal(lab_dir, "down", "--wipe", check=False)

@@ -24,19 +24,36 @@ UPSTREAM_RACE = "_queued_task_cache"
 
 
 def play(playbook: str, lab, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run a playbook against the lab. A run whose results thread died of the upstream race is
+    stopped as soon as its traceback shows (the run would hang until the timeout) and retried once."""
+    import tempfile
+    import time
     env = dict(os.environ, TIDAL_LAB_DIR=str(lab.dir), ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     for attempt in (1, 2):
-        try:
-            proc = subprocess.run([PLAYBOOK, playbook], cwd=ROOT, env=env, capture_output=True,
-                                  text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as err:
-            output = (err.stdout or b"").decode() + (err.stderr or b"").decode()
-            if attempt == 1 and UPSTREAM_RACE in output:
-                print(f"{playbook}: ansible-core results-thread race, retrying")
-                continue
-            raise
-        return proc
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen([PLAYBOOK, playbook], cwd=ROOT, env=env, stdout=out, stderr=err, text=True)
+            deadline, raced = time.monotonic() + timeout, False
+            while proc.poll() is None:
+                err.seek(0)
+                if UPSTREAM_RACE in err.read():
+                    raced = True
+                    proc.kill()
+                    proc.wait()
+                    break
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    out.seek(0)
+                    raise AssertionError(f"{playbook} still running after {timeout:.0f}s:\n{out.read()[-10000:]}")
+                time.sleep(1)
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        if raced and attempt == 1:
+            print(f"{playbook}: ansible-core results-thread race, retrying")
+            continue
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     raise AssertionError("unreachable")
 
 

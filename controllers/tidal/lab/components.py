@@ -63,9 +63,13 @@ class LabContext:
     def real_node(self) -> "realnode.RealNode":
         return realnode.node_for(self.lab_dir, 0)
 
-    def url(self, port_name: str, path: str, scheme: str = "http") -> str:
+    def address(self, port_name: str) -> str:
+        """`host:port` where the component behind `port_name` listens."""
         host = self.api_host if port_name in BRIDGE_PORTS else "127.0.0.1"
-        return f"{scheme}://{host}:{self.ports[port_name]}{path}"
+        return f"{host}:{self.ports[port_name]}"
+
+    def url(self, port_name: str, path: str, scheme: str = "http") -> str:
+        return f"{scheme}://{self.address(port_name)}{path}"
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,7 @@ def _prometheus(ctx: LabContext) -> list[str]:
         ctx.prometheus_binary, "--config.file", str(ctx.lab_dir / "prometheus.yml"),
         "--storage.tsdb.path", str(ctx.lab_dir / "prometheus-data"),
         "--storage.tsdb.retention.time", "2d",
-        "--web.listen-address", f"{ctx.api_host}:{ctx.ports['prometheus']}",
+        "--web.listen-address", ctx.address("prometheus"),
         "--web.enable-lifecycle",
         "--log.level", "warn",
     ]
@@ -316,7 +320,7 @@ def components(real_nodes: int) -> tuple[Component, ...]:
 def prometheus_config(ctx: LabContext) -> dict:
     """Scrape every lab target that exposes metrics, each on loopback."""
     def static(job: str, port_name: str, **extra) -> dict:
-        return {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{ctx.ports[port_name]}"]}],
+        return {"job_name": job, "static_configs": [{"targets": [ctx.address(port_name)]}],
                 **extra}
 
     admin_tls_config = {"ca_file": str(ctx.pki.ca.cert), "cert_file": str(ctx.pki.admin.cert),

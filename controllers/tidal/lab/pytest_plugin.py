@@ -7,6 +7,7 @@ wipes it afterwards (``TIDAL_LAB_KEEP=1`` keeps it running).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 
@@ -25,11 +26,25 @@ def lab():
     # Otherwise a lab of the test session's own, from empty state, so what earlier runs left
     # in etcd (labels, webhooks, objects of a failed test) cannot change the outcome.
     instance = Lab(versions.cache_root() / "test-run")
+    # Held for the whole session: a second test session must not wipe this one's lab under it.
+    instance.dir.mkdir(parents=True, exist_ok=True)
+    session_lock = open(instance.dir.parent / "test-run.session.lock", "w")
+    try:
+        fcntl.flock(session_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pytest.fail(f"another test session is using the lab in {instance.dir}: wait for it, or run this "
+                    "one against a lab of your own (`tidal lab up`, then TIDAL_LAB_DIR)", pytrace=False)
     instance.down(wipe=True)
     instance.up(nodes=int(os.environ.get("TIDAL_LAB_NODES", "3")))
     yield instance
     if os.environ.get("TIDAL_LAB_KEEP") != "1":
+        had_real_node = int(instance._load_state().get("real_nodes", 0)) > 0
         instance.down(wipe=True)
+        if had_real_node:  # `down` must leave nothing of the real node on the machine
+            from tidal.lab import realnode
+            left = realnode.leftovers(realnode.node_for(instance.dir))
+            assert not left, f"tidal lab down left behind: {left}"
+    session_lock.close()
 
 
 @pytest.fixture(scope="session")

@@ -402,6 +402,20 @@ def cleanup(node: RealNode, bin_dir: Path, kube_proxy_present: bool) -> list[str
     return done
 
 
+def leftovers(node: RealNode) -> list[str]:
+    """What a stopped real node still holds on this machine (nothing, after `cleanup`)."""
+    found = [f"process {pid}" for pid in sorted(_pids_in(_cgroup_dirs()) | _shim_pids(node))]
+    found += [f"mount {m}" for m in (_mounts_under(node.root) if node.root.exists() else [])]
+    found += [f"cgroup {d}" for d in _cgroup_dirs()]
+    found += [f"bridge {b}" for b in (network.BRIDGE, network.POD_BRIDGE) if network.link_exists(b)]
+    for tool in ("iptables", "ip6tables"):
+        for table in ("mangle", "nat", "filter"):
+            listing = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True).stdout
+            found += [f"{tool} -t {table} chain {line.split()[1]}" for line in listing.splitlines()
+                      if line.startswith("-N KUBE-")]
+    return found
+
+
 # The chains the kubelet itself writes: canaries it watches to notice a flush of the tables, the
 # hint of its iptables mode, and KUBE-FIREWALL (drops outside traffic to 127.0.0.0/8).
 KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")

@@ -23,7 +23,7 @@ PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 UPSTREAM_RACE = "_queued_task_cache"
 
 
-def play(playbook: str, lab, timeout: float = 240) -> subprocess.CompletedProcess:
+def play(playbook: str, lab, timeout: float = 240, *extra: str) -> subprocess.CompletedProcess:
     """Run a playbook against the lab. A run whose results thread died of the upstream race is
     stopped as soon as its traceback shows (the run would hang until the timeout) and retried once."""
     import tempfile
@@ -32,7 +32,8 @@ def play(playbook: str, lab, timeout: float = 240) -> subprocess.CompletedProces
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     for attempt in (1, 2):
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen([PLAYBOOK, playbook], cwd=ROOT, env=env, stdout=out, stderr=err, text=True)
+            proc = subprocess.Popen([PLAYBOOK, playbook, *extra], cwd=ROOT, env=env, stdout=out, stderr=err,
+                                    text=True)
             deadline, raced = time.monotonic() + timeout, False
             while proc.poll() is None:
                 err.seek(0)
@@ -357,3 +358,43 @@ def test_every_controller_has_only_the_rights_its_work_needs(lab, site, core):
         log = core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE, container="manager")
         refused = [line for line in log.splitlines() if " 403" in line or "forbidden" in line.lower()]
         assert not refused, refused[:5]
+
+
+def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(lab, site, core):
+    """site.yml with another image: the DaemonSet and Deployments roll onto it; the agent's
+    restore journal lives on the host and is the same after the roll; nothing is evicted."""
+    from kubernetes import client
+    from tidal.lab import realnode, versions
+    from tidal.lab.pytest_plugin import wait_for
+
+    assert site.returncode == 0
+    node = realnode.node_for(lab.dir)
+    journal = node.root / "var/lib/tidal-agent/qos-journal.json"
+    # colocation is on: the agent holds at least the BE parent's suppression quota in its journal
+    wait_for(journal.exists, 60, f"the agent's journal at {journal}")
+    before = json.loads(journal.read_text())
+    current = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager") \
+        .items[0].spec.containers[0].image
+    upgraded = current + "-upgrade"
+    realnode.ctr(versions.bin_dir(), node, "images", "tag", "--force", current, upgraded)
+    evictions = len(core.list_event_for_all_namespaces(field_selector="reason=Evicted").items)
+    try:
+        run = play("playbooks/site.yml", lab, 600, "-e", f"tidal_controllers_image={upgraded}")
+        assert run.returncode == 0, (run.stdout + run.stderr)[-15000:]
+        apps = client.AppsV1Api(core.api_client)
+
+        def rolled():
+            images = {pod.metadata.name: [c.image for c in pod.spec.containers]
+                      for pod in core.list_namespaced_pod(NAMESPACE).items
+                      if pod.metadata.labels.get("app.kubernetes.io/part-of") == "tidal"
+                      and pod.metadata.deletion_timestamp is None}
+            return images if images and all(i == [upgraded] * len(i) for i in images.values()) else None
+        wait_for(rolled, 180, f"every Tidal pod on {upgraded}")
+        agent = apps.read_namespaced_daemon_set("tidal-agent", NAMESPACE)
+        assert agent.status.number_ready == agent.status.desired_number_scheduled == 1
+        after = json.loads(journal.read_text())
+        assert after == before, "the agent's journal changed across the upgrade"
+        assert len(core.list_event_for_all_namespaces(field_selector="reason=Evicted").items) == evictions
+    finally:
+        back = play("playbooks/site.yml", lab, 600)
+        assert back.returncode == 0, (back.stdout + back.stderr)[-15000:]

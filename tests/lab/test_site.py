@@ -332,10 +332,17 @@ def test_every_controller_has_only_the_rights_its_work_needs(lab, site, core):
     """With the tokens the pods really hold: the agent may write its own node and NodeProfile
     only, the console no more than its ClusterRole, and the manager was never refused."""
     from kubernetes import client
+    from tidal.lab.pytest_plugin import wait_for
     assert site.returncode == 0
 
     def pod_of(app):
-        return core.list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/name={app}").items[0]
+        """A running pod of `app` whose token the kubelet has projected (not one being replaced)."""
+        def ready():
+            for pod in core.list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/name={app}").items:
+                if pod.metadata.deletion_timestamp is None and pod.status.phase == "Running":
+                    return pod
+            return None
+        return wait_for(ready, 120, f"a running {app} pod")
 
     label = {"metadata": {"labels": {"tidal-rbac-probe": "x"}}}
     with _as(lab, _pod_token(lab, pod_of("tidal-agent"))) as agent:
@@ -370,8 +377,13 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
     assert site.returncode == 0
     node = realnode.node_for(lab.dir)
     journal = node.root / "var/lib/tidal-agent/qos-journal.json"
-    # colocation is on: the agent holds at least the BE parent's suppression quota in its journal
-    wait_for(journal.exists, 60, f"the agent's journal at {journal}")
+    # colocation is on: the agent suppresses the BE parent's CPU, whose original quota it journals
+    def journalled():
+        try:
+            return json.loads(journal.read_text()).get("originals")
+        except (OSError, ValueError):
+            return None
+    wait_for(journalled, 60, f"the BE parent's original quota in the agent's journal {journal}")
     before = json.loads(journal.read_text())
     current = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager") \
         .items[0].spec.containers[0].image
@@ -390,10 +402,15 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
                       and pod.metadata.deletion_timestamp is None}
             return images if images and all(i == [upgraded] * len(i) for i in images.values()) else None
         wait_for(rolled, 180, f"every Tidal pod on {upgraded}")
-        agent = apps.read_namespaced_daemon_set("tidal-agent", NAMESPACE)
-        assert agent.status.number_ready == agent.status.desired_number_scheduled == 1
-        after = json.loads(journal.read_text())
-        assert after == before, "the agent's journal changed across the upgrade"
+
+        def agent_ready():
+            status = apps.read_namespaced_daemon_set("tidal-agent", NAMESPACE).status
+            return status.updated_number_scheduled == status.number_ready == status.desired_number_scheduled == 1
+        wait_for(agent_ready, 120, "the upgraded agent ready")
+        # The originals are what the node had before Tidal: the upgraded agent holds the same ones
+        # (a lost journal would make it record its predecessor's values as originals).
+        wait_for(lambda: json.loads(journal.read_text()) == before, 30,
+                 f"the agent's journal {before} kept across the upgrade")
         assert len(core.list_event_for_all_namespaces(field_selector="reason=Evicted").items) == evictions
     finally:
         back = play("playbooks/site.yml", lab, 600)

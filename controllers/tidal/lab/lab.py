@@ -24,7 +24,8 @@ import yaml
 
 from tidal.lab import build, kubeconfig, network, processes, realnode, versions
 from tidal.lab.components import (COMPONENT_NAMES, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, PORT_NAMES,
-                                  Component, LabContext, components, prometheus_config)
+                                  PROMETHEUS_RULES_DIR, PROMETHEUS_TARGETS_DIR, REAL_NODE_COMPONENTS, Component,
+                                  LabContext, components, prometheus_config)
 from tidal.lab.pki import ensure_lab_pki
 from tidal.lab.ports import free_ports, port_free
 
@@ -36,8 +37,9 @@ START_TIMEOUT_SECONDS = {"kube-apiserver": 180.0}
 # Several kubelets on one machine would share its cgroups, iptables and ports: one is what the
 # lab can run faithfully.
 MAX_REAL_NODES = 1
-# Which lab runs this machine's real node (its directory and its kubelet's process record).
+# Which lab runs this machine's real node (its directory; its state says whether that node runs).
 REAL_NODE_OWNER = Path("/run/tidal-lab/real-node.json")
+REAL_NODE_COMPONENT_NAMES = frozenset(c.name for c in REAL_NODE_COMPONENTS)
 DEFAULT_START_TIMEOUT_SECONDS = 90.0
 
 
@@ -232,8 +234,6 @@ class Lab:
                 realnode.ensure_cgroup_root()
             if component.name == "containerd" and realnode.ensure_pause_image(ctx.bin_dir, ctx.real_node):
                 self.log(f"imported the sandbox image {realnode.PAUSE_IMAGE} into {ctx.real_node.name}'s containerd")
-        if real_nodes > 0:
-            self._note_real_node_owner(records)
         result.nodes_created = self.ensure_nodes(nodes)
         self._wait_nodes_ready(real_nodes=[realnode.node_for(self.dir, i).name for i in range(real_nodes)])
         state["processes"] = {n: r.to_json() for n, r in records.items()}
@@ -259,6 +259,8 @@ class Lab:
         (self.dir / "kwok.yaml").write_text(
             "\n---\n".join(s.read_text().strip() for s in stages) + "\n")
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(ctx), sort_keys=False))
+        for sub in (PROMETHEUS_TARGETS_DIR, PROMETHEUS_RULES_DIR):  # file_sd targets and rules go here
+            (self.dir / sub).mkdir(exist_ok=True)
         for index in range(ctx.real_nodes):
             realnode.write_configs(realnode.node_for(self.dir, index), ctx.pki.ca.cert,
                                    ctx.kubeconfig_of("kube-proxy"), ctx.ports)
@@ -435,23 +437,19 @@ class Lab:
     def _claim_real_node(self) -> None:
         """One lab at a time may run a real node on this machine (the bridge, the kubelet's
         cgroup root and kube-proxy's rules are the machine's): refuse while another lab's is up."""
-        owner_file = REAL_NODE_OWNER
         try:
-            owner = json.loads(owner_file.read_text())
+            other = json.loads(REAL_NODE_OWNER.read_text()).get("lab_dir")
         except (OSError, ValueError):
-            owner = {}
-        other = owner.get("lab_dir")
+            other = None
         if other and other != str(self.dir):
-            record = owner.get("kubelet")
-            if record and processes.alive(processes.ProcessRecord.from_json(record)):
-                raise LabError(f"the lab in {other} runs this machine's real node: stop it first "
-                               f"(`tidal lab --dir {other} down`) or use --real-nodes 0")
-        owner_file.parent.mkdir(parents=True, exist_ok=True)
-        owner_file.write_text(json.dumps({"lab_dir": str(self.dir)}))
-
-    def _note_real_node_owner(self, records: dict[str, processes.ProcessRecord]) -> None:
-        if "kubelet" in records:
-            REAL_NODE_OWNER.write_text(json.dumps({"lab_dir": str(self.dir), "kubelet": records["kubelet"].to_json()}))
+            owner = Lab(other, log=self.log)
+            running = [name for name, record in owner._records(owner._load_state()).items()
+                       if name in REAL_NODE_COMPONENT_NAMES and processes.alive(record)]
+            if running:
+                raise LabError(f"the lab in {other} runs this machine's real node ({', '.join(running)}): "
+                               f"stop it first (`tidal lab --dir {other} down`) or use --real-nodes 0")
+        REAL_NODE_OWNER.parent.mkdir(parents=True, exist_ok=True)
+        REAL_NODE_OWNER.write_text(json.dumps({"lab_dir": str(self.dir)}))
 
     def _remove_real_nodes(self, count: int, kube_proxy: bool) -> list[str]:
         """What a real node leaves once its processes are stopped, then the lab network."""

@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("started: " + ", ".join(result.started + [f"node {n}" for n in result.nodes_created]))
             if result.reused:
                 print("reused: " + ", ".join(result.reused))
+            if result.stopped:
+                print("stopped: " + ", ".join(result.stopped))
             status = lab.status()
             print(format_status(status))
             return 0 if status.healthy else 1

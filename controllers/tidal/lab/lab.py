@@ -84,6 +84,7 @@ class UpResult:
     started: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     nodes_created: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
 
 
 def _log_tail(path: str, lines: int = 25) -> str:
@@ -210,7 +211,7 @@ class Lab:
         wanted = components(real_nodes)
         for name in [n for n in records if n not in {c.name for c in wanted}]:
             if processes.stop(records.pop(name)):  # e.g. the real node of a lab now without one
-                result.started.append(f"stopped {name}")
+                result.stopped.append(name)
         for component in wanted:
             record = records.get(component.name)
             # A changed command line (new ports, addresses, binaries) restarts the component.

@@ -194,6 +194,14 @@ def _node(core):
     return core.read_node(REAL_NODE)
 
 
+def _switch_colocation(lab, on: bool) -> subprocess.CompletedProcess:
+    """The real node's colocation switch, as a user flips it: the tidal.colocation.node module."""
+    return subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-m", "tidal.colocation.node",
+                           "-a", json.dumps({"names": [REAL_NODE], "colocation": on,
+                                             "kubeconfig": str(lab.kubeconfig_path)})],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
 def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, site, core):
     """Webhook, agent, oversell leader, Volcano, NRI, static CPU manager, watermark eviction
     and colocation off: every step done by the in-cluster controllers on the real node."""
@@ -274,11 +282,7 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
 
         # 5. colocation off: labels, taint and batch resources go, every cgroup value comes back
         be_parent = CGROUP / "cpu/tidal-lab/kubepods/besteffort/cpu.cfs_quota_us"
-        off = subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-m",
-                              "tidal.colocation.node", "-a",
-                              json.dumps({"names": [REAL_NODE], "colocation": False,
-                                          "kubeconfig": str(lab.kubeconfig_path)})],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        off = _switch_colocation(lab, False)
         assert off.returncode == 0, off.stdout + off.stderr
 
         def clean():
@@ -295,10 +299,7 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
         current = custom.get_cluster_custom_object(*policy)
         current["spec"] = original_spec
         custom.replace_cluster_custom_object(*policy, current)
-        subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-m", "tidal.colocation.node",
-                        "-a", json.dumps({"names": [REAL_NODE], "colocation": True,
-                                          "kubeconfig": str(lab.kubeconfig_path)})],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+        _switch_colocation(lab, True)
 
 
 def _pod_token(lab, pod) -> str:

@@ -113,8 +113,7 @@ class Lab:
     def prometheus_url(self) -> str:
         """Where the lab's Prometheus answers (on the lab bridge when the lab has real nodes)."""
         state = self._load_state()
-        host = network.HOST_ADDRESS if int(state.get("real_nodes", 0)) > 0 else "127.0.0.1"
-        return f"http://{host}:{state['ports']['prometheus']}"
+        return f"http://{network.api_host(int(state.get('real_nodes', 0)))}:{state['ports']['prometheus']}"
 
     @property
     def logs_dir(self) -> Path:
@@ -145,7 +144,7 @@ class Lab:
                 for name, rec in state.get("processes", {}).items()}
 
     def _context(self, ports: dict[str, int], real_nodes: int = 0) -> LabContext:
-        api_host = network.HOST_ADDRESS if real_nodes > 0 else "127.0.0.1"
+        api_host = network.api_host(real_nodes)
         pki = ensure_lab_pki(self.dir / "pki", api_host)
         server = f"https://{api_host}:{ports['apiserver']}"
         admin = kubeconfig.write(self.kubeconfig_path, server, pki.ca.cert, pki.admin, "tidal-lab-admin")

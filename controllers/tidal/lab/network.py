@@ -38,6 +38,12 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
+def api_host(real_nodes: int) -> str:
+    """Where the API server and Prometheus listen: the bridge once the lab has a real node
+    (pods must reach them), else loopback."""
+    return HOST_ADDRESS if real_nodes > 0 else "127.0.0.1"
+
+
 def link_exists(name: str) -> bool:
     return subprocess.run(["ip", "link", "show", name], capture_output=True).returncode == 0
 

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.lab import network
-from tidal.lab import oci
+from tidal.lab import network, oci
+from tidal.lab.image import import_image
 
 NODE_NAME = "lab-real-0"
 CGROUP_ROOT = "/tidal-lab"
@@ -281,7 +281,7 @@ def ensure_pause_image(bin_dir: Path, node: RealNode) -> bool:
         layer = oci.layer_from_directory(tree, Path(tmp) / "layer.tar")
         archive = oci.write_oci_archive(Path(tmp) / "pause.oci.tar", [layer],
                                         oci.image_config([layer], entrypoint=["/pause"]), PAUSE_IMAGE)
-        ctr(bin_dir, node, "images", "import", "--local", "--platform", "linux/amd64", str(archive))
+        import_image(archive, bin_dir / "ctr", node.containerd_socket)
     return True
 
 
@@ -402,17 +402,22 @@ def cleanup(node: RealNode, bin_dir: Path, kube_proxy_present: bool) -> list[str
     return done
 
 
+def _iptables_rules():
+    """(tool, table, `-S` listing) of every table kube-proxy and the kubelet write to."""
+    for tool in ("iptables", "ip6tables"):
+        for table in ("mangle", "nat", "filter"):
+            yield tool, table, subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True).stdout
+
+
 def leftovers(node: RealNode) -> list[str]:
     """What a stopped real node still holds on this machine (nothing, after `cleanup`)."""
     found = [f"process {pid}" for pid in sorted(_pids_in(_cgroup_dirs()) | _shim_pids(node))]
     found += [f"mount {m}" for m in (_mounts_under(node.root) if node.root.exists() else [])]
     found += [f"cgroup {d}" for d in _cgroup_dirs()]
     found += [f"bridge {b}" for b in (network.BRIDGE, network.POD_BRIDGE) if network.link_exists(b)]
-    for tool in ("iptables", "ip6tables"):
-        for table in ("mangle", "nat", "filter"):
-            listing = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True).stdout
-            found += [f"{tool} -t {table} chain {line.split()[1]}" for line in listing.splitlines()
-                      if line.startswith("-N KUBE-")]
+    for tool, table, listing in _iptables_rules():
+        found += [f"{tool} -t {table} chain {line.split()[1]}" for line in listing.splitlines()
+                  if line.startswith("-N KUBE-")]
     return found
 
 
@@ -423,17 +428,15 @@ KUBELET_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
 
 def remove_kubelet_chains() -> bool:
     removed = False
-    for tool in ("iptables", "ip6tables"):
-        for table in ("mangle", "nat", "filter"):
-            listing = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True).stdout
-            for line in listing.splitlines():
-                parts = line.split()
-                if parts[:1] == ["-A"] and "-j" in parts and parts[parts.index("-j") + 1] in KUBELET_CHAINS \
-                        and parts[1] not in KUBELET_CHAINS:
-                    subprocess.run([tool, "-t", table, "-D", *parts[1:]], capture_output=True)
-            for chain in KUBELET_CHAINS:
-                if f"-N {chain}" in listing:
-                    subprocess.run([tool, "-t", table, "-F", chain], capture_output=True)
-                    subprocess.run([tool, "-t", table, "-X", chain], capture_output=True)
-                    removed = True
+    for tool, table, listing in _iptables_rules():
+        for line in listing.splitlines():
+            parts = line.split()
+            if parts[:1] == ["-A"] and "-j" in parts and parts[parts.index("-j") + 1] in KUBELET_CHAINS \
+                    and parts[1] not in KUBELET_CHAINS:
+                subprocess.run([tool, "-t", table, "-D", *parts[1:]], capture_output=True)
+        for chain in KUBELET_CHAINS:
+            if f"-N {chain}" in listing:
+                subprocess.run([tool, "-t", table, "-F", chain], capture_output=True)
+                subprocess.run([tool, "-t", table, "-X", chain], capture_output=True)
+                removed = True
     return removed

@@ -94,6 +94,19 @@ bench-agent: venv debian-packages lab-build
 bench-policy: venv debian-packages lab-build
 	$(BIN)/python bench/policy.py $(BENCH_ARGS)
 
+# Oversell predictors (tidal.predict) on the shared public traces, as in its README: Azure 2019
+# strict and lenient, Alibaba 2018 strict, converted into a temporary directory (one trace = one
+# node) and evaluated per node and pooled over them; ~10 s. PREDICT_TRACES: where the traces are.
+PREDICT_TRACES ?= $(or $(TIDAL_TRACES_DIR),../shared/data/traces)
+.PHONY: bench-predict
+bench-predict: venv
+	@set -eo pipefail; t="$(abspath $(PREDICT_TRACES))"; tidal="$(CURDIR)/$(BIN)/tidal"; \
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; cd "$$d"; \
+	$$tidal predict convert-azure --cpu "$$t/azure2019_20vms_cpu_5min.csv.gz" --meta "$$t/azure2019_20vms_meta.csv" --variant strict -o azure_strict.csv; \
+	$$tidal predict convert-azure --cpu "$$t/azure2019_20vms_cpu_5min.csv.gz" --meta "$$t/azure2019_20vms_meta.csv" --variant lenient -o azure_lenient.csv; \
+	$$tidal predict convert-alibaba --usage "$$t/alibaba2018_machine_usage_head_16machines.csv.gz" --meta "$$t/alibaba2018_machine_meta_full.csv.gz" --variant strict -o alibaba_strict.csv; \
+	$$tidal predict evaluate --trace . --json $(BENCH_ARGS) | "$(CURDIR)/$(BIN)/python" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))'
+
 # Advanced node features on this machine's cgroups (root): CPU burst latency, PSI reaction time.
 .PHONY: bench-burst bench-psi
 bench-burst: venv

@@ -1,6 +1,7 @@
 """``tidal predict ...``: evaluate the predictors on a trace, convert public traces.
 
-    tidal predict evaluate --trace FILE [--horizon 60m] [--warmup 1d] [--json]
+    tidal predict evaluate --trace FILE|DIR [--trace ...] [--horizon 60m] [--warmup 1d]
+                           [--budget 1%] [--worst-node-budget 3%] [--per-trace] [--json]
     tidal predict convert-azure --cpu CPU.csv.gz --meta META.csv [--variant strict|lenient]
                                 [--category Interactive|all] -o OUT.csv
     tidal predict convert-alibaba --usage USAGE.csv.gz --meta META.csv.gz
@@ -16,20 +17,35 @@ import argparse
 import gzip
 import io
 import json
+import math
 import re
 import sys
 import time
+from pathlib import Path
 from typing import IO
 
 from tidal.predict.alibaba import convert_alibaba
 from tidal.predict.azure import VARIANTS, convert_azure
-from tidal.predict.evaluate import Evaluation, evaluate
+from tidal.predict.evaluate import (
+    DEFAULT_BUDGET,
+    WORST_NODE_FACTOR,
+    Evaluation,
+    Pooled,
+    decision_range,
+    evaluate,
+    pool,
+)
 from tidal.predict.predictors import NAMES, Oracle, realisable
-from tidal.predict.series import TraceFormatError, read_trace, write_long_csv
+from tidal.predict.series import Trace, TraceFormatError, read_trace, write_long_csv
 
 PROG = "tidal predict"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+#: Up to this many traces the human output shows one table per trace (more: --per-trace).
+PER_TRACE_TABLES = 3
+#: Traces read in the up-front check are kept for the evaluation up to this many grid cells
+#: (series × steps) in all; the others are read again when their turn comes.
+KEEP_CELLS = 4_000_000
 
 
 def parse_duration(text: str) -> int:
@@ -45,6 +61,48 @@ def parse_duration(text: str) -> int:
     return int(seconds)
 
 
+def parse_budget(text: str) -> float:
+    """``1%``, ``0.5 %`` or ``0.01`` → a fraction in [0, 1]."""
+    t = text.strip()
+    percent = t.endswith("%")
+    try:
+        v = float(t[:-1] if percent else t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid budget {text!r} (use e.g. 1% or 0.01)") from None
+    if percent:
+        v /= 100
+    if not math.isfinite(v) or v < 0 or v > 1:
+        raise argparse.ArgumentTypeError(
+            f"budget {text!r} must lie between 0 and 1 (or 0 % and 100 %), e.g. 1% or 0.01"
+        )
+    return v
+
+
+def trace_files(args: list[str]) -> list[str]:
+    """``--trace`` values → trace files: a directory stands for its ``*.csv`` and ``*.csv.gz``
+    files, sorted by name; a file named twice counts once. An empty directory is an error."""
+    out: list[str] = []
+    seen: set[Path] = set()
+    for a in args:
+        p = Path(a)
+        if p.is_dir():
+            found = sorted(
+                f for f in p.iterdir()
+                if f.is_file() and (f.name.endswith(".csv") or f.name.endswith(".csv.gz"))
+            )
+            if not found:
+                raise ValueError(f"{a}: no trace files (*.csv, *.csv.gz) in this directory")
+            paths = [str(f) for f in found]
+        else:
+            paths = [a]  # a missing file is reported by read_trace
+        for f in paths:
+            key = Path(f).resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(f)
+    return out
+
+
 def _positive_duration(text: str) -> int:
     v = parse_duration(text)
     if v <= 0:
@@ -56,10 +114,35 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Oversell predictors measured on traces.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{evaluate,convert-azure,convert-alibaba}")
 
-    e = sub.add_parser("evaluate", help="score every predictor (and the peak oracle) on a trace")
-    e.add_argument("--trace", required=True, help="long CSV: timestamp,series_id,usage,request")
+    e = sub.add_parser(
+        "evaluate", help="score every predictor (and the peak oracle) on traces, per node and pooled",
+        description="Score every predictor on each trace (one trace = one node), one after another, "
+        "and pooled over all of them.",
+    )
+    e.add_argument(
+        "--trace", required=True, action="append", metavar="FILE|DIR",
+        help="long CSV (timestamp,series_id,usage,request; .gz ok), one node; or a directory: "
+        "every *.csv and *.csv.gz in it, sorted by name. Repeatable",
+    )
     e.add_argument("--horizon", type=_positive_duration, default=3600, help="look-ahead (default 60m)")
-    e.add_argument("--warmup", type=parse_duration, default=86400, help="skipped start (default 1d)")
+    e.add_argument(
+        "--warmup", type=parse_duration, default=86400,
+        help="decision points not scored at the start, e.g. 0, 30m, 2h (default 1d)",
+    )
+    e.add_argument(
+        "--budget", type=parse_budget, default=DEFAULT_BUDGET,
+        help="violation budget: mean 60-min violation rate over the nodes, e.g. 1%% or 0.01 "
+        "(default 1%%)",
+    )
+    e.add_argument(
+        "--worst-node-budget", type=parse_budget, default=None,
+        help=f"bound on the worst node's 60-min violation rate (default {WORST_NODE_FACTOR:g} × "
+        "--budget: 3%% with the default budget)",
+    )
+    e.add_argument(
+        "--per-trace", action="store_true",
+        help=f"one table per trace even with more than {PER_TRACE_TABLES} traces",
+    )
     e.add_argument(
         "--max-gap", type=parse_duration, default=None,
         help="carry a missing reading forward at most this long (default: until the series' next reading)",
@@ -69,7 +152,11 @@ def _parser() -> argparse.ArgumentParser:
         "--predictors", default=None,
         help=f"comma-separated subset of {','.join(NAMES)} (default: all)",
     )
-    e.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    e.add_argument(
+        "--json", action="store_true",
+        help="print JSON instead of tables: traces (one object per trace), pooled, budget, "
+        "worst_node_budget, baseline, note; with one trace its fields also at the top level",
+    )
 
     a = sub.add_parser("convert-azure", help="Azure 2019 vm_cpu_readings + vmtable → long CSV")
     a.add_argument("--cpu", required=True, help="timestamp,vm_id,min_cpu,max_cpu,avg_cpu (.gz ok)")
@@ -142,8 +229,9 @@ def _write(rows, output: str) -> int:
 class _Progress:
     """Progress on stderr, only once a run has taken more than two seconds."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], prefix: str = "") -> None:
         self.stream = stream
+        self.prefix = prefix
         self.start = time.monotonic()
         self.last = self.start
         self.shown = False
@@ -156,39 +244,134 @@ class _Progress:
             return
         self.last = now
         self.shown = True
-        self.stream.write(f"{PROG}: evaluating {100 * done / total:.0f} % ({done}/{total} decision points)\n")
+        self.stream.write(
+            f"{PROG}: {self.prefix}evaluating {100 * done / total:.0f} % ({done}/{total} decision points)\n"
+        )
         self.stream.flush()
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    trace = read_trace(args.trace, step=args.step, max_gap_seconds=args.max_gap)
-    predictors = [Oracle.for_trace(trace, args.horizon), *realisable(args.horizon)]
+    wanted: list[str] | None = None
     if args.predictors:
         wanted = [w.strip() for w in args.predictors.split(",") if w.strip()]
         unknown = [w for w in wanted if w not in NAMES]
         if unknown:
             raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; known: {', '.join(NAMES)}")
-        predictors = [p for p in predictors if p.name in wanted]
-    result = evaluate(
-        trace, predictors, horizon_seconds=args.horizon, warmup_seconds=args.warmup,
-        progress=_Progress(sys.stderr),
-    )
+    files = trace_files(args.trace)
+    # Read and check every trace first: a bad file fails the run before any evaluation.
+    kept: dict[str, Trace] = {}
+    cells = 0
+    for f in files:
+        trace = read_trace(f, step=args.step, max_gap_seconds=args.max_gap)
+        decision_range(len(trace), trace.step, horizon_seconds=args.horizon,
+                       warmup_seconds=args.warmup, source=trace.source)
+        cells += len(trace) * len(trace.series_ids)
+        if cells <= KEEP_CELLS:
+            kept[f] = trace
+    many = len(files) > 1
+    evaluations: list[Evaluation] = []
+    for k, f in enumerate(files, 1):
+        trace = kept.pop(f, None)
+        if trace is None:
+            trace = read_trace(f, step=args.step, max_gap_seconds=args.max_gap)
+        predictors = [Oracle.for_trace(trace, args.horizon), *realisable(args.horizon)]
+        if wanted is not None:
+            predictors = [p for p in predictors if p.name in wanted]
+        prefix = f"[{k}/{len(files)}] {f}: " if many else ""
+        try:
+            ev = evaluate(
+                trace, predictors, horizon_seconds=args.horizon, warmup_seconds=args.warmup,
+                progress=_Progress(sys.stderr, prefix), budget=args.budget,
+                worst_node_budget=args.worst_node_budget,
+            )
+        except ValueError as e:
+            if str(e).startswith(trace.source):
+                raise
+            raise ValueError(f"{trace.source}: {e}") from None
+        del trace
+        evaluations.append(ev)
+        if many:
+            sys.stderr.write(
+                f"{PROG}: {prefix}{ev.decisions} decision points, {ev.elapsed_seconds:.1f} s\n"
+            )
+            sys.stderr.flush()
+    pooled = pool(evaluations, budget=args.budget, worst_node_budget=args.worst_node_budget)
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2)
+        json.dump(evaluation_json(evaluations, pooled), sys.stdout, indent=2)
         sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_table(result))
+        return 0
+    if not many:
+        sys.stdout.write(format_table(evaluations[0]))
+        return 0
+    if args.per_trace or len(evaluations) <= PER_TRACE_TABLES:
+        for ev in evaluations:
+            sys.stdout.write(format_table(ev) + "\n")
+    sys.stdout.write(format_pooled(pooled))
     return 0
 
 
+def evaluation_json(evaluations: list[Evaluation], pooled: Pooled) -> dict:
+    """``{"traces": [...], "pooled": {...}, "budget", "worst_node_budget", "baseline", "note"}``.
+
+    With a single trace its own fields stay at the top level too (the earlier output).
+    """
+    doc: dict = evaluations[0].to_json() if len(evaluations) == 1 else {}
+    doc.update(
+        budget=pooled.budget,
+        worst_node_budget=pooled.worst_node_budget,
+        baseline=pooled.baseline,
+        note=pooled.note,
+        horizon_seconds=pooled.horizon_seconds,
+        warmup_seconds=pooled.warmup_seconds,
+        traces=[ev.to_json() for ev in evaluations],
+        pooled=pooled.to_json(),
+    )
+    return doc
+
+
 def _pct(x: float | None, digits: int = 1) -> str:
-    return "" if x is None else f"{100 * x:.{digits}f} %"
+    if x is None:
+        return ""
+    v = round(100 * x, digits)
+    return f"{v + 0.0 if v else 0.0:.{digits}f} %"  # never "-0 %"
+
+
+def _pct_g(x: float) -> str:
+    return f"{100 * x:g} %"
+
+
+def _hname(h: int) -> str:
+    return f"{h // 60} min" if h % 60 == 0 else f"{h} s"
+
+
+def _yes(x: bool | None) -> str:
+    return "" if x is None else ("yes" if x else "no")
+
+
+def _name(r) -> str:
+    return f"**{r.name}** (default)" if r.default else r.name
+
+
+def _budget_lines(budget: float, worst_node_budget: float, baseline: str | None,
+                  note: str | None, results, *, pooled: bool) -> str:
+    mean = "mean violation at 60 min over the nodes" if pooled else "violation at 60 min"
+    worst = "worst node's" if pooled else "worst node's (this trace's)"
+    out = f"within budget: {mean} ≤ {_pct_g(budget)} and the {worst} ≤ {_pct_g(worst_node_budget)}. "
+    if baseline is not None:
+        b = next(r for r in results if r.name == baseline)
+        out += (f"Baseline, the best peer within budget: {baseline} (reclaimed {_pct(b.reclaimed)}); "
+                f"gap closed: share of the reclaimed gap between {baseline} and the oracle.")
+        if note:
+            out += f" ({note}.)"
+    else:
+        out += f"No baseline: {note or 'no peer within budget'}."
+    return out + "\n"
 
 
 def format_table(ev: Evaluation) -> str:
-    """The human-readable table (markdown), with a one-paragraph header."""
+    """The human-readable table of one trace (markdown), with a one-paragraph header."""
     h = ev.horizon_seconds
-    hname = f"{h // 60} min" if h % 60 == 0 else f"{h} s"
+    hname = _hname(h)
     out = io.StringIO()
     out.write(
         f"{ev.trace}: {ev.series} series × {ev.steps} steps of {ev.step_seconds} s; "
@@ -201,20 +384,57 @@ def format_table(ev: Evaluation) -> str:
     cols = ["predictor", "reclaimed", "violation 5 min", "violation 60 min"]
     if extra:
         cols.append(f"violation {hname}")
-    cols += ["mean overshoot", "gap closed"]
+    cols += ["mean overshoot", "gap closed vs rc-nsigma-max", "within budget",
+             "gap closed vs best in-budget peer"]
     out.write("| " + " | ".join(cols) + " |\n")
     out.write("|" + "|".join("---" for _ in cols) + "|\n")
     for r in ev.results:
-        name = f"**{r.name}** (default)" if r.default else r.name
-        cells = [name, _pct(r.reclaimed), _pct(r.violation_5m, 2), _pct(r.violation_60m, 2)]
+        cells = [_name(r), _pct(r.reclaimed), _pct(r.violation_5m, 2), _pct(r.violation_60m, 2)]
         if extra:
             cells.append(_pct(r.violation, 2))
-        cells += [_pct(r.overshoot, 3), _pct(r.gap_closed, 0)]
+        cells += [_pct(r.overshoot, 3), _pct(r.gap_closed_vs_rc_nsigma_max, 0),
+                  _yes(r.within_budget), _pct(r.gap_closed, 0)]
         out.write("| " + " | ".join(cells) + " |\n")
     out.write(
-        "\ngap closed: share of the reclaimed gap between rc-nsigma-max and the oracle; "
-        "overshoot: mean shortfall per decision point, as a fraction of the requests.\n"
+        "\ngap closed vs rc-nsigma-max: share of the reclaimed gap between rc-nsigma-max and the "
+        "oracle; overshoot: mean shortfall per decision point, as a fraction of the requests.\n"
     )
+    out.write(_budget_lines(ev.budget, ev.worst_node_budget, ev.baseline, ev.note, ev.results,
+                            pooled=False))
+    return out.getvalue()
+
+
+def format_pooled(p: Pooled) -> str:
+    """The pooled table over all nodes (markdown), with a one-paragraph header."""
+    h = p.horizon_seconds
+    hname = _hname(h)
+    out = io.StringIO()
+    out.write(
+        f"pooled over {p.nodes} nodes (one per trace): {p.decisions} decision points after "
+        f"{p.warmup_seconds} s of warm-up each; horizon {hname}; per node mean requests "
+        f"{p.mean_request:.2f} cores, mean usage {p.mean_usage:.2f} cores "
+        f"({_pct(p.mean_usage / p.mean_request if p.mean_request else 0)}); {p.elapsed_seconds:.1f} s\n\n"
+    )
+    extra = h != 3600
+    cols = ["predictor", "reclaimed", "mean viol 5 min", "worst 5 min", "mean viol 60 min",
+            "worst 60 min"]
+    if extra:
+        cols.append(f"mean viol {hname}")
+    cols += ["mean overshoot", "within budget", "gap closed (vs best in-budget peer)"]
+    out.write("| " + " | ".join(cols) + " |\n")
+    out.write("|" + "|".join("---" for _ in cols) + "|\n")
+    for r in p.results:
+        cells = [_name(r), _pct(r.reclaimed), _pct(r.violation_5m, 2), _pct(r.worst_violation_5m, 2),
+                 _pct(r.violation_60m, 2), _pct(r.worst_violation_60m, 2)]
+        if extra:
+            cells.append(_pct(r.violation, 2))
+        cells += [_pct(r.overshoot, 3), _yes(r.within_budget), _pct(r.gap_closed, 0)]
+        out.write("| " + " | ".join(cells) + " |\n")
+    out.write(
+        "\nreclaimed and overshoot: Σ over all nodes' decision points / Σ requests; mean viol: "
+        "decision-weighted mean over the nodes; worst: the worst node's rate.\n"
+    )
+    out.write(_budget_lines(p.budget, p.worst_node_budget, p.baseline, p.note, p.results, pooled=True))
     return out.getvalue()
 
 

@@ -405,6 +405,14 @@ class Overselling:
         description="Added to the predicted online peak, in percent of that peak, "
         "before reclaimable is computed.",
     )
+    include_system_usage: bool = _boolean(
+        "includeSystemUsage",
+        True,
+        "Count the node's usage outside the pods (system daemons, kubelet, runtime, kernel): the "
+        "part beyond the kubelet's reservation is subtracted from batch resources, and eviction "
+        "watermarks compare node usage. When false, only pods' usage counts for both, as Volcano's "
+        "agent with --include-system-usage=false.",
+    )
     degrade_seconds: int = _integer(
         "degradeSeconds",
         default=180,

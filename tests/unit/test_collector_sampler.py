@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tidal.agent.collector.cgroups import PodQOSClass, detect_layout
-from tidal.agent.collector.sampler import REASON_FIRST_SAMPLE, PodInfo, Sampler
+from tidal.agent.collector.sampler import REASON_FIRST_SAMPLE, PodInfo, Sampler, system_usage
 from tidal.qos import QoSLevel
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cgroups"
@@ -272,7 +272,7 @@ def test_state_of_pods_that_left_is_dropped_and_memory_stays_bounded(node):
     node.sampler.sample(node.pods)
     uid = node.pod("web-0").uid
     assert node.sampler.pod_histograms(uid) is not None
-    aggregates = 10 * 2 * 8 * 375  # 10 series, windows up to 300 s at 1 s: 375 slots of 16 bytes
+    aggregates = 12 * 2 * 8 * 375  # 12 series, windows up to 300 s at 1 s: 375 slots of 16 bytes
     assert node.sampler.memory_bytes == aggregates + len(node.pods) * 2 * 4224
     remaining = [p for p in node.pods if p.uid != uid]
     for _ in range(3):
@@ -301,6 +301,54 @@ def test_unreadable_pod_file_is_reported_not_raised(node):
     key = "total_inactive_file" if "v1" in str(memory_dir) else "inactive_file"
     assert f"{memory_dir / 'memory.stat'}: no '{key}' line" in flagged["reason"]
     assert summary["perQoS"]["HLS"]["current"]["memoryBytes"] == web.memory_request_bytes
+
+
+@pytest.mark.parametrize(
+    ("node_usage", "pods", "expected"),
+    [
+        (3000.0, 2180.0, 820.0),  # daemons and kernel use what the pods do not
+        (3000, 3000, 0.0),
+        (2500.0, 4360.0, 0.0),  # pods' sum above the node's: read ms apart (skew), never negative
+        (2500.0, 0.0, 2500.0),  # no pods: everything is the system's
+        (2500.0, -5.0, 2500.0),  # a negative pods' sum cannot add to the system
+        (None, 1000.0, None),  # no node sample yet (first CPU step): nothing to subtract from
+        (float("nan"), 1000.0, None),
+        (float("inf"), 1000.0, None),
+        (3000.0, None, None),
+        (3000.0, float("nan"), None),
+        (True, 0.0, None),
+    ],
+)
+def test_system_usage_is_node_minus_every_pod_clamped_at_zero(node_usage, pods, expected):
+    assert system_usage(node_usage, pods) == expected
+
+
+def test_system_usage_counts_every_pod_and_is_summarised_per_window(node):
+    meminfo = node.proc / "meminfo"
+    pods_memory = sum(p["workingSetBytes"] for p in node.expected["pods"].values())
+    available_kb = 16310948 - (pods_memory + 300 * MiB) // 1024  # 300 MiB outside the pods
+    meminfo.write_text(re.sub(r"MemAvailable:\s+\d+", f"MemAvailable:   {available_kb}", meminfo.read_text()))
+    first = node.sampler.sample(node.pods)
+    assert node.sampler.system_cpu_millicores is None  # no node CPU rate on the first step
+    assert first["systemUsage"] == [{"windowSeconds": 60, "samples": 0}, {"windowSeconds": 300, "samples": 0}]
+    node.advance(scale=0.5, busy_ticks=300, idle_ticks=100)  # pods 2180 m of the node's 3000 m
+    summary = node.sampler.sample(node.pods)
+    validate(summary, STATUS_SCHEMA)
+    # every pod counts, cache-1 (no Tidal level) included
+    assert node.sampler.pods_cpu_millicores == pytest.approx(sum(plan[1] for plan in PLAN.values()) / MS / 2)
+    assert node.sampler.pods_memory_bytes == pods_memory
+    assert node.sampler.system_cpu_millicores == pytest.approx(3000 - 2180)
+    system_memory = (16310948 - available_kb) * 1024 - pods_memory
+    assert node.sampler.system_memory_bytes == system_memory
+    window = {u["windowSeconds"]: u for u in summary["systemUsage"]}[60]
+    assert window["samples"] == 1 and window["cpuMillicores"]["p95"] == 820
+    assert window["memoryBytes"]["max"] == system_memory
+    cpu, memory = node.sampler.system_stats(300)
+    assert cpu.p95 == pytest.approx(820) and memory.p95 == system_memory
+    # a pod starting between the reads: the pods' sum passes the node's, the system is 0, not less
+    node.advance(scale=2.0, busy_ticks=300, idle_ticks=100)
+    node.sampler.sample(node.pods)
+    assert node.sampler.system_cpu_millicores == 0.0
 
 
 def test_summary_before_any_sample_is_an_error(node):

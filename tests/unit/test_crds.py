@@ -177,6 +177,7 @@ def test_node_profile_status_holds_what_the_agent_and_the_master_report() -> Non
         "observedAt",
         "policy",
         "usage",
+        "systemUsage",
         "perQoS",
         "predictions",
         "oversell",
@@ -194,9 +195,10 @@ def test_node_profile_status_holds_what_the_agent_and_the_master_report() -> Non
     assert capability["properties"]["reason"]["type"] == "string"
 
 
+@pytest.mark.parametrize("path", [".status.usage", ".status.systemUsage"])
 @pytest.mark.parametrize("summary", ["cpuMillicores", "memoryBytes"])
-def test_node_usage_summary_has_every_statistic_per_window(summary: str) -> None:
-    window = node_at("NodeProfile", ".status.usage")
+def test_node_usage_summary_has_every_statistic_per_window(summary: str, path: str) -> None:
+    window = node_at("NodeProfile", path)
     assert window["x-kubernetes-list-map-keys"] == ["windowSeconds"]
     statistics = window["items"]["properties"][summary]["properties"]
     assert list(statistics) == ["avg", "p50", "p90", "p95", "p99", "max"]

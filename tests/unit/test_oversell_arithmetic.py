@@ -54,6 +54,64 @@ def test_batch_amount_is_always_a_finite_non_negative_integer(alloc, peak, usage
         assert result <= alloc
 
 
+@pytest.mark.parametrize("inputs, include, result, overhead, why", [
+    # counted (default): 1500 m measured outside the pods, 1000 m reserved by the kubelet
+    (ResourceInputs(16000, 2000, system_usage=1500, system_reserved=1000), True, 5500, 500,
+     "measured system usage 1500 − kubelet's reservation 1000"),
+    (ResourceInputs(16000, 2000, system_usage=800, system_reserved=1000), True, 6000, 0,
+     "within the kubelet's reservation 1000"),
+    # includeSystemUsage false: not subtracted, whatever was measured (and an invalid value is ignored)
+    (ResourceInputs(16000, 2000, system_usage=1500, system_reserved=1000), False, 6000, 0,
+     "includeSystemUsage is false"),
+    (ResourceInputs(16000, 2000, system_usage=float("nan")), False, 6000, 0, "includeSystemUsage is false"),
+    # an agent that does not report it: 0, and the breakdown says so
+    (ResourceInputs(16000, 2000, system_usage=None, system_reserved=1000), True, 6000, 0,
+     "no system usage reported"),
+    # counted but invalid: batch 0 with the reason (never a guess)
+    (ResourceInputs(16000, 2000, system_usage=-1), True, 0, 0, ""),
+])
+def test_system_usage_is_subtracted_only_when_the_policy_counts_it(inputs, include, result, overhead, why):
+    breakdown = batch_amount(inputs, 60, 10, include)
+    assert (breakdown.result, breakdown.system_overhead) == (result, overhead)
+    assert why in breakdown.system_overhead_reason
+    status = breakdown.to_status()
+    assert status["includeSystemUsage"] is include and status["systemOverhead"] == overhead
+    measured = inputs.system_usage
+    assert status["systemUsage"] == (math.ceil(measured) if measured is not None and math.isfinite(measured)
+                                     and measured >= 0 else None)
+    if result == 0:
+        assert "system usage unknown or invalid" in breakdown.reason
+
+
+def test_breakdown_keeps_its_keys_and_says_where_the_system_term_came_from():
+    status = batch_amount(ResourceInputs(16000, 2000, 1500, 1000), 60, 10).to_status()
+    assert {"result", "allocatable", "capPercent", "capped", "predictedOnlinePeak", "systemOverhead",
+            "safetyMargin", "reason", "formula"} <= set(status)
+    assert {k: status[k] for k in ("systemUsage", "systemReserved", "includeSystemUsage")} == {
+        "systemUsage": 1500, "systemReserved": 1000, "includeSystemUsage": True}
+    assert status["systemOverheadReason"] == "measured system usage 1500 − kubelet's reservation 1000"
+
+
+@pytest.mark.parametrize("include, system, cpu, why", [
+    (True, {"cpuMillicores": 2500, "memoryBytes": 0}, 16000 * 60 // 100 - 2000 - 1500 - 1600, "− kubelet's"),
+    (False, {"cpuMillicores": 2500, "memoryBytes": 0}, 6000, "includeSystemUsage is false"),
+    (True, None, 6000, "no system usage reported"),  # an agent that does not measure it
+    (True, {"cpuMillicores": "lots"}, 0, ""),  # reported but not a number: 0, with the reason
+])
+def test_node_decision_reads_system_usage_and_honours_the_switch(include, system, cpu, why):
+    profile = _profile()
+    if system is not None:
+        profile["status"]["predictions"]["systemUsage"] = system
+    settings = OversellSettings.from_policy(ColocationPolicy.from_spec(
+        {"overselling": {"includeSystemUsage": include}}))
+    assert settings.include_system_usage is include
+    # capacity 17 cores, allocatable 16: 1000 m reserved by the kubelet
+    decision = decide_node(_node(capacity_cpu="17"), profile, settings, NOW)
+    assert decision.cpu.result == cpu and why in decision.cpu.system_overhead_reason
+    status = decision.to_status(NOW)["cpuMillicores"]
+    assert status["includeSystemUsage"] is include and status["systemReserved"] == 1000
+
+
 @pytest.mark.parametrize("current, desired, threshold, write", [
     (None, 0, 10, True),          # nothing written yet
     (0, 500, 10, True),           # crosses 0 upwards

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tidal.agent.qos.eviction import Action, Candidate, WatermarkEviction
+from tidal.agent.qos.eviction import Action, Candidate, WatermarkEviction, watermark_usage_percent
 from tidal.policy import EvictionWatermarks, Watermark
 
 CONFIG = EvictionWatermarks(
@@ -102,3 +102,37 @@ def test_disabled_untaints_and_does_nothing():
     machine.config = EvictionWatermarks(enabled=False)
     assert [d.action for d in machine.step(11, {"cpu": 99, "memory": 99}, PODS)] == [Action.UNTAINT]
     assert machine.step(100, {"cpu": 99, "memory": 99}, PODS) == []
+
+
+CAPACITY = {"cpu": 8000, "memory": 100}  # 8 cores; memory in units of 1 % for readability
+
+
+@pytest.mark.parametrize(
+    ("node", "pods", "capacity", "include", "expected"),
+    [
+        # includeSystemUsage true (default): node usage, system daemons included
+        ({"cpu": 6800, "memory": 70}, {"cpu": 4000, "memory": 50}, CAPACITY, True, {"cpu": 85.0, "memory": 70.0}),
+        # false: only the pods' usage — the same node is below the 80 % CPU / 60 % memory marks
+        ({"cpu": 6800, "memory": 70}, {"cpu": 4000, "memory": 50}, CAPACITY, False, {"cpu": 50.0, "memory": 50.0}),
+        # pods' sum above the node's (read ms apart): at most the node's usage
+        ({"cpu": 4000, "memory": 40}, {"cpu": 4400, "memory": 41}, CAPACITY, False, {"cpu": 50.0, "memory": 40.0}),
+        # no node CPU sample yet (first step): CPU absent either way, the machine keeps its state
+        ({"cpu": None, "memory": 40}, {"cpu": 800, "memory": 20}, CAPACITY, True, {"memory": 40.0}),
+        ({"cpu": None, "memory": 40}, {"cpu": 800, "memory": 20}, CAPACITY, False, {"memory": 20.0}),
+        # no pods' sum: absent without system usage, irrelevant with it
+        ({"cpu": 800, "memory": 40}, {}, CAPACITY, False, {}),
+        ({"cpu": 800, "memory": 40}, {}, CAPACITY, True, {"cpu": 10.0, "memory": 40.0}),
+        # unknown or zero capacity: absent
+        ({"cpu": 800, "memory": 40}, {"cpu": 0, "memory": 0}, {"cpu": 0, "memory": None}, True, {}),
+    ],
+)
+def test_watermark_usage_counts_system_usage_only_when_the_policy_says(node, pods, capacity, include, expected):
+    assert watermark_usage_percent(node, pods, capacity, include) == expected
+
+
+def test_excluding_system_usage_keeps_a_daemon_heavy_node_from_evicting():
+    node, pods = {"cpu": 7200, "memory": 30}, {"cpu": 2400, "memory": 20}
+    for include, actions in ((True, [Action.TAINT, Action.EVICT]), (False, [])):
+        machine = WatermarkEviction(EvictionWatermarks(dwell_seconds=0, cooldown_seconds=0))
+        usage = watermark_usage_percent(node, pods, CAPACITY, include)
+        assert [d.action for d in machine.step(0, usage, PODS)] == actions

@@ -13,6 +13,7 @@ about once per ``sample_interval`` with the pods running on the node, described 
          "memoryBytes":   {"avg": .., "p50": .., "p90": .., "p95": .., "p99": .., "max": ..}},
         ...                                # a window without samples: only windowSeconds, samples 0
       ],
+      "systemUsage": [...same shape as usage...],  # node minus every pod: system daemons, kernel
       "perQoS": {
         "HLS": {                                   # likewise "LS" and "BE"
           "pods": 2,
@@ -37,6 +38,12 @@ Definitions:
   with the reason. Pods without a Tidal level are in the node usage only.
 * Window samples start with the second step (the first one only sets the CPU baselines), so CPU
   and memory of a window always have the same sample count.
+* System usage is node usage minus the usage of every pod on the node (every level, and pods
+  without a Tidal level), per resource and step, clamped at 0 (:func:`system_usage`): what system
+  daemons, the kubelet, the container runtime and the kernel use outside the pods. Pods without
+  usage count at their request here too, so system + pods adds up to the node's usage. CPU of
+  node and pods is read a few milliseconds apart, so the difference is noisy; a step where the
+  pods' sum exceeds the node's usage gives 0, never a negative amount.
 * Online usage (HLS + LS, pods without usage at their request as above) has window aggregates of
   its own, for the predictor: :meth:`Sampler.online_stats`. (A percentile of a sum is not the sum
   of percentiles, so it cannot be derived from the per-level windows.)
@@ -45,9 +52,9 @@ Per pod the sampler also keeps decaying histograms of measured usage (never of r
 predictions: :meth:`Sampler.pod_histograms`. State for pods that are no longer passed in is
 dropped at the next step.
 
-Memory bound, with the defaults (windows 60/300/1800 s at 1 s, VPA buckets): 10 window
-aggregates (CPU and memory of the node, of each of the 3 levels and of online) of 36,000 bytes =
-360,000 bytes, plus per pod two histograms of 4,224 bytes and one counter reading.
+Memory bound, with the defaults (windows 60/300/1800 s at 1 s, VPA buckets): 12 window
+aggregates (CPU and memory of the node, of each of the 3 levels, of online and of the system) of
+36,000 bytes = 432,000 bytes, plus per pod two histograms of 4,224 bytes and one counter reading.
 """
 
 from __future__ import annotations
@@ -91,6 +98,7 @@ __all__ = [
     "PodUsage",
     "PodHistograms",
     "Sampler",
+    "system_usage",
 ]
 
 #: Half-life of the per-pod histograms: VPA's default for its CPU histograms (24 h).
@@ -166,6 +174,21 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def system_usage(node: float | None, pods: float | None) -> float | None:
+    """Usage outside the pods, for one resource: ``node - pods``, clamped at 0.
+
+    ``node`` is the kernel's view of the whole node, ``pods`` the sum over every pod on it. None
+    when either is unknown or not a finite number (no node sample yet: nothing to subtract
+    from). Node and pods are read a few milliseconds apart, so the pods' sum can exceed the
+    node's usage: that gives 0, not a negative amount.
+    """
+    if node is None or pods is None or isinstance(node, bool) or isinstance(pods, bool):
+        return None
+    if not (math.isfinite(node) and math.isfinite(pods)):
+        return None
+    return max(0.0, float(node) - max(0.0, float(pods)))
+
+
 def _stats_dict(stats: WindowStats) -> dict[str, int]:
     return {
         key: max(0, int(round(getattr(stats, key))))
@@ -230,6 +253,7 @@ class Sampler:
         self._node = _Series(self.windows, sample_interval)
         self._levels = {level: _Series(self.windows, sample_interval) for level in QoSLevel}
         self._online = _Series(self.windows, sample_interval)
+        self._system = _Series(self.windows, sample_interval)
         self._cpu_rates = CounterRates()
         self._previous_cpu_times: CpuTimes | None = None
         self._histograms: dict[str, PodHistograms] = {}
@@ -244,6 +268,12 @@ class Sampler:
         self.node_cpu_millicores: float | None = None
         self.node_memory_bytes: int | None = None
         self.node_memory_total_bytes: int | None = None
+        #: every pod's usage at the last step (unmeasured pods at request), and the node's
+        #: usage outside them (:func:`system_usage`; None without a node sample)
+        self.pods_cpu_millicores: float | None = None
+        self.pods_memory_bytes: float | None = None
+        self.system_cpu_millicores: float | None = None
+        self.system_memory_bytes: float | None = None
 
     # -- one step --
 
@@ -266,9 +296,14 @@ class Sampler:
         self._forget_all_but(pods)
         self._pod_usage = {uid: self._sample_pod(pod) for uid, pod in pods.items()}
         self._files.sweep()
+        self.pods_cpu_millicores, self.pods_memory_bytes = self.pods_current()
+        self.system_cpu_millicores = system_usage(self.node_cpu_millicores, self.pods_cpu_millicores)
+        self.system_memory_bytes = system_usage(self.node_memory_bytes, self.pods_memory_bytes)
 
         if self.node_cpu_millicores is not None:
             self._node.add(self.node_cpu_millicores, self.node_memory_bytes, now)
+            if self.system_cpu_millicores is not None and self.system_memory_bytes is not None:
+                self._system.add(self.system_cpu_millicores, self.system_memory_bytes, now)
             online_cpu = online_memory = 0.0
             for level, series in self._levels.items():
                 cpu, memory = self.level_current(level)
@@ -348,10 +383,18 @@ class Sampler:
 
     def level_current(self, level: QoSLevel) -> tuple[float, float]:
         """(CPU millicores, memory bytes) of a level at the last step, unmeasured pods at request."""
+        return self._current(lambda pod: pod.tidal_level is level)
+
+    def pods_current(self) -> tuple[float, float]:
+        """(CPU millicores, memory bytes) of every pod on the node at the last step — every level
+        and pods without a Tidal level — unmeasured pods at request."""
+        return self._current(lambda pod: True)
+
+    def _current(self, selected: Callable[[PodInfo], bool]) -> tuple[float, float]:
         cpu = memory = 0.0
         for usage in self._pod_usage.values():
             pod = usage.pod
-            if pod.tidal_level is not level:
+            if not selected(pod):
                 continue
             measured_cpu, measured_memory = usage.cpu_millicores, usage.memory_bytes
             cpu += pod.cpu_request_millicores if measured_cpu is None else measured_cpu
@@ -388,10 +431,14 @@ class Sampler:
         """Like :meth:`online_stats`, for one level."""
         return self._stats(self._levels[QoSLevel(level)], window_seconds)
 
+    def system_stats(self, window_seconds: int) -> _StatsPair:
+        """Like :meth:`online_stats`, for the node's usage outside the pods (:func:`system_usage`)."""
+        return self._stats(self._system, window_seconds)
+
     @property
     def memory_bytes(self) -> int:
         """Bytes held by the aggregates and per-pod histograms now (sample storage only)."""
-        total = self._node.memory_bytes + self._online.memory_bytes
+        total = self._node.memory_bytes + self._online.memory_bytes + self._system.memory_bytes
         total += sum(s.memory_bytes for s in self._levels.values())
         for h in self._histograms.values():
             total += h.cpu_millicores.memory_bytes + h.memory_bytes.memory_bytes
@@ -429,6 +476,7 @@ class Sampler:
         return {
             "observedAt": self._observed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "usage": self._node.usage(now),
+            "systemUsage": self._system.usage(now),
             "perQoS": per_qos,
         }
 

@@ -15,6 +15,11 @@ pods only, lowest priority first, then largest usage of the resource that trigge
 
 Callers pass ``now`` (monotonic seconds) to :meth:`WatermarkEviction.step`; it returns
 :class:`Decision`\\ s to carry out.
+
+Which usage the watermarks compare (:func:`watermark_usage_percent`) follows the policy's
+``overselling.includeSystemUsage``: true (default) — the node's usage as the kernel sees it,
+system daemons and every pod; false — only the pods' usage (every pod, every level), as
+Volcano's agent with ``--include-system-usage=false``.
 """
 
 from __future__ import annotations
@@ -25,9 +30,40 @@ from dataclasses import dataclass, field
 
 from tidal.policy import EvictionWatermarks
 
-__all__ = ["Action", "Decision", "Candidate", "ResourceState", "WatermarkEviction", "RESOURCES"]
+__all__ = ["Action", "Decision", "Candidate", "ResourceState", "WatermarkEviction", "RESOURCES",
+           "watermark_usage_percent"]
 
 RESOURCES = ("cpu", "memory")
+
+
+def watermark_usage_percent(
+    node: Mapping[str, float | None],
+    pods: Mapping[str, float | None],
+    capacity: Mapping[str, float | None],
+    include_system_usage: bool,
+) -> dict[str, float]:
+    """The usage the watermarks compare, per resource, in percent of ``capacity``.
+
+    ``node`` is the node's usage (kernel view), ``pods`` the sum over every pod on the node, both
+    in the unit of ``capacity`` (millicores, bytes). With ``include_system_usage`` the node's
+    usage counts; without it the pods' usage, at most the node's (node and pods are read
+    milliseconds apart: the pods' sum may overshoot, what is outside them is never negative).
+    A resource without a node sample or without a positive capacity is absent, so the state
+    machine keeps its state for it.
+    """
+    out: dict[str, float] = {}
+    for resource in RESOURCES:
+        total, used_by_pods, cap = node.get(resource), pods.get(resource), capacity.get(resource)
+        if total is None or cap is None or cap <= 0:
+            continue
+        if include_system_usage:
+            used = total
+        else:
+            if used_by_pods is None:
+                continue
+            used = min(total, max(0.0, used_by_pods))
+        out[resource] = used / cap * 100
+    return out
 
 
 class Action(enum.StrEnum):

@@ -7,7 +7,8 @@ the sampler's fresh usage. Each round:
 1. cgroups: the policy's strategies are applied (or everything restored when the node is not
    labelled for colocation) — synchronously, so enforcement never waits for the API server;
 2. watermark eviction: the pure state machine decides taint / untaint / evict, with the node's
-   annotation overrides applied to the policy's watermarks;
+   annotation overrides applied to the policy's watermarks, on node usage or — with the policy's
+   ``overselling.includeSystemUsage`` false — on the pods' usage only (:func:`eviction_usage_percent`);
 3. API work (taint, evictions, Events) is handed to one background worker, so a slow or absent
    API server never delays the cgroup work. The taint is level-triggered: the worker makes the
    node's taint match the state machine, so a restarted agent or a lost patch converges.
@@ -30,7 +31,7 @@ from tidal.policy import ColocationPolicy, PolicyValidationError
 from tidal.qos import QoSLevel
 
 from .engine import QoSEngine, colocation_enabled
-from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction
+from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
 from .egress_bandwidth import EgressActuator, egress_round
@@ -45,7 +46,7 @@ from .strategy import ApplyResult, NodeState, PodState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NodeQoS", "Round", "usage_percent"]
+__all__ = ["NodeQoS", "Round", "eviction_usage_percent", "usage_percent"]
 
 #: a pod whose eviction a PodDisruptionBudget refused is not chosen again for this long
 BLOCKED_RETRY_SECONDS = 30.0
@@ -60,6 +61,16 @@ def usage_percent(sampler: Sampler, node_cpus: float) -> dict[str, float]:
     if sampler.node_memory_bytes is not None and sampler.node_memory_total_bytes:
         usage["memory"] = sampler.node_memory_bytes / sampler.node_memory_total_bytes * 100
     return usage
+
+
+def eviction_usage_percent(sampler: Sampler, node_cpus: float, include_system_usage: bool) -> dict[str, float]:
+    """What the eviction watermarks compare: node usage, or only the pods' (see
+    :func:`~tidal.agent.qos.eviction.watermark_usage_percent`), in percent of capacity."""
+    return watermark_usage_percent(
+        {"cpu": sampler.node_cpu_millicores, "memory": sampler.node_memory_bytes},
+        {"cpu": sampler.pods_cpu_millicores, "memory": sampler.pods_memory_bytes},
+        {"cpu": node_cpus * 1000, "memory": sampler.node_memory_total_bytes},
+        include_system_usage)
 
 
 def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
@@ -82,6 +93,8 @@ class Round:
     result: ApplyResult
     changed: dict[str, int]
     decisions: list[Decision] = field(default_factory=list)
+    #: what the eviction watermarks compared (``usage``, or pods only: includeSystemUsage false)
+    eviction_usage: dict[str, float] = field(default_factory=dict)
 
 
 class NodeQoS:
@@ -200,11 +213,13 @@ class NodeQoS:
         egress_round(self, enabled)
         decisions: list[Decision] = []
         self._refresh_watermarks()
+        eviction_usage = eviction_usage_percent(sampler, self.node_cpus,
+                                                self.policy.overselling.include_system_usage)
         if enabled:
             now = self.clock()
             self.blocked = {uid: t for uid, t in self.blocked.items() if t > now and uid in self._states}
             pods = [c for c in candidates(self._states.values(), sampler) if c.uid not in self.blocked]
-            decisions = self.eviction.step(now, usage, pods)
+            decisions = self.eviction.step(now, eviction_usage, pods)
             decisions += interference_decisions(self, now, pods)
         else:
             self.eviction = WatermarkEviction(config=self.eviction.config)
@@ -216,7 +231,7 @@ class NodeQoS:
         if self._wake is not None and self.node_tainted is not None and self.node_tainted != self.want_taint:
             self._wake.set()
         self._export(sampler, usage, changed, result, enabled, state)
-        return Round(enabled, usage, result, changed, decisions)
+        return Round(enabled, usage, result, changed, decisions, eviction_usage)
 
     def policy_status(self, capabilities) -> dict[str, Any]:
         """The NodeProfile's ``status.policy``: generation, effective spec, problems."""

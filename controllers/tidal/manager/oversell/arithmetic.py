@@ -10,11 +10,15 @@ per resource (CPU in millicores, memory in bytes), clamped at 0, where
   at their request there);
 - the system overhead is what system daemons use *beyond* the kubelet's reservation, since
   allocatable already excludes the reservation (subtracting the reservation again would
-  count it twice);
+  count it twice). System usage is what the agent measures outside the pods (node usage minus
+  every pod's). It counts only with ``overselling.includeSystemUsage`` (default true); when
+  false, or when the agent reports none (an older agent), the overhead is 0 and the breakdown's
+  ``systemOverheadReason`` says which;
 - the safety margin is ``overselling.safetyMarginPercent`` of allocatable.
 
 Every input that is missing, negative, NaN or infinite makes the result 0 with the reason
-recorded, never a guess: a node offers no batch resources it cannot justify.
+recorded, never a guess: a node offers no batch resources it cannot justify. (A system usage
+that is not reported at all is the exception above: it is optional in the NodeProfile.)
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ class ResourceInputs:
 
     allocatable: float
     predicted_online_peak: float | None
-    system_usage: float = 0.0
+    #: measured usage outside the pods; None: not reported (counted as 0, and said so)
+    system_usage: float | None = 0.0
     system_reserved: float = 0.0
 
 
@@ -46,6 +51,12 @@ class Breakdown:
     system_overhead: int
     safety_margin: int
     reason: str
+    #: the measured system usage (None: not reported or invalid), the kubelet's reservation it
+    #: is compared with, whether the policy counts it, and where system_overhead came from
+    system_usage: int | None = None
+    system_reserved: int = 0
+    include_system_usage: bool = True
+    system_overhead_reason: str = ""
 
     def to_status(self) -> dict:
         data = asdict(self)
@@ -54,6 +65,9 @@ class Breakdown:
             "capped": data["capped"], "predictedOnlinePeak": data["predicted_online_peak"],
             "systemOverhead": data["system_overhead"], "safetyMargin": data["safety_margin"],
             "reason": data["reason"], "formula": FORMULA,
+            "systemUsage": data["system_usage"], "systemReserved": data["system_reserved"],
+            "includeSystemUsage": data["include_system_usage"],
+            "systemOverheadReason": data["system_overhead_reason"],
         }
 
 
@@ -61,33 +75,66 @@ def _usable(value: float | None) -> bool:
     return value is not None and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
 
 
-def _zero(reason: str, allocatable: float, cap_percent: float) -> Breakdown:
-    alloc = int(allocatable) if _usable(allocatable) else 0
-    return Breakdown(0, alloc, cap_percent, 0, 0, 0, 0, reason)
+def _system_terms(inputs: ResourceInputs, include: bool) -> tuple[float | None, str]:
+    """The system usage to subtract the reservation from (None: invalid input) and the reason."""
+    usage, reserved = inputs.system_usage, inputs.system_reserved
+    if not include:
+        return 0.0, "overselling.includeSystemUsage is false: system usage not subtracted"
+    if usage is None:
+        return 0.0, "no system usage reported by the agent: counted as 0"
+    if not (_usable(usage) and _usable(reserved)):
+        return None, ""
+    if usage <= reserved:
+        return usage, (f"measured system usage {math.ceil(usage)} within the kubelet's reservation "
+                       f"{math.ceil(reserved)}: nothing beyond it")
+    return usage, (f"measured system usage {math.ceil(usage)} − kubelet's reservation "
+                   f"{math.ceil(reserved)}")
 
 
-def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_percent: float) -> Breakdown:
-    """The batch amount for one resource; never negative, NaN or infinite."""
+def _zero(reason: str, inputs: ResourceInputs, cap_percent: float, include: bool,
+          overhead_reason: str = "") -> Breakdown:
+    alloc = int(inputs.allocatable) if _usable(inputs.allocatable) else 0
+    return Breakdown(0, alloc, cap_percent, 0, 0, 0, 0, reason, *_system_fields(inputs, include),
+                     overhead_reason)
+
+
+def _system_fields(inputs: ResourceInputs, include: bool) -> tuple[int | None, int, bool]:
+    usage, reserved = inputs.system_usage, inputs.system_reserved
+    return (math.ceil(usage) if _usable(usage) else None,
+            math.ceil(reserved) if _usable(reserved) else 0, bool(include))
+
+
+def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_percent: float,
+                 include_system_usage: bool = True) -> Breakdown:
+    """The batch amount for one resource; never negative, NaN or infinite.
+
+    With ``include_system_usage`` false the system overhead is 0 (the measured usage is still
+    shown in the breakdown, and an invalid one is then ignored)."""
+    include = include_system_usage
     if not (_usable(cap_percent) and cap_percent <= 100):
-        return _zero(f"invalid cap {cap_percent!r}: must be 0-100", inputs.allocatable, cap_percent)
+        return _zero(f"invalid cap {cap_percent!r}: must be 0-100", inputs, cap_percent, include)
     if not (_usable(safety_margin_percent) and safety_margin_percent <= 100):
         return _zero(f"invalid safety margin {safety_margin_percent!r}: must be 0-100",
-                     inputs.allocatable, cap_percent)
-    for name, value in (("allocatable", inputs.allocatable),
-                        ("predicted online peak", inputs.predicted_online_peak),
-                        ("system usage", inputs.system_usage),
-                        ("system reservation", inputs.system_reserved)):
+                     inputs, cap_percent, include)
+    system_usage, overhead_reason = _system_terms(inputs, include)
+    checked = [("allocatable", inputs.allocatable), ("predicted online peak", inputs.predicted_online_peak)]
+    if system_usage is None:
+        checked += [("system usage", inputs.system_usage), ("system reservation", inputs.system_reserved)]
+    for name, value in checked:
         if not _usable(value):
-            return _zero(f"{name} unknown or invalid ({value!r})", inputs.allocatable, cap_percent)
+            return _zero(f"{name} unknown or invalid ({value!r})", inputs, cap_percent, include, overhead_reason)
+    assert system_usage is not None
     allocatable = inputs.allocatable
     capped = allocatable * cap_percent / 100
-    overhead = max(0.0, inputs.system_usage - inputs.system_reserved)
+    reserved = inputs.system_reserved if _usable(inputs.system_reserved) else 0.0
+    overhead = max(0.0, system_usage - reserved) if include else 0.0
     margin = allocatable * safety_margin_percent / 100
     raw = capped - inputs.predicted_online_peak - overhead - margin
     result = max(0, math.floor(raw))
     reason = "ok" if result > 0 else "online peak, overhead and margin fill the capped allocatable"
     return Breakdown(result, int(allocatable), cap_percent, int(capped), math.ceil(inputs.predicted_online_peak),
-                     math.ceil(overhead), math.ceil(margin), reason)
+                     math.ceil(overhead), math.ceil(margin), reason, *_system_fields(inputs, include),
+                     overhead_reason)
 
 
 def should_write(current: int | None, desired: int, threshold_percent: float) -> bool:

@@ -6,7 +6,8 @@ The NodeProfile contract the agent writes (``status``):
     predictions:
       predictor: name of the predictor the agent ran
       onlinePeak:  {cpuMillicores, memoryBytes}   # pods without usage yet count at their request
-      systemUsage: {cpuMillicores, memoryBytes}   # optional: system daemons' usage
+      systemUsage: {cpuMillicores, memoryBytes}   # optional: usage outside the pods (node − every
+                                                  # pod); counted only with overselling.includeSystemUsage
 
 A report older than the degrade time, or none at all, drives the node's batch resources to
 0 (not to the last value). Per-node overrides come from node annotations
@@ -38,12 +39,14 @@ class OversellSettings:
     degrade_seconds: float = 180
     change_threshold_percent: float = 10
     reporting_mode: str = "extendedResources"
+    include_system_usage: bool = True
 
     @classmethod
     def from_policy(cls, policy) -> "OversellSettings":
         o = policy.overselling
         return cls(o.ratio_percent, o.safety_margin_percent, o.degrade_seconds,
-                   o.change_threshold_percent, str(getattr(o.reporting_mode, "value", o.reporting_mode)))
+                   o.change_threshold_percent, str(getattr(o.reporting_mode, "value", o.reporting_mode)),
+                   o.include_system_usage)
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,18 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
         capacity = _quantity(status.get("capacity"), resource, parse)
         reserved = max(0.0, capacity - allocatable) if capacity is not None and allocatable is not None else 0.0
         peak = _number(predictions, "onlinePeak", key) if fresh else None
+        system = predictions.get("systemUsage") if isinstance(predictions, Mapping) else None
+        # absent: an agent that does not measure it (counted as 0, said so); present but not a
+        # number: invalid (batch 0 with the reason, when the policy counts it)
+        system_usage = None
+        if isinstance(system, Mapping) and key in system:
+            system_usage = _number(system, key)
+            system_usage = float("nan") if system_usage is None else system_usage
         inputs = ResourceInputs(allocatable=allocatable if allocatable is not None else float("nan"),
                                 predicted_online_peak=peak,
-                                system_usage=_number(predictions, "systemUsage", key) or 0.0,
+                                system_usage=system_usage,
                                 system_reserved=reserved)
-        breakdowns[resource] = batch_amount(inputs, ratio, margin)
+        breakdowns[resource] = batch_amount(inputs, ratio, margin, settings.include_system_usage)
     predictor = predictions.get("predictor") if isinstance(predictions.get("predictor"), str) else None
     return NodeDecision(meta.get("name", ""), breakdowns["cpu"], breakdowns["memory"], predictor,
                         report.get("observedAt") if isinstance(report.get("observedAt"), str) else None,

@@ -41,9 +41,12 @@ def test_the_default_predictor_runs_on_the_agents_history_and_is_conservative_wh
     h = OnlineHistory(step_seconds=300)
     for step in range(13):
         h.observe(step * 300, [("web", 1.0, 4.0), ("search", 0.5, 2.0)])
-    peak = Tidal().predict(h.node_history())
-    # One hour old: both pods are young, so they are reserved at their full requests.
-    assert peak == pytest.approx(6.0)
+    history = h.node_history()
+    peak = Tidal().predict(history)
+    # One hour of history: warming up on the better of the peers' rules (Volcano's here:
+    # 6 − 0.6 × 4.5 idle = 3.3 cores; Koordinator's 0.35 × 6 + 1.5 = 3.6)
+    assert peak == pytest.approx(3.3)
+    assert Tidal().explain(history)["regime"] == "warming-up"
 
 
 class _StubSampler:
@@ -82,5 +85,6 @@ def test_predictions_follow_the_policys_predictor():
     for t in (0, 300):
         predictions.observe(sampler, t)
     status = predictions.status(sampler, tidal)
-    # Only the online pod counts (the BE pod is not online); young, it is held at its request.
-    assert status["predictor"] == "tidal" and status["onlinePeak"] == {"cpuMillicores": 2000, "memoryBytes": 300}
+    # Only the online pod counts (the BE pod is not online); warming up on Volcano's rule:
+    # 2000 − 0.6 × (2000 − 1200) idle
+    assert status["predictor"] == "tidal" and status["onlinePeak"] == {"cpuMillicores": 1520, "memoryBytes": 300}

@@ -11,6 +11,7 @@ from tidal.predict.predictors import (
     DEFAULT,
     NAMES,
     RC,
+    Koordinator,
     NSigma,
     Oracle,
     Predictor,
@@ -80,12 +81,32 @@ def test_constant_load_gives_the_formula_value(name: str, expected: float) -> No
     assert got == pytest.approx(expected)
 
 
-def test_tidal_reclaims_nothing_until_it_has_calibrated() -> None:
-    p = Tidal()
-    h = history(CONSTANT[:60])  # 5 hours: fewer elapsed horizons than the rank needs
-    assert p.predict(h) == 12.0
-    assert all(math.isinf(m) for m in p.margins(h).values())
-    assert p.chosen(h) is None
+def test_tidal_reclaims_from_its_first_sample_as_the_better_peer_does() -> None:
+    # a node new to the cluster: no elapsed horizon yet, the peers' rules as their systems use them
+    for n in (1, 6, 60):
+        h = history(CONSTANT[:n])
+        peers = min(Volcano().predict(h), Koordinator().predict(h))
+        assert Tidal().predict(h) == pytest.approx(peers)
+        assert Tidal().predict(h) < h.current_request
+        assert Tidal().explain(h)["regime"] == "warming-up"
+
+
+def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
+    h = history(CONSTANT[: DAY // 2 + 24])  # 12 h of elapsed horizons: the rank exists
+    explained = Tidal().explain(h)
+    assert explained["regime"] == "calibrated", explained
+    assert explained["calibrationPoints"] >= 144
+    # constant load: every calibrated rule predicts the load itself
+    assert Tidal().predict(h) == pytest.approx(h.current_usage)
+
+
+def test_tidal_holds_the_request_back_when_both_peers_missed_before_calibration() -> None:
+    h = NodeHistory(["a"], STEP)
+    for i in range(40):  # a quiet pod that jumps to its full request every hour: both rules miss
+        h.append([4.0 if i % 12 == 11 else 0.2], [4.0])
+    explained = Tidal().explain(h)
+    assert explained["regime"] == "fallback", explained
+    assert Tidal().predict(h) == pytest.approx(4.0)
 
 
 def test_after_a_step_up_window_predictors_follow_the_new_level() -> None:
@@ -169,17 +190,18 @@ def test_random_histories_never_give_nan_inf_or_negative() -> None:
                 assert p <= max(h.current_request, h.current_usage) + 1e-9, name
 
 
-def test_tidal_reserves_a_new_pods_full_request_until_it_is_established() -> None:
+def test_tidal_reserves_a_new_pods_idle_request_for_its_first_horizon() -> None:
     h = NodeHistory(["a", "b"], STEP)
     for _ in range(DAY):
         h.append([2.0, 0.0], [4.0, 0.0])
     p = Tidal()
     assert p.predict(h) == pytest.approx(2.0)
     h.append([2.0, 1.0], [4.0, 6.0])  # pod b arrives
-    assert p.predict(h) == pytest.approx(2.0 + 6.0)
-    for _ in range(30):  # longer than the 2 h maturity
+    assert p.predict(h) >= 2.0 + 6.0 - 1e-9
+    for _ in range(30):  # longer than the horizon: b is established
         h.append([2.0, 1.0], [4.0, 6.0])
-    assert p.predict(h) == pytest.approx(3.0)
+    assert p.predict(h) < 2.0 + 6.0
+    assert p.predict(h) >= 3.0 - 1e-9
 
 
 def test_tidal_is_a_pure_function_of_the_history() -> None:
@@ -219,6 +241,6 @@ def test_tidal_violation_rate_on_exchangeable_noise_stays_near_its_budget() -> N
         ev = evaluate(t, [Tidal(), NSigma(n=3.0)])
         rates.append(ev.result("tidal").violation_60m)
         nsigma3.append(ev.result("nsigma").violation_60m)
-        assert ev.result("tidal").reclaimed > 0.25
+        assert ev.result("tidal").reclaimed > 0.2
     assert sum(rates) / len(rates) <= 1.5 * Tidal().budget
     assert sum(rates) < sum(nsigma3) / 2

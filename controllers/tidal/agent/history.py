@@ -79,6 +79,42 @@ class OnlineHistory:
                 del pod.request[: oldest - pod.first]
                 pod.first = oldest
 
+    @property
+    def open_step(self) -> int | None:
+        """The step samples are being added to (None before the first sample)."""
+        return self._open_step
+
+    def closed_pods(self) -> list[tuple[str, int, array, array]]:
+        """Every pod's closed steps by uid: (uid, first step, usage, request). The arrays are the
+        live ones (read them, do not modify them); step ``first + i`` is index ``i``."""
+        return [(uid, p.first, p.usage, p.request) for uid, p in sorted(self._pods.items())]
+
+    @classmethod
+    def restored(cls, newest_closed: int, pods: Iterable[tuple[str, int, array, array]], *,
+                 step_seconds: int = STEP_SECONDS, keep_steps: int = KEEP_STEPS) -> "OnlineHistory":
+        """A history holding these closed steps (as `closed_pods` gives them) and no open step,
+        trimmed to `keep_steps` back from `newest_closed`. The next sample opens its step; steps
+        between `newest_closed` and it are absent, as for any pod that was away."""
+        history = cls(step_seconds=step_seconds, keep_steps=keep_steps)
+        history.newest_closed = newest_closed
+        oldest = newest_closed - keep_steps + 1
+        for uid, first, usage, request in pods:
+            if uid in history._pods:
+                raise ValueError(f"pod {uid!r} twice")
+            if len(usage) != len(request) or not usage:
+                raise ValueError(f"pod {uid!r}: {len(usage)} usage and {len(request)} request steps")
+            pod = _PodSteps(first=first, usage=array("d", usage), request=array("d", request))
+            if pod.last > newest_closed:
+                raise ValueError(f"pod {uid!r}: step {pod.last} after the newest closed step {newest_closed}")
+            if pod.last < oldest:
+                continue
+            if pod.first < oldest:
+                del pod.usage[: oldest - pod.first]
+                del pod.request[: oldest - pod.first]
+                pod.first = oldest
+            history._pods[uid] = pod
+        return history
+
     def __len__(self) -> int:
         if self.newest_closed is None or not self._pods:
             return 0
@@ -100,4 +136,14 @@ class OnlineHistory:
                 usage.append(pod.usage[i] if inside else 0.0)
                 request.append(pod.request[i] if inside else 0.0)
             history.append(usage, request)
+        return history
+
+    def open_history(self) -> NodeHistory:
+        """The step still open, alone, as a one-sample NodeHistory (empty before the first
+        sample): what a predictor can say before the first step closes. Every pod counts as on
+        the node since the history started, as in a trace's first step."""
+        uids = sorted(self._open)
+        history = NodeHistory(uids, self.step_seconds)
+        if uids:
+            history.append([self._open[u][0] for u in uids], [self._open[u][1] for u in uids])
         return history

@@ -12,8 +12,9 @@ from tidal import qos
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detect_layout
 from tidal.agent.collector.sampler import Sampler
 from tidal.agent.history import STEP_SECONDS, OnlineHistory
+from tidal.agent.history_store import FILE_NAME as HISTORY_FILE, HistoryStore
 from tidal.agent.node_profile import write_status
-from tidal.agent.prediction import STATISTICS, online_peak
+from tidal.agent.prediction import STATISTICS, online_peak, system_usage
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.qos.egress_bandwidth import EgressActuator
@@ -40,7 +41,32 @@ class Predictions:
 
     def __init__(self, step_seconds: int = STEP_SECONDS) -> None:
         self.history = OnlineHistory(step_seconds=step_seconds)
-        self._cached: tuple[tuple[str, int | None], float] | None = None
+        self._cached: tuple[tuple[str, int | None], tuple[float, dict | None]] | None = None
+        self.store: HistoryStore | None = None  # set by restore: saved after every closed step
+        self._origin: dict = {"restored": False, "reason": "not persisted"}
+        self._restored_step: int | None = None
+
+    def restore(self, store: HistoryStore, now: float) -> dict:
+        """Before the first observe: start from the history `store` saved, when it is usable
+        (see `tidal.agent.history_store`), and save to it after every closed step from now on.
+        A restored history predicts at once only when no step is missing since (a quick restart);
+        after a gap, from the first step this agent closes itself. Returns `history_origin`."""
+        loaded = store.load(step_seconds=self.history.step_seconds, keep_steps=self.history.keep_steps,
+                            now=now)
+        if loaded.history is not None:
+            self.history, self._cached = loaded.history, None
+            self._restored_step = loaded.history.newest_closed
+        self.store, self._origin = store, loaded.origin()
+        return self.history_origin
+
+    @property
+    def history_origin(self) -> dict:
+        """Where the history comes from, for the NodeProfile: {"restored": true, "steps",
+        "savedAt"} or {"restored": false, "reason"}; plus saveFailures / saveError while saves fail."""
+        origin = dict(self._origin)
+        if self.store is not None and self.store.last_error is not None:
+            origin.update(saveFailures=self.store.failures, saveError=self.store.last_error)
+        return origin
 
     def observe(self, sampler: Sampler, now_wall: float) -> None:
         online = []
@@ -51,18 +77,36 @@ class Predictions:
             # a pod without usage yet counts at its request, as everywhere in the agent
             millicores = usage.cpu_millicores if usage.cpu_millicores is not None else pod.cpu_request_millicores
             online.append((pod.uid, millicores / 1000, pod.cpu_request_millicores / 1000))
-        self.history.observe(now_wall, online)
+        if self.history.observe(now_wall, online) and self.store is not None:
+            self.store.save(self.history, now_wall)
 
-    def _history_peak_cores(self, name: str) -> float | None:
+    def _history_peak(self, name: str) -> tuple[float, dict | None] | None:
+        """(cores, where they come from) of the policy's predictor on the node's history."""
         key = (name, self.history.newest_closed)
         if self._cached and self._cached[0] == key:
             return self._cached[1]
-        if not len(self.history):
-            return None
         predictor = next(cls for cls in REALISABLE if cls.name == name)()
-        peak = predictor.predict(self.history.node_history())
-        self._cached = (key, peak)
-        return peak
+        waiting = self._restored_step is not None and self.history.newest_closed == self._restored_step \
+            and self.history.open_step != self._restored_step + 1
+        if not len(self.history) or waiting:
+            # no closed step yet (a new node, or a restored history with steps missing since):
+            # a provisional prediction from the open step, recomputed at every report until the
+            # first step closes, so a new node does not wait five minutes to offer anything
+            history = self.history.open_history()
+            if not len(history):
+                return None
+            return self._predicted(predictor, history, provisional=True)
+        result = self._predicted(predictor, self.history.node_history(), provisional=False)
+        self._cached = (key, result)
+        return result
+
+    @staticmethod
+    def _predicted(predictor, history, provisional: bool) -> tuple[float, dict | None]:
+        explain = getattr(predictor, "explain", None)
+        basis = explain(history) if explain is not None else None
+        if basis is not None and provisional:
+            basis["provisional"] = "from the samples of the step still open"
+        return predictor.predict(history), basis
 
     def status(self, sampler: Sampler, policy: ColocationPolicy) -> dict | None:
         window = policy.overselling.window_seconds
@@ -71,11 +115,14 @@ class Predictions:
         if name in STATISTICS:
             peak = online_peak(cpu, memory, name, window)
             return None if peak is None else peak.to_status()
-        cores = self._history_peak_cores(name)
-        if cores is None or memory is None:
-            return None  # no closed step yet: the master offers nothing until there is
+        peak = self._history_peak(name)
+        if peak is None or memory is None:
+            return None  # no sample yet: the master offers nothing until there is
+        cores, basis = peak
         return {"predictor": name, "steps": len(self.history),
-                "onlinePeak": {"cpuMillicores": round(cores * 1000), "memoryBytes": round(memory.max)}}
+                "onlinePeak": {"cpuMillicores": round(cores * 1000), "memoryBytes": round(memory.max)},
+                **({"basis": basis} if basis is not None else {}),
+                **({"history": self.history_origin} if self.store is not None else {})}
 
 
 def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
@@ -90,6 +137,10 @@ def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
         status["policy"] = policy_status
     prediction = predictions.status(sampler, policy)
     if prediction is not None:
+        window = policy.overselling.window_seconds  # usage outside the pods, same window (issue 18)
+        system = system_usage(*sampler.system_stats(window), window)
+        if system is not None:
+            prediction["systemUsage"] = system
         status["predictions"] = prediction
     return status
 
@@ -146,6 +197,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     policy_watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
     predictions = Predictions(history_step_seconds)
+    predictions.restore(HistoryStore(Path(state_dir) / HISTORY_FILE, node), time.time())
     # Probed once at start: kernels and hardware do not change under a running agent.
     # ... and which path sets BE resources at container creation: NRI (tidal-agent nri) or, without
     # it, this engine's reconcile after the container started.

@@ -1,60 +1,60 @@
-"""Tidal's default: a pod-level usage level times a margin calibrated on its own past errors.
+"""Tidal's default: the sharpest of several rules, each calibrated on its own past errors.
 
-For each candidate level ℓ (below) and each past decision point s whose horizon has elapsed:
+At every decision point t each *rule* c states a base B_c(t) from the past only:
 
-    r_ℓ(s) = peak(s) / ℓ(s),    peak(s) = max total usage over (s, s + horizon]
-    m_ℓ(t) = the ⌈(n+1)(1−α)⌉-th smallest of the n ratios r_ℓ(s) of the last 14 days
+==================  ==========================================================================
+rule                B_c(t)
+==================  ==========================================================================
+``koordinator``     0.35 × R(t) + u(t)  (Koordinator's batch ``usage`` policy)
+``volcano``         R(t) − 0.6 × the weighted idle request of the last 10 samples (Volcano's
+                    ``extend`` policy)
+``nsigma``          mean + 5 σ of the node total over 2 h (the traces README's reference row)
+``level-2h``,       Σ over the pods on the node of each pod's exponentially weighted average
+``level-30m``       usage, half-life 2 h / 30 min (a pod's average starts at its first reading)
+``recent-peak``     the node total's maximum over the last horizon
+==================  ==========================================================================
 
-and the prediction is
+(R the sum of the online pods' requests, u their usage.) Once a rule has enough elapsed
+horizons, its *calibrated* prediction is
 
-    P(t) = max(m(t) × ℓ(t), usage of the established pods now) + requests of the young pods
+    P_c(t) = m_c(t) × B_c(t),   m_c(t) = the ⌈(n+1)(1−α)⌉-th smallest of the n ratios
+                                 peak(s) / B_c(s) of the last 14 days' elapsed decision points
 
-with ℓ the candidate whose calibrated prediction was smallest on average over the calibration
-window (m_ℓ × mean ℓ). This is split conformal prediction run online (Vovk et al. 2005;
-Angelopoulos & Bates 2021): the predictor's own past errors are the calibration set, and the
-margin is the order statistic that the last two weeks say is exceeded at most a fraction α of
-the time. For exchangeable errors that bounds the expected violation rate by α whatever the
-trace's scale, noise or shape; nothing is fitted to one trace. The pieces, and why:
+with peak(s) the node total's maximum over (s, s + horizon]: split conformal prediction run
+online (Vovk et al. 2005; Angelopoulos & Bates 2021). The rule's own past errors are the
+calibration set, so for exchangeable errors its violation rate is at most α whatever the trace's
+scale, noise or shape. The margin is a ratio: it carries over when the level moves (day and
+night, pods arriving or leaving). Nothing here is fitted to a trace; every constant is either a
+peer's published default or derived from the violation budget and the horizon.
 
-* **α from the violation budget** (1 %), not equal to it: consecutive decision points share
-  most of their horizon, so violations come in runs of up to a horizon and a month's realised
-  rate is noisy (and the calibration set holds fewer independent horizons than ratios). α is the
-  budget minus one standard deviation of a 30-day period's rate (`Tidal.target_rate`):
-  α ≈ 0.69 % at 5-minute steps and a 1 h horizon. On i.i.d. heavy-tailed synthetic load the
-  realised rate still averages about 1.1–1.3 % (0.8–2.2 % per run, most of it in the first days,
-  when the calibration set is small); on the eight Azure/Alibaba variants it stays at 0.4–0.9 %.
+**Which rule.** The prediction is P(t) = max(P_c(t), u(t)) for the rule c whose prediction was
+lowest on average over the calibration window (the most reclaim), among the rules that may be
+used now. The choice is by the window's average, not by the lowest value now, so it changes
+rarely and the realised violation rate stays that of one calibrated rule, not the union of all.
+P never drops below the current usage (never offer what is in use right now).
 
-* **Candidate levels**: the sum over the pods on the node of each pod's exponentially weighted
-  average usage, with half-lives 2 h and 30 min. The sum is exactly the EWMA of the node total
-  while the set of pods is constant, and follows pods that arrive or leave at once. The node
-  total rather than per-pod percentiles: pods' peaks rarely coincide, so summing per-pod high
-  percentiles (RC-like) pays for every pod's peak at once. 2 h (twice the horizon, the window of
-  the reference N-sigma) is a level one 5-minute spike barely moves; 30 min (half the horizon)
-  follows load that swings within the hour. Which one is sharper is a property of the workload,
-  so the predictor measures it instead of assuming it: both are calibrated, the one whose
-  calibrated prediction was lower on the same window is used. Both are valid at level α, so the
-  choice costs little coverage; it is re-made every step, from the past only.
-* **Multiplicative errors**: the margin is a ratio, so it carries over when the level moves
-  (day and night, pods arriving): a node at twice the load gets twice the margin.
-* **Finite-sample rank ⌈(n+1)(1−α)⌉**: until there are enough elapsed horizons for that rank to
-  exist (n ≥ 1/α − 1: about 12 h of eligible points at 5-minute steps) the predictor reclaims
-  nothing.
-* **Calibration window 14 days**: two weekly cycles, and a bounded state for the master.
-* **Young pods**: a pod on the node for less than the longest half-life has no level yet. It
-  is reserved at its full request and left out of the level, and decision points with a young
-  pod, or with a pod arriving within the horizon (the scheduler's news, not an error of this
-  prediction), are left out of the calibration. A trace's start, where every pod is young, thus
-  cannot inflate the margin for the next two weeks.
-* **Floors**: P never drops below the established pods' current usage (never offer what is in
-  use right now); a level below 1 % of the requests counts as 1 %, so an idle node cannot
-  produce an unbounded ratio.
+**Cold start (regime ``warming-up``).** Before a rule has ⌈1/α⌉ − 1 elapsed horizons (about
+12 h at 5-minute steps, the first point at which the conformal rank exists), only the two peers'
+rules may be used, *uncalibrated*, as their systems use them in production; each is used only
+while its observed violations stay within α with a prior of one clean day
+(violations / (points + one day of points) ≤ α): a rule that violated in the first hours is
+dropped at once. So from its first sample a node new to the cluster reclaims what the better of
+the peers reclaims, and moves to the calibrated rules as history accumulates.
 
-Tried on the Azure trace and left out because they did not reduce the margin: seasonal terms
-(same time yesterday / last week, per pod and per node — its peaks above the level are not
-periodic enough), per-pod percentile sums, recent-maximum levels (sharper on Alibaba, but they
-pushed its violations above the budget), and violation-driven adaptation of α (adaptive
-conformal inference: violations come in clusters of up to a horizon's length, which makes it
-over-react).
+**Fallback (regime ``fallback``).** When no rule may be used (both peers violated before any
+rule is calibrated) the node's whole request is held back: nothing is offered that cannot be
+justified.
+
+**α** is the 1 % budget minus one standard deviation of a 30-day period's realised rate
+(`Tidal.target_rate`): violations come in runs of up to a horizon, so a month's realised rate is
+noisy; about 0.69 % at 5-minute steps and a 1 h horizon. The selection among calibrated rules
+costs part of that headroom (the chosen rule is the one whose recent ratios were kindest).
+
+**Floors**: a base below 1 % of the requests counts as 1 %, so an idle node cannot produce an
+unbounded ratio.
+
+`Tidal.explain` says which regime and rule made a prediction and on what evidence; the agent
+writes it to ``NodeProfile.status.predictions``.
 """
 
 from __future__ import annotations
@@ -68,6 +68,16 @@ from typing import ClassVar
 from tidal.predict.predictors.base import Predictor
 from tidal.predict.series import NodeHistory
 
+__all__ = ["RULES", "PEER_RULES", "Tidal"]
+
+#: Every rule, in report order; the peers' rules may be used before calibration.
+RULES = ("koordinator", "volcano", "nsigma", "level-2h", "level-30m", "recent-peak")
+PEER_RULES = ("koordinator", "volcano")
+
+WARMING_UP = "warming-up"
+CALIBRATED = "calibrated"
+FALLBACK = "fallback"
+
 
 @dataclass(frozen=True)
 class Tidal(Predictor):
@@ -75,28 +85,31 @@ class Tidal(Predictor):
     horizon_seconds: float = 3600
     budget: float = 0.01
     budget_period_seconds: float = 30 * 86400
-    level_half_lives_seconds: tuple[float, ...] = (2 * 3600, 1800)
     calibration_seconds: float = 14 * 86400
+    prior_seconds: float = 86400
     level_floor_fraction: float = 0.01
+    # the peers' published defaults (Koordinator cpuReclaimThresholdPercent 65, Volcano 60 %)
+    koordinator_threshold: float = 0.65
+    volcano_ratio: float = 0.6
+    volcano_samples: int = 10
+    nsigma_n: float = 5.0
+    nsigma_window_seconds: float = 2 * 3600
 
     def __post_init__(self) -> None:
         if not 0.0 < self.budget < 1.0:
             raise ValueError(f"budget must be in (0, 1), not {self.budget}")
         if self.horizon_seconds <= 0 or self.calibration_seconds <= 0:
             raise ValueError("horizon and calibration window must be positive")
-        if not self.level_half_lives_seconds or min(self.level_half_lives_seconds) <= 0:
-            raise ValueError("need at least one positive level half-life")
+        if self.prior_seconds < 0:
+            raise ValueError("the prior must not be negative")
 
     def target_rate(self, step_seconds: float) -> float:
         """The conformal level α: the budget minus one standard deviation of a period's rate.
 
         Violations come in runs of up to one horizon (h steps), so over a period of N decision
         points the violated count is about h × Poisson(α·N/h): its rate has mean α and standard
-        deviation √(α·h/N). α solves α + √(α·h/N) = budget: one standard deviation of headroom
-        for a budget period's realised rate. 5-minute steps, 1 h horizon, 30-day period, 1 %
-        budget: α ≈ 0.69 %. (The same run structure makes the calibration set worth fewer
-        independent samples than it holds, which uses up part of this headroom; see the module
-        docstring.)
+        deviation √(α·h/N). α solves α + √(α·h/N) = budget. 5-minute steps, 1 h horizon,
+        30-day period, 1 % budget: α ≈ 0.69 %.
         """
         h = max(1.0, round(self.horizon_seconds / step_seconds))
         n = max(h, self.budget_period_seconds / step_seconds)
@@ -113,40 +126,118 @@ class Tidal(Predictor):
         engine.advance(history)
         return engine
 
-    def margins(self, history: NodeHistory) -> dict[float, float]:
-        """Calibrated margin per candidate half-life (seconds); ``inf`` without enough evidence."""
-        return {hl: c.margin for hl, c in zip(self.level_half_lives_seconds, self._engine(history).cands)}
+    def margins(self, history: NodeHistory) -> dict[str, float]:
+        """Calibrated margin per rule; ``inf`` while a rule has too few elapsed horizons."""
+        return {c.name: c.margin for c in self._engine(history).rules}
 
-    def chosen(self, history: NodeHistory) -> float | None:
-        """Half-life (seconds) of the level used now; None while nothing is calibrated."""
-        e = self._engine(history)
-        i = e.choose()
-        return None if i is None else self.level_half_lives_seconds[i]
+    def chosen(self, history: NodeHistory) -> str | None:
+        """The rule used now; None in the fallback regime."""
+        choice = self._engine(history).choose()
+        return None if choice is None else choice[0].name
 
     def predict(self, history: NodeHistory) -> float:
         if len(history) == 0:
             return 0.0
+        return history.bound(self._engine(history).final[-1])
+
+    def explain(self, history: NodeHistory) -> dict:
+        """Where the current prediction comes from: regime, rule, margins and evidence (the
+        NodeProfile status shows this)."""
+        if len(history) == 0:
+            return {"regime": FALLBACK, "reason": "no history yet", "cpuCores": 0.0}
         e = self._engine(history)
-        i = e.choose()
-        if i is None:
-            return history.bound(math.inf)
-        c = e.cands[i]
-        level = max(c.level[-1], self.level_floor_fraction * e.est_request[-1])
-        p = max(c.margin * level, e.est_usage[-1]) + e.young_request[-1]
-        return history.bound(p)
+        choice = e.choose()
+        out: dict = {"historySteps": len(history), "stepSeconds": history.step,
+                     "targetViolationRate": round(e.alpha, 5)}
+        if choice is None:
+            out.update(regime=FALLBACK, reason=(
+                "no rule is calibrated yet and both peers' rules missed the online peak more "
+                "often than the budget allows: the whole request is held back"))
+        else:
+            rule, calibrated = choice
+            out.update(regime=CALIBRATED if calibrated else WARMING_UP, rule=rule.name,
+                       baseCores=round(rule.base[-1], 4))
+            if calibrated:
+                c = rule.calibration
+                out.update(margin=round(c.value, 4), calibrationPoints=len(c),
+                           reason=f"{rule.name} × {c.value:.3f}, the {c.rank}-th smallest of "
+                                  f"{len(c)} past peak/base ratios (level {e.alpha:.2%}); the "
+                                  "rule whose predictions were lowest over the window")
+            else:
+                out.update(observedViolations=rule.raw_violations, observedPoints=len(rule.raw),
+                           reason=f"warming up: {rule.name}'s rule as its system uses it, "
+                                  f"uncalibrated, until the rules have {e.min_points} elapsed "
+                                  f"horizons ({len(rule.raw)} so far)")
+            if e.young_idle > 0:
+                out["youngPodsIdleRequestCores"] = round(e.young_idle, 4)
+        if math.isfinite(e.ensemble.value) and e.ensemble.value > 1.0:
+            out["choiceMargin"] = round(e.ensemble.value, 4)
+        out["cpuCores"] = round(history.bound(e.final[-1]), 4)
+        return out
 
 
-class _Candidate:
-    """One level (a half-life) and its calibration window."""
+class _Conformal:
+    """A window of calibration ratios and the conformal order statistic at level α."""
 
-    def __init__(self, half_life_steps: float, k: int) -> None:
-        self.alpha = 1.0 - 0.5 ** (1.0 / half_life_steps)
-        self.pod: list[float | None] = [None] * k  # per-pod EWMA, None while absent
-        self.level: list[float] = []  # ℓ(s): Σ EWMA over established pods
-        self.window: deque[tuple[int, float, float]] = deque()  # (s, ratio, level)
+    def __init__(self) -> None:
+        self.window: deque[tuple[int, float]] = deque()  # (decision point, ratio)
         self.sorted: list[float] = []
-        self.level_sum = 0.0
-        self.margin = math.inf
+        self.value = math.inf
+        self.rank = 0
+
+    def add(self, s: int, ratio: float) -> None:
+        self.window.append((s, ratio))
+        bisect.insort(self.sorted, ratio)
+
+    def update(self, oldest: int, alpha: float, min_points: int) -> None:
+        """Drop points older than ``oldest``; the ⌈(n+1)(1−α)⌉-th smallest ratio, or inf."""
+        while self.window and self.window[0][0] < oldest:
+            del self.sorted[bisect.bisect_left(self.sorted, self.window.popleft()[1])]
+        size = len(self.sorted)
+        rank = math.ceil((size + 1) * (1.0 - alpha))
+        if size >= min_points and 0 < rank <= size:
+            self.value, self.rank = self.sorted[rank - 1], rank
+        else:
+            self.value, self.rank = math.inf, 0
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+
+def _ratio(peak: float, base: float) -> float:
+    return peak / base if base > 0.0 else (0.0 if peak <= 0.0 else math.inf)
+
+
+class _Rule:
+    """One rule: its bases, its calibration, its raw-violation record, its realised cost."""
+
+    def __init__(self, name: str, peer: bool) -> None:
+        self.name = name
+        self.peer = peer
+        self.base: list[float] = []  # B_c(s), floored
+        self.calibration = _Conformal()
+        self.raw: deque[tuple[int, bool]] = deque()  # (s, the uncalibrated base missed)
+        self.raw_violations = 0
+        self.calibrated_at: list[float | None] = []  # P_c(s) as it was at s (None: uncalibrated)
+        self.costs: deque[float] = deque()  # recent calibrated predictions, for the choice
+        self.cost_sum = 0.0
+        self.base_sum = 0.0  # over the last len(costs_base) bases, for uncalibrated peers
+        self.bases: deque[float] = deque()
+
+    @property
+    def margin(self) -> float:
+        return self.calibration.value
+
+    def prediction(self, calibrated: bool) -> float:
+        return self.margin * self.base[-1] if calibrated else self.base[-1]
+
+    def mean_cost(self, calibrated: bool) -> float:
+        """Average of what the rule predicted over the window (its realised predictions once
+        calibrated: a choice by the margin of today alone would favour whichever rule's recent
+        ratios happened to be kindest)."""
+        if calibrated and self.costs:
+            return self.cost_sum / len(self.costs)
+        return self.base_sum / len(self.bases) if self.bases else self.base[-1]
 
 
 class _Engine:
@@ -158,104 +249,188 @@ class _Engine:
 
     def __init__(self, p: Tidal, history: NodeHistory) -> None:
         self.p = p
-        k = len(history.series_ids)
-        self.k = k
+        self.k = len(history.series_ids)
         self.h = history.steps(p.horizon_seconds)
         self.cal = history.steps(p.calibration_seconds)
-        self.mature = history.steps(max(p.level_half_lives_seconds))
+        self.prior = history.steps(p.prior_seconds) if p.prior_seconds > 0 else 0
         self.alpha = p.target_rate(history.step)
-        self.cands = [_Candidate(hl / history.step, k) for hl in p.level_half_lives_seconds]
-        self.age = [0] * k
-        self.mask: list[int] = []  # bitmask of pods on the node at s
-        self.young: list[bool] = []  # some pod on the node at s is young
-        self.young_request: list[float] = []
-        self.est_request: list[float] = []
-        self.est_usage: list[float] = []
-        self.seen = 0  # samples folded into the per-step state
-        self.calibrated = 0  # decision points s considered for calibration
+        self.min_points = max(1, math.ceil(1.0 / self.alpha) - 1)
+        self.rules = [_Rule(name, name in PEER_RULES) for name in RULES]
+        self.half_lives = {"level-2h": 7200 / history.step, "level-30m": 1800 / history.step}
+        self.pod_level: dict[str, list[float | None]] = {n: [None] * self.k for n in self.half_lives}
+        self.ns_n = history.steps(p.nsigma_window_seconds)
+        self.ns: deque[float] = deque()
+        self.ns_sum = 0.0
+        self.ns_sq = 0.0
+        self.recent: deque[tuple[int, float]] = deque()  # monotonic max over the last horizon
+        self.age = [0] * self.k
+        self.young_idle = 0.0
+        self.mask: list[int] = []  # bitmask of the pods on the node at s
+        self.chosen: list[float] = []  # the chosen rule's prediction at s, floored
+        self.final: list[float] = []  # P(s)
+        self.ensemble = _Conformal()  # peak / chosen: the choice's own calibration
+        self.seen = 0
+        self.calibrated = 0
+
+    # bases at step s, from samples ≤ s only
+    def _bases(self, history: NodeHistory, s: int) -> dict[str, float]:
+        p = self.p
+        total = history.total_usage
+        req = history.total_request
+        u, r = total[s], req[s]
+        out = {"koordinator": r * (1.0 - p.koordinator_threshold) + u}
+        lo = max(0, s - p.volcano_samples + 1)
+        weight, num, den = 1.0, 0.0, 0.0
+        for i in range(lo, s + 1):
+            num += weight * max(0.0, req[i] - total[i])
+            den += weight
+            weight *= 2.0
+        out["volcano"] = r - p.volcano_ratio * num / den
+        self.ns.append(u)
+        self.ns_sum += u
+        self.ns_sq += u * u
+        if len(self.ns) > self.ns_n:
+            old = self.ns.popleft()
+            self.ns_sum -= old
+            self.ns_sq -= old * old
+        n = len(self.ns)
+        mean = self.ns_sum / n
+        out["nsigma"] = mean + p.nsigma_n * math.sqrt(max(0.0, self.ns_sq / n - mean * mean))
+        mask = 0
+        young_idle = 0.0
+        for j in range(self.k):
+            uj = history.usage(j)[s]
+            rj = history.request(j)[s]
+            if rj <= 0.0 and uj <= 0.0:
+                self.age[j] = 0  # not on the node: its level leaves with it
+                for pods in self.pod_level.values():
+                    pods[j] = None
+                continue
+            mask |= 1 << j
+            # the pods on the node when the history starts count as established: their age is
+            # unknown (the agent may just have restarted), and a new node must not hold back
+            # every request for an hour
+            self.age[j] = self.h + 1 if s == 0 else self.age[j] + 1
+            if self.age[j] <= self.h:
+                young_idle += max(0.0, rj - uj)
+        for name, hl in self.half_lives.items():
+            a = 1.0 - 0.5 ** (1.0 / hl)
+            pods = self.pod_level[name]
+            level = 0.0
+            for j in range(self.k):
+                if not mask >> j & 1:
+                    continue
+                uj = history.usage(j)[s]
+                prev = pods[j]
+                cur = uj if prev is None else prev + a * (uj - prev)
+                pods[j] = cur
+                level += cur
+            out[name] = level
+        self.mask.append(mask)
+        self.young_idle = young_idle
+        while self.recent and self.recent[-1][1] <= u:
+            self.recent.pop()
+        self.recent.append((s, u))
+        while self.recent[0][0] <= s - self.h:
+            self.recent.popleft()
+        out["recent-peak"] = self.recent[0][1]
+        floor = p.level_floor_fraction * r
+        return {k: max(v, floor) for k, v in out.items()}
 
     def advance(self, history: NodeHistory) -> None:
         n = len(history)
         if n < self.seen:
             raise ValueError("a NodeHistory only grows")
-        k = self.k
         for s in range(self.seen, n):
-            mask = 0
-            young = False
-            young_req = est_req = est_use = 0.0
-            levels = [0.0] * len(self.cands)
-            for j in range(k):
-                u = history.usage(j)[s]
-                r = history.request(j)[s]
-                if r <= 0.0 and u <= 0.0:
-                    self.age[j] = 0
-                    for c in self.cands:
-                        c.pod[j] = None
-                    continue
-                mask |= 1 << j
-                self.age[j] += 1
-                established = self.age[j] > self.mature
-                for ci, c in enumerate(self.cands):
-                    prev = c.pod[j]
-                    cur = u if prev is None else prev + c.alpha * (u - prev)
-                    c.pod[j] = cur
-                    if established:
-                        levels[ci] += cur
-                if established:
-                    est_req += r
-                    est_use += u
-                else:
-                    young = True
-                    young_req += r
-            self.mask.append(mask)
-            self.young.append(young)
-            self.young_request.append(young_req)
-            self.est_request.append(est_req)
-            self.est_usage.append(est_use)
-            for ci, c in enumerate(self.cands):
-                c.level.append(levels[ci])
+            bases = self._bases(history, s)
+            u = history.total_usage[s]
+            for rule in self.rules:
+                b = bases[rule.name]
+                rule.base.append(b)
+                _push(rule.bases, b, self.cal, rule, "base_sum")
+            self._calibrate(history, s)
+            for rule in self.rules:
+                cp = max(rule.margin * rule.base[s], u) if math.isfinite(rule.margin) else None
+                rule.calibrated_at.append(cp)
+                if cp is not None:
+                    _push(rule.costs, cp, self.cal, rule, "cost_sum")
+            upper = max(history.total_request[s], u)
+            choice = self.choose()
+            chosen = upper
+            if choice is not None:
+                # never below what is in use now, nor below the young pods' requests
+                chosen = min(upper, max(choice[0].prediction(choice[1]), u + self.young_idle))
+            self.chosen.append(chosen)
+            self.final.append(min(upper, max(1.0, self.ensemble.value if math.isfinite(self.ensemble.value)
+                                             else 1.0) * chosen))
         self.seen = n
-        self._calibrate(history)
 
-    def _calibrate(self, history: NodeHistory) -> None:
-        n = len(history)
+    def _peak(self, history: NodeHistory, s: int) -> float:
+        """The maximum over (s, s + horizon] of the usage of the pods on the node at s: a pod
+        that arrives later is the scheduler's news, not an error of the prediction at s (the
+        agent counts a new pod at its request from its first sample)."""
+        end = s + self.h + 1
+        m = self.mask[s]
+        if not any(self.mask[i] & ~m for i in range(s + 1, end)):
+            return max(history.total_usage[s + 1 : end])
+        present = [j for j in range(self.k) if m >> j & 1]
+        return max(math.fsum(history.usage(j)[i] for j in present) for i in range(s + 1, end))
+
+    def _calibrate(self, history: NodeHistory, now: int) -> None:
+        """Fold the decision points whose horizon elapsed by ``now`` into the windows."""
         h = self.h
         total = history.total_usage
         requests = history.total_request
-        floor = self.p.level_floor_fraction
-        last = n - 1 - h  # newest decision point whose horizon has elapsed
+        last = now - h  # newest decision point whose horizon has elapsed
         for s in range(self.calibrated, last + 1):
-            if self.young[s]:
-                continue
-            m = self.mask[s]
-            if any(self.mask[i] & ~m for i in range(s + 1, s + h + 1)):
-                continue  # a pod arrives within the horizon
-            peak = max(total[s + 1 : s + h + 1])
-            for c in self.cands:
-                level = c.level[s]
-                denom = max(level, floor * requests[s])
-                z = peak / denom if denom > 0.0 else (0.0 if peak <= 0.0 else math.inf)
-                c.window.append((s, z, level))
-                bisect.insort(c.sorted, z)
-                c.level_sum += level
+            if requests[s] <= 0.0 and total[s] <= 0.0:
+                continue  # no online pod on the node: nothing was predicted
+            full = max(total[s + 1 : s + h + 1])
+            peak = self._peak(history, s)
+            for rule in self.rules:
+                b = rule.base[s]
+                rule.calibration.add(s, _ratio(peak, b))
+                # the peers' rules are judged as the benchmark judges them: arrivals count
+                violated = full > b
+                rule.raw.append((s, violated))
+                rule.raw_violations += violated
+            self.ensemble.add(s, _ratio(peak, self.chosen[s]))
         self.calibrated = max(self.calibrated, last + 1)
         oldest = last - self.cal + 1
-        for c in self.cands:
-            while c.window and c.window[0][0] < oldest:
-                _, z, level = c.window.popleft()
-                del c.sorted[bisect.bisect_left(c.sorted, z)]
-                c.level_sum -= level
-            size = len(c.sorted)
-            rank = math.ceil((size + 1) * (1.0 - self.alpha))
-            c.margin = c.sorted[rank - 1] if 0 < rank <= size else math.inf
+        self.ensemble.update(oldest, self.alpha, self.min_points)
+        for rule in self.rules:
+            rule.calibration.update(oldest, self.alpha, self.min_points)
+            while rule.raw and rule.raw[0][0] < oldest:
+                rule.raw_violations -= rule.raw.popleft()[1]
 
-    def choose(self) -> int | None:
-        """Index of the candidate whose calibrated prediction was lowest on average."""
-        best: tuple[float, int] | None = None
-        for i, c in enumerate(self.cands):
-            if not math.isfinite(c.margin) or not c.window:
+    def within_budget(self, violations: int, points: int) -> bool:
+        """Observed violations within α, with a prior of one clean day of points."""
+        return violations <= self.alpha * (points + self.prior)
+
+    def usable(self, rule: _Rule) -> bool | None:
+        """True: calibrated; False: usable uncalibrated (a peer within budget); None: not now."""
+        if math.isfinite(rule.margin):
+            return True
+        if rule.peer and self.within_budget(rule.raw_violations, len(rule.raw)):
+            return False
+        return None
+
+    def choose(self) -> tuple[_Rule, bool] | None:
+        """The usable rule whose prediction was lowest on average, and whether it is calibrated."""
+        best: tuple[float, int, _Rule, bool] | None = None
+        for i, rule in enumerate(self.rules):
+            calibrated = self.usable(rule)
+            if calibrated is None:
                 continue
-            cost = c.margin * max(c.level_sum, 0.0) / len(c.window)
-            if best is None or cost < best[0]:
-                best = (cost, i)
-        return None if best is None else best[1]
+            cost = rule.mean_cost(calibrated)
+            if best is None or (cost, i) < best[:2]:
+                best = (cost, i, rule, calibrated)
+        return None if best is None else (best[2], best[3])
+
+
+def _push(window: deque[float], value: float, size: int, owner: object, total: str) -> None:
+    """Append to a bounded window and keep its running sum (attribute ``total`` of ``owner``)."""
+    window.append(value)
+    setattr(owner, total, getattr(owner, total) + value)
+    if len(window) > size:
+        setattr(owner, total, getattr(owner, total) - window.popleft())

@@ -1,0 +1,58 @@
+"""The default predictor on synthetic stress traces it was not designed on (`tidal.predict.synthetic`).
+
+Issue 18's bars, per shape over three seeds: mean 60-minute violation ≤ 1 %, worst seed ≤ 3 %,
+and on average at least the reclaim of the best peer that stays within the 1 % budget on the
+same trace. Shapes where pods arrive all the time are known to miss the budget (a pod arriving
+is counted as a violation of the prediction made before it arrived); they are marked so, and the
+mark fails the day they pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tidal.predict.evaluate import evaluate
+from tidal.predict.predictors import DEFAULT, Oracle, realisable
+from tidal.predict.synthetic import GENERATORS
+
+SEEDS = (0, 1, 2)
+BUDGET = 0.01
+
+
+def scores(shape: str, warmup: int) -> list[tuple[float, float, float]]:
+    """(default's reclaimed, default's 60-min violation, best in-budget peer's reclaimed) per seed."""
+    out = []
+    for seed in SEEDS:
+        trace = GENERATORS[shape](seed)
+        ev = evaluate(trace, [Oracle.for_trace(trace, 3600), *realisable(3600)], warmup_seconds=warmup)
+        peers = [r.reclaimed for r in ev.results
+                 if r.name not in (DEFAULT, Oracle.name) and r.violation_60m <= BUDGET]
+        d = ev.result(DEFAULT)
+        out.append((d.reclaimed, d.violation_60m, max(peers, default=0.0)))
+    return out
+
+
+def check(rows: list[tuple[float, float, float]]) -> None:
+    n = len(rows)
+    assert sum(v for _, v, _ in rows) / n <= BUDGET, rows
+    assert max(v for _, v, _ in rows) <= 3 * BUDGET, rows
+    assert sum(r for r, _, _ in rows) / n >= sum(p for _, _, p in rows) / n, rows
+
+
+@pytest.mark.parametrize("shape", ["level-shift", "daily-cycle", "rare-spikes"])
+def test_default_keeps_the_budget_and_beats_the_peers_on_stress_shapes(shape: str) -> None:
+    check(scores(shape, warmup=86400))
+
+
+@pytest.mark.xfail(strict=True, reason="pods arriving back to back: arrivals within the horizon "
+                   "count as violations and the default misses the 1 % budget (known, issue 18 note)")
+@pytest.mark.parametrize("shape,warmup", [("jobs", 7200), ("mid-start", 86400)])
+def test_default_on_arrival_heavy_shapes(shape: str, warmup: int) -> None:
+    check(scores(shape, warmup))
+
+
+def test_generators_are_deterministic_and_valid() -> None:
+    for shape, make in GENERATORS.items():
+        a, b = make(7), make(7)
+        assert a.usage == b.usage and a.request == b.request, shape
+        assert len(a) > 12 and all(len(u) == len(a) for u in a.usage), shape
+        assert all(x >= 0 for u in a.usage for x in u), shape

@@ -132,6 +132,33 @@ def test_site_playbook_deploys_tidal_as_pods_on_the_real_node_and_summarises(lab
     assert {c.name for c in by_app["tidal-agent"][0].spec.containers} == {"agent", "nri"}
 
 
+def test_site_oversells_the_demo_nodes_from_the_start_and_runs_the_be_job_on_them(lab, site, core):
+    """Issue 18's bar for `make site`: batch resources on the replayed colocation nodes within
+    5 minutes with the default predictor (warming up on the peers' rules, not after a day), and
+    the demo BE Job bound to them through batch resources."""
+    from kubernetes import client
+    from tidal.lab.pytest_plugin import wait_for
+
+    assert site.returncode == 0
+    custom = client.CustomObjectsApi(core.api_client)
+    for name in ("lab-node-0", "lab-node-1"):
+        cpu = wait_for(lambda: int(core.read_node(name).status.allocatable.get("kubernetes.io/batch-cpu", "0")),
+                       300, f"batch-cpu > 0 on {name}")
+        profile = custom.get_cluster_custom_object("colocation.tidal.io", "v1alpha1", "nodeprofiles", name)
+        predictions = profile["status"]["predictions"]
+        assert predictions["predictor"] == "tidal", predictions
+        assert predictions["basis"]["regime"] in ("warming-up", "calibrated"), predictions["basis"]
+        assert profile["status"]["oversell"]["cpuMillicores"]["result"] > 0, (cpu, profile["status"]["oversell"])
+    batch = client.BatchV1Api(core.api_client)
+    job = wait_for(lambda: (j := batch.read_namespaced_job("transcode", "tidal-demo")).status.succeeded == 4 and j,
+                   300, "the demo BE Job's 4 pods succeeded")
+    pods = core.list_namespaced_pod("tidal-demo", label_selector="job-name=transcode").items
+    assert pods and job.spec.completions == 4
+    for pod in pods:
+        assert pod.spec.node_name in ("lab-node-0", "lab-node-1"), pod.spec.node_name
+        assert "kubernetes.io/batch-cpu" in pod.spec.containers[0].resources.requests
+
+
 def test_a_second_run_changes_nothing(lab, site):
     assert site.returncode == 0
     again = play("playbooks/site.yml", lab, timeout=900)
@@ -214,10 +241,13 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
     custom = client.CustomObjectsApi(core.api_client)
     policy = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
     original_spec = custom.get_cluster_custom_object(*policy)["spec"]
-    # Oversell from what the real node's pods use now (a window statistic: the history
-    # predictors wait for a day of history), the whole allocatable as cap; evict quickly.
+    # Oversell from what the real node's pods use now (a window statistic, to follow this
+    # test's own pods within seconds), the whole allocatable as cap, not counting the usage
+    # outside the pods (the lab's control plane and this test run share the real node's
+    # machine: counted, they leave nothing to oversell); evict quickly.
     custom.patch_cluster_custom_object(*policy, {"spec": {
-        "overselling": {"predictor": "max", "windowSeconds": 60, "ratioPercent": 100, "safetyMarginPercent": 0},
+        "overselling": {"predictor": "max", "windowSeconds": 60, "ratioPercent": 100, "safetyMarginPercent": 0,
+                        "includeSystemUsage": False},
         "evictionWatermarks": {"cpu": {"highPercent": 75, "lowPercent": 40}, "dwellSeconds": 3,
                                "cooldownSeconds": 2}}})
     namespace = f"chain-{os.getpid()}"
@@ -261,7 +291,10 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
         core.delete_namespaced_pod("search", namespace, grace_period_seconds=0)
         wait_for(_gone(core, namespace, "search"), 60, "HLS pod gone")
 
-        # 4. an online pod drives the node above the CPU watermark: taint, eviction, kubelet stops it
+        # 4. an online pod drives the node above the CPU watermark: taint, eviction, kubelet stops
+        # it. The node's whole usage counts again (includeSystemUsage on, the default), as on a
+        # node where Tidal is the only judge of how hot it is.
+        custom.patch_cluster_custom_object(*policy, {"spec": {"overselling": {"includeSystemUsage": True}}})
         spin = ["python3", "-c", "import multiprocessing as m\n"
                 "def spin():\n    while True: pass\n"
                 "[m.Process(target=spin).start() for _ in range(2)]\nimport signal; signal.pause()"]

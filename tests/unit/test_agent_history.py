@@ -37,6 +37,19 @@ def test_gaps_inside_a_pods_life_are_zero():
     assert list(history.request(1)) == [0.0, 1.0, 1.0]
 
 
+def test_unobserved_steps_carry_the_last_reading_for_up_to_an_hour():
+    h = OnlineHistory(step_seconds=300)
+    h.observe(0, [("a", 1.0, 2.0)])
+    h.observe(300, [("a", 2.0, 2.0)])
+    h.observe(1500, [("a", 3.0, 2.0)])  # steps 2-4 not observed: the agent was down
+    h.observe(1800, [("a", 3.0, 2.0)])
+    h.observe(1800 + 14 * 300, [("a", 4.0, 2.0)])  # 13 steps missed: longer than an hour
+    h.observe(1800 + 15 * 300, [])
+    history = h.node_history()
+    assert list(history.usage(0)) == [1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0] + [0.0] * 13 + [4.0]
+    assert list(history.request(0)) == [2.0] * 7 + [0.0] * 13 + [2.0]
+
+
 def test_the_default_predictor_runs_on_the_agents_history_and_is_conservative_when_young():
     h = OnlineHistory(step_seconds=300)
     for step in range(13):
@@ -88,3 +101,21 @@ def test_predictions_follow_the_policys_predictor():
     # Only the online pod counts (the BE pod is not online); warming up on Volcano's rule:
     # 2000 − 0.6 × (2000 − 1200) idle
     assert status["predictor"] == "tidal" and status["onlinePeak"] == {"cpuMillicores": 1520, "memoryBytes": 300}
+
+
+def test_a_node_without_online_pods_holds_nothing_back_from_its_first_sample():
+    from tidal import qos
+    from tidal.agent.collector.histogram import WindowStats
+    from tidal.agent.collector.sampler import PodInfo, PodUsage
+    from tidal.agent.run import Predictions
+    from tidal.policy import ColocationPolicy
+
+    batch = PodInfo("u2", "ns", "job", "BestEffort", qos.QoSLevel.BE, cpu_request_millicores=8000)
+    sampler = _StubSampler([PodUsage(batch, 7000.0, 10)], (WindowStats.of(300, [0]), WindowStats.of(300, [0])))
+    predictions = Predictions(step_seconds=300)
+    policy = ColocationPolicy.from_spec({})
+    assert predictions.status(sampler, policy) is None  # not sampled yet
+    predictions.observe(sampler, 10)
+    status = predictions.status(sampler, policy)
+    assert status["onlinePeak"]["cpuMillicores"] == 0
+    assert status["basis"]["regime"] == "no-online-pods"

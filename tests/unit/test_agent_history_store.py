@@ -213,15 +213,16 @@ def test_a_history_from_the_future_is_discarded():
         load(encode(h, NODE, 1.0).data, h, now=now_after(h) - STEP)
 
 
-def test_a_restored_history_fills_the_gap_with_absent_steps_and_trims_to_its_window():
+def test_a_restored_history_carries_a_short_gap_and_leaves_a_long_one_absent_and_trims():
     h = build([[("a", 1.0, 2.0)]] * 5)
-    restored = load(encode(h, NODE, 1.0).data, h, now=now_after(h, 3)).history
-    t = now_after(h, 3)
-    restored.observe(t, [("a", 2.0, 2.0)])
-    restored.observe(t + STEP, [])
-    history = restored.node_history()
-    assert list(history.usage(0)) == [1.0] * 5 + [0.0] * 3 + [2.0]
-    assert list(history.request(0)) == [2.0] * 5 + [0.0] * 3 + [2.0]
+    for gap, filled in ((3, ([1.0] * 3, [2.0] * 3)), (13, ([0.0] * 13, [0.0] * 13))):
+        t = now_after(h, gap)
+        restored = load(encode(h, NODE, 1.0).data, h, now=t).history
+        restored.observe(t, [("a", 2.0, 2.0)])
+        restored.observe(t + STEP, [])
+        history = restored.node_history()
+        assert list(history.usage(0)) == [1.0] * 5 + filled[0] + [2.0], gap
+        assert list(history.request(0)) == [2.0] * 5 + filled[1] + [2.0], gap
     shorter = load(encode(h, NODE, 1.0).data, h, keep_steps=2).history
     assert len(shorter) == 2
 

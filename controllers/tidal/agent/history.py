@@ -20,6 +20,8 @@ from tidal.predict.series import NodeHistory
 
 STEP_SECONDS = 300
 KEEP_STEPS = 14 * 86400 // STEP_SECONDS + 12
+#: Unobserved steps up to this long repeat a pod's last reading; longer gaps count as absent.
+MAX_GAP_SECONDS = 3600
 
 
 @dataclass
@@ -34,9 +36,11 @@ class _PodSteps:
 
 
 class OnlineHistory:
-    def __init__(self, step_seconds: int = STEP_SECONDS, keep_steps: int = KEEP_STEPS) -> None:
+    def __init__(self, step_seconds: int = STEP_SECONDS, keep_steps: int = KEEP_STEPS,
+                 max_gap_seconds: int = MAX_GAP_SECONDS) -> None:
         self.step_seconds = step_seconds
         self.keep_steps = keep_steps
+        self.max_gap_steps = max_gap_seconds // step_seconds
         self._pods: dict[str, _PodSteps] = {}
         self._open_step: int | None = None
         self._open: dict[str, tuple[float, float]] = {}
@@ -58,13 +62,20 @@ class OnlineHistory:
 
     def _close(self) -> None:
         step = self._open_step
+        observed = self.newest_closed  # the last step closed before this one
         for uid, (usage, request) in self._open.items():
             pod = self._pods.get(uid)
             if pod is None or pod.last < step - 1 - self.keep_steps:
                 pod = self._pods[uid] = _PodSteps(first=step)
-            while pod.last < step - 1:  # absent for a while: no usage, no request
-                pod.usage.append(0.0)
-                pod.request.append(0.0)
+            # Steps nobody observed (the agent was down, or its loop late) right after this
+            # pod's last step: up to an hour, its last reading carried forward, as the traces
+            # treat missing readings (a pod does not leave and come back under the same uid);
+            # longer, or steps observed without the pod: absent, no usage and no request.
+            missing = step - 1 - pod.last
+            carry = (pod.last == observed and 0 < missing <= self.max_gap_steps)
+            while pod.last < step - 1:
+                pod.usage.append(pod.usage[-1] if carry else 0.0)
+                pod.request.append(pod.request[-1] if carry else 0.0)
             pod.usage.append(usage)
             pod.request.append(request)
         self._open = {}

@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--window", type=int, help="override the policy's overselling.windowSeconds")
     r.add_argument("--node-cpus", type=float, default=16, help="CPUs of each fake node (the lab's: 16)")
     r.add_argument("--node-memory-bytes", type=int, default=64 * 1024**3, help="memory of each fake node")
+    r.add_argument("--fill", type=float, default=0.5,
+                   help="scale the trace so its largest total request is this share of --node-cpus "
+                        "(0 < fill <= 1; default 0.5); 0 keeps the trace's own sizes")
     r.add_argument("--metrics-address", default="127.0.0.1", help="address of /metrics and /healthz")
     r.add_argument("--metrics-port", type=int, help="serve the fake nodes' metrics on this port (0: any)")
     n = sub.add_parser("run", help="collect this node's usage and report it to its NodeProfile")
@@ -81,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
 async def _replay(args) -> None:
     from tidal.agent.replay import read_long_csv, run_replay
     trace = read_long_csv(args.trace)
+    if args.fill:
+        trace = trace.fitted(args.node_cpus, args.fill)
     stop = stop_on_signals()
     metrics = usage_metrics = runner = None
     if args.metrics_port is not None:

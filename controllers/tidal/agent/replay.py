@@ -59,6 +59,24 @@ class NodeTrace:
         t = self.times[0] + (t - self.times[0]) % self.span
         return self.steps[max(0, bisect.bisect_right(self.times, t) - 1)]
 
+    @property
+    def peak_request(self) -> float:
+        """The largest sum of requests at any step (cores)."""
+        return max((sum(r for _, _, r in step) for step in self.steps), default=0.0)
+
+    def fitted(self, node_cpus: float, fill: float) -> NodeTrace:
+        """The trace scaled so its largest total request is `fill` × `node_cpus`: a trace's
+        machine is rarely the size of the node it is replayed on (the Azure VMs request 56
+        cores; a lab node has 16), and online requests above the node's CPUs would leave
+        nothing to oversell whatever the predictor. Usage and requests scale alike."""
+        if not 0 < fill <= 1:
+            raise TraceError(f"fill {fill!r}: must be in (0, 1]")
+        peak = self.peak_request
+        if peak <= 0:
+            return self
+        k = node_cpus * fill / peak
+        return NodeTrace(self.times, [[(sid, u * k, r * k) for sid, u, r in step] for step in self.steps])
+
 
 def read_long_csv(path: Path) -> NodeTrace:
     by_time: dict[float, list[tuple[str, float, float]]] = {}

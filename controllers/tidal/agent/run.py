@@ -94,7 +94,10 @@ class Predictions:
             # first step closes, so a new node does not wait five minutes to offer anything
             history = self.history.open_history()
             if not len(history):
-                return None
+                if self.history.open_step is None:
+                    return None  # not sampled yet
+                return 0.0, {"regime": "no-online-pods", "cpuCores": 0.0,
+                             "reason": "no online (HLS or LS) pod on the node: nothing to hold back"}
             return self._predicted(predictor, history, provisional=True)
         result = self._predicted(predictor, self.history.node_history(), provisional=False)
         self._cached = (key, result)

@@ -6,6 +6,7 @@
                                 [--category Interactive|all] -o OUT.csv
     tidal predict convert-alibaba --usage USAGE.csv.gz --meta META.csv.gz
                                   [--variant strict|lenient] [--step 5m] -o OUT.csv
+    tidal predict synthesize --shape SHAPE [--seed N] -o OUT.csv
 
 Exit status: 0 on success, 1 when an input cannot be read or evaluated (the message names the
 file, line and column), 2 on a usage error.
@@ -37,6 +38,7 @@ from tidal.predict.evaluate import (
 )
 from tidal.predict.predictors import NAMES, Oracle, realisable
 from tidal.predict.series import Trace, TraceFormatError, read_trace, write_long_csv
+from tidal.predict.synthetic import GENERATORS, trace_rows
 
 PROG = "tidal predict"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -112,7 +114,7 @@ def _positive_duration(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Oversell predictors measured on traces.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{evaluate,convert-azure,convert-alibaba}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{evaluate,convert-azure,convert-alibaba,synthesize}")
 
     e = sub.add_parser(
         "evaluate", help="score every predictor (and the peak oracle) on traces, per node and pooled",
@@ -173,6 +175,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="strict: max within each step (default); lenient: mean")
     b.add_argument("--step", type=_positive_duration, default=300, help="grid step (default 5m)")
     b.add_argument("-o", "--output", required=True, help="output CSV (.gz ok, - for stdout)")
+
+    y = sub.add_parser("synthesize", help="a seeded synthetic stress trace → long CSV")
+    y.add_argument("--shape", choices=sorted(GENERATORS), required=True)
+    y.add_argument("--seed", type=int, default=0, help="random seed (default 0): same seed, same trace")
+    y.add_argument("-o", "--output", required=True, help="output CSV (.gz ok, - for stdout)")
     return p
 
 
@@ -195,6 +202,12 @@ def main(argv: list[str]) -> int:
                    if conv.skipped_category else ""),
                 file=sys.stderr,
             )
+            return 0
+        if args.command == "synthesize":
+            trace = GENERATORS[args.shape](args.seed)
+            n = _write(trace_rows(trace), args.output)
+            print(f"{PROG}: wrote {n} readings of {len(trace.series_ids)} series ({args.shape}, seed "
+                  f"{args.seed}, {len(trace)} steps of {trace.step} s) to {args.output}", file=sys.stderr)
             return 0
         if args.command == "convert-alibaba":
             conv = convert_alibaba(args.usage, args.meta, variant=args.variant, step=args.step)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from tidal.predict.series import Trace
 
-__all__ = ["GENERATORS", "daily_cycle", "jobs", "level_shift", "mid_start", "rare_spikes"]
+__all__ = ["GENERATORS", "trace_rows", "daily_cycle", "jobs", "level_shift", "mid_start", "rare_spikes"]
 
 DAY = 86400
 
@@ -144,3 +144,14 @@ GENERATORS: dict[str, Callable[..., Trace]] = {
     "jobs": jobs,
     "mid-start": mid_start,
 }
+
+
+def trace_rows(trace: Trace) -> Iterator[tuple[int, str, float, float]]:
+    """``(timestamp, series_id, usage, request)`` rows of a trace for `write_long_csv`; a series
+    has no row where it is absent (neither usage nor request), as in the converted traces."""
+    for i in range(len(trace)):
+        ts = trace.timestamp(i)
+        for j, sid in enumerate(trace.series_ids):
+            u, r = trace.usage[j][i], trace.request[j][i]
+            if u > 0.0 or r > 0.0:
+                yield ts, sid, u, r

@@ -77,6 +77,7 @@ from typing import ClassVar
 
 from tidal.predict.predictors.base import Predictor
 from tidal.predict.series import NodeHistory
+from tidal.predict.windows import RollingMax, RollingStats
 
 __all__ = ["RULES", "PEER_RULES", "Tidal"]
 
@@ -221,7 +222,7 @@ def _ratio(peak: float, base: float) -> float:
 class _Rule:
     """One rule: its bases, its calibration, its raw-violation record, its realised cost."""
 
-    def __init__(self, name: str, peer: bool) -> None:
+    def __init__(self, name: str, peer: bool, window: int) -> None:
         self.name = name
         self.peer = peer
         self.base: list[float] = []  # B_c(s), floored
@@ -229,10 +230,10 @@ class _Rule:
         self.raw: deque[tuple[int, bool]] = deque()  # (s, the uncalibrated base missed)
         self.raw_violations = 0
         self.calibrated_at: list[float | None] = []  # P_c(s) as it was at s (None: uncalibrated)
-        self.costs: deque[float] = deque()  # recent calibrated predictions, for the choice
-        self.cost_sum = 0.0
-        self.base_sum = 0.0  # over the last len(costs_base) bases, for uncalibrated peers
-        self.bases: deque[float] = deque()
+        # means over the calibration window, for the choice
+        self.base_mean = RollingStats(window)
+        self.calibrated_mean = RollingStats(window)
+        self.calibrated_values: list[float] = []  # the non-None calibrated_at, in order
 
     @property
     def margin(self) -> float:
@@ -245,9 +246,9 @@ class _Rule:
         """Average of what the rule predicted over the window (its realised predictions once
         calibrated: a choice by the margin of today alone would favour whichever rule's recent
         ratios happened to be kindest)."""
-        if calibrated and self.costs:
-            return self.cost_sum / len(self.costs)
-        return self.base_sum / len(self.bases) if self.bases else self.base[-1]
+        if calibrated and len(self.calibrated_mean):
+            return self.calibrated_mean.mean_std()[0]
+        return self.base_mean.mean_std()[0] if len(self.base_mean) else self.base[-1]
 
 
 class _Engine:
@@ -265,14 +266,11 @@ class _Engine:
         self.prior = history.steps(p.prior_seconds) if p.prior_seconds > 0 else 0
         self.alpha = p.target_rate(history.step)
         self.min_points = max(1, math.ceil(1.0 / self.alpha) - 1)
-        self.rules = [_Rule(name, name in PEER_RULES) for name in RULES]
+        self.rules = [_Rule(name, name in PEER_RULES, self.cal) for name in RULES]
         self.half_lives = {"level-2h": 7200 / history.step, "level-30m": 1800 / history.step}
         self.pod_level: dict[str, list[float | None]] = {n: [None] * self.k for n in self.half_lives}
-        self.ns_n = history.steps(p.nsigma_window_seconds)
-        self.ns: deque[float] = deque()
-        self.ns_sum = 0.0
-        self.ns_sq = 0.0
-        self.recent: deque[tuple[int, float]] = deque()  # monotonic max over the last horizon
+        self.nsigma = RollingStats(history.steps(p.nsigma_window_seconds))
+        self.recent = RollingMax(self.h)  # the node total's maximum over the last horizon
         self.age = [0] * self.k
         self.young_idle = 0.0
         self.mask: list[int] = []  # bitmask of the pods on the node at s
@@ -296,16 +294,9 @@ class _Engine:
             den += weight
             weight *= 2.0
         out["volcano"] = r - p.volcano_ratio * num / den
-        self.ns.append(u)
-        self.ns_sum += u
-        self.ns_sq += u * u
-        if len(self.ns) > self.ns_n:
-            old = self.ns.popleft()
-            self.ns_sum -= old
-            self.ns_sq -= old * old
-        n = len(self.ns)
-        mean = self.ns_sum / n
-        out["nsigma"] = mean + p.nsigma_n * math.sqrt(max(0.0, self.ns_sq / n - mean * mean))
+        self.nsigma.sync(total, s + 1)
+        mean, std = self.nsigma.mean_std()
+        out["nsigma"] = mean + p.nsigma_n * std
         mask = 0
         young_idle = 0.0
         for j in range(self.k):
@@ -338,12 +329,8 @@ class _Engine:
             out[name] = level
         self.mask.append(mask)
         self.young_idle = young_idle
-        while self.recent and self.recent[-1][1] <= u:
-            self.recent.pop()
-        self.recent.append((s, u))
-        while self.recent[0][0] <= s - self.h:
-            self.recent.popleft()
-        out["recent-peak"] = self.recent[0][1]
+        self.recent.sync(total, s + 1)
+        out["recent-peak"] = self.recent.maximum()
         floor = p.level_floor_fraction * r
         return {k: max(v, floor) for k, v in out.items()}
 
@@ -357,13 +344,14 @@ class _Engine:
             for rule in self.rules:
                 b = bases[rule.name]
                 rule.base.append(b)
-                _push(rule.bases, b, self.cal, rule, "base_sum")
+                rule.base_mean.sync(rule.base, s + 1)
             self._calibrate(history, s)
             for rule in self.rules:
                 cp = max(rule.margin * rule.base[s], u) if math.isfinite(rule.margin) else None
                 rule.calibrated_at.append(cp)
                 if cp is not None:
-                    _push(rule.costs, cp, self.cal, rule, "cost_sum")
+                    rule.calibrated_values.append(cp)
+                    rule.calibrated_mean.sync(rule.calibrated_values, len(rule.calibrated_values))
             upper = max(history.total_request[s], u)
             choice = self.choose()
             chosen = upper
@@ -437,10 +425,3 @@ class _Engine:
                 best = (cost, i, rule, calibrated)
         return None if best is None else (best[2], best[3])
 
-
-def _push(window: deque[float], value: float, size: int, owner: object, total: str) -> None:
-    """Append to a bounded window and keep its running sum (attribute ``total`` of ``owner``)."""
-    window.append(value)
-    setattr(owner, total, getattr(owner, total) + value)
-    if len(window) > size:
-        setattr(owner, total, getattr(owner, total) - window.popleft())

@@ -157,12 +157,20 @@ class Evaluation:
             "filled_readings": self.filled,
             "absent_points": self.absent,
             "elapsed_seconds": self.elapsed_seconds,
-            "budget": self.budget,
-            "worst_node_budget": self.worst_node_budget,
-            "baseline": self.baseline,
-            "note": self.note,
-            "predictors": [r.to_json() for r in self.results],
+            **_verdict_json(self),
         }
+
+
+def _verdict_json(ev: Evaluation | Pooled) -> dict:
+    """The budget, the baseline and every predictor's result: the part of the JSON an
+    evaluation of one trace and a pool of several share."""
+    return {
+        "budget": ev.budget,
+        "worst_node_budget": ev.worst_node_budget,
+        "baseline": ev.baseline,
+        "note": ev.note,
+        "predictors": [r.to_json() for r in ev.results],
+    }
 
 
 def _find(results: Sequence[PredictorResult], name: str) -> PredictorResult:
@@ -497,11 +505,7 @@ class Pooled:
             "mean_request": self.mean_request,
             "mean_usage": self.mean_usage,
             "elapsed_seconds": self.elapsed_seconds,
-            "budget": self.budget,
-            "worst_node_budget": self.worst_node_budget,
-            "baseline": self.baseline,
-            "note": self.note,
-            "predictors": [r.to_json() for r in self.results],
+            **_verdict_json(self),
         }
 
 

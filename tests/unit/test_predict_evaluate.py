@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
-from tidal.predict.evaluate import evaluate, window_steps
+from tidal.predict.evaluate import evaluate, pool, window_steps
 from tidal.predict.predictors import NSigma, Oracle, Predictor, Tidal, realisable
 from tidal.predict.series import NodeHistory, Trace
 
 
-def one_pod(usage: list[float], request: float = 10.0, step: int = 300) -> Trace:
+def one_pod(usage: list[float], request: float = 10.0, step: int = 300, source: str = "") -> Trace:
     return Trace(step=step, start=0, series_ids=("p",), usage=[list(usage)],
-                 request=[[request] * len(usage)])
+                 request=[[request] * len(usage)], source=source)
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,30 @@ def test_a_nan_prediction_is_reported_with_the_predictor_and_time() -> None:
 def test_duplicate_predictor_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unique"):
         evaluate(one_pod([1.0] * 40), [Tidal(), Tidal()], warmup_seconds=0)
+
+
+# -- pooled over nodes (the pooling arithmetic itself: test_predict_pool.py) ---------------------
+def test_pool_of_evaluations_matches_the_sums_over_both_nodes() -> None:
+    # node a: 8 decisions (20 steps, no warm-up), requests 10, usage 1; node b: 18, requests 20
+    a = evaluate(one_pod([1.0] * 20, 10.0, source="a"), [Constant(5.0), Current()], warmup_seconds=0)
+    b = evaluate(one_pod([float(i % 10) for i in range(30)], 20.0, source="b"), [Constant(5.0), Current()],
+                 warmup_seconds=0)
+    assert (a.decisions, b.decisions) == (8, 18)
+    p = pool([a, b])
+    c = p.result("constant")
+    assert c.reclaimed == pytest.approx((8 * 5 + 18 * 15) / (8 * 10 + 18 * 20))
+    assert c.violation_60m == pytest.approx((0 * 8 + 1.0 * 18) / 26)  # b peaks at 9 > 5 in 1 h
+    assert c.worst_violation_60m == 1.0 and c.worst_node_60m == "b"
+    assert p.decisions == 26 and p.nodes == 2 and p.traces == ["a", "b"]
+    assert p.mean_request == pytest.approx((10 * 8 + 20 * 18) / 26)
+    assert p.baseline is None and p.note and "no peer (constant, current)" in p.note
+    doc = p.to_json()
+    assert doc["budget"] == 0.01 and doc["worst_node_budget"] == pytest.approx(0.03)
+    assert [e["name"] for e in doc["predictors"]] == ["constant", "current"]
+
+
+def test_pool_refuses_mixed_horizons() -> None:
+    a = evaluate(one_pod([1.0] * 30, 10.0, source="a"), [Constant()], warmup_seconds=0)
+    b = evaluate(one_pod([1.0] * 30, 10.0, source="b"), [Constant()], warmup_seconds=0, horizon_seconds=600)
+    with pytest.raises(ValueError, match="different horizons"):
+        pool([a, b])

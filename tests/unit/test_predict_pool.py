@@ -5,20 +5,13 @@ Hand-made `PredictorResult` lists, so nothing here depends on any predictor's nu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import pytest
 from tidal.predict.evaluate import (
     PredictorResult,
     apply_budget,
     decision_range,
-    evaluate,
-    pool,
     pool_results,
 )
-from tidal.predict.predictors import Predictor
-from tidal.predict.series import NodeHistory, Trace
 
 
 def res(name: str, reclaimed: float, v60: float = 0.0, *, worst60: float | None = None,
@@ -157,55 +150,7 @@ def test_apply_budget_does_not_modify_its_input() -> None:
     assert all(r.within_budget is None and r.gap_closed is None for r in results)
 
 
-# -- on evaluations -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Constant(Predictor):
-    name: ClassVar[str] = "constant"
-    value: float = 5.0
-
-    def predict(self, history: NodeHistory) -> float:
-        return self.value
-
-
-@dataclass(frozen=True)
-class Current(Predictor):
-    name: ClassVar[str] = "current"
-
-    def predict(self, history: NodeHistory) -> float:
-        return history.current_usage
-
-
-def one_pod(usage: list[float], request: float, source: str) -> Trace:
-    return Trace(step=300, start=0, series_ids=("p",), usage=[list(usage)],
-                 request=[[request] * len(usage)], source=source)
-
-
-def test_pool_of_evaluations_matches_the_sums_over_both_nodes() -> None:
-    # node a: 8 decisions (20 steps, no warm-up), requests 10, usage 1; node b: 18, requests 20
-    a = evaluate(one_pod([1.0] * 20, 10.0, "a"), [Constant(5.0), Current()], warmup_seconds=0)
-    b = evaluate(one_pod([float(i % 10) for i in range(30)], 20.0, "b"), [Constant(5.0), Current()],
-                 warmup_seconds=0)
-    assert (a.decisions, b.decisions) == (8, 18)
-    p = pool([a, b])
-    c = p.result("constant")
-    assert c.reclaimed == pytest.approx((8 * 5 + 18 * 15) / (8 * 10 + 18 * 20))
-    assert c.violation_60m == pytest.approx((0 * 8 + 1.0 * 18) / 26)  # b peaks at 9 > 5 in 1 h
-    assert c.worst_violation_60m == 1.0 and c.worst_node_60m == "b"
-    assert p.decisions == 26 and p.nodes == 2 and p.traces == ["a", "b"]
-    assert p.mean_request == pytest.approx((10 * 8 + 20 * 18) / 26)
-    assert p.baseline is None and p.note and "no peer (constant, current)" in p.note
-    doc = p.to_json()
-    assert doc["budget"] == 0.01 and doc["worst_node_budget"] == pytest.approx(0.03)
-    assert [e["name"] for e in doc["predictors"]] == ["constant", "current"]
-
-
-def test_pool_refuses_mixed_horizons() -> None:
-    a = evaluate(one_pod([1.0] * 30, 10.0, "a"), [Constant()], warmup_seconds=0)
-    b = evaluate(one_pod([1.0] * 30, 10.0, "b"), [Constant()], warmup_seconds=0, horizon_seconds=600)
-    with pytest.raises(ValueError, match="different horizons"):
-        pool([a, b])
+# -- the decision range: short warm-ups, too-short traces -------------------------------------
 
 
 @pytest.mark.parametrize(("warmup", "first"), [(0, 0), (1800, 6), (7200, 24), (400, 2)])

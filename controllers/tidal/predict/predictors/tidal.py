@@ -183,7 +183,7 @@ class Tidal(Predictor):
                 out["youngPodsIdleRequestCores"] = round(e.young_idle, 4)
         if math.isfinite(e.ensemble.value) and e.ensemble.value > 1.0:
             out["choiceMargin"] = round(e.ensemble.value, 4)
-        out["cpuCores"] = round(history.bound(e.final[-1]), 4)
+        out["cpuCores"] = round(self.predict(history), 4)
         return out
 
 

@@ -39,7 +39,7 @@ def summary(samples: list[float]) -> dict:
 
 
 async def populate(kubeconfig: Path, count: int) -> None:
-    from tidal import qos
+    from tidal.api import qos
     from tidal.kube import api_client, raw
     from kubernetes_asyncio import client
     async with await api_client(str(kubeconfig)) as api:
@@ -66,7 +66,7 @@ async def populate(kubeconfig: Path, count: int) -> None:
 
 
 async def baseline(kubeconfig: Path, rounds: int) -> list[float]:
-    from tidal import qos
+    from tidal.api import qos
     from tidal.kube import api_client, raw_json
     from kubernetes_asyncio import client
     async with await api_client(str(kubeconfig)) as api:

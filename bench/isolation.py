@@ -209,7 +209,7 @@ def main() -> int:
     from admission import build_loadgen
     from kubernetes import client
 
-    from tidal import qos
+    from tidal.api import qos
     from tidal.agent.collector.cgroups import PodQOSClass
     from tidal.crds import crd_manifests
     from tidal.lab import processes

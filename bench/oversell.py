@@ -74,7 +74,7 @@ def replayed_peak_millicores(rng: random.Random, vms, window_steps: int = 12) ->
 
 async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
     from kubernetes_asyncio import client, config
-    from tidal import qos
+    from tidal.api import qos
     from tidal.kube import raw
     api = await config.new_client_from_config(config_file=kubeconfig)
     async with api:
@@ -109,7 +109,7 @@ async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
 
 
 async def set_peak(custom, name: str, peak: int, now: str) -> None:
-    from tidal import qos
+    from tidal.api import qos
     from tidal.kube import raw
     await raw(custom.patch_cluster_custom_object_status(
         qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name,

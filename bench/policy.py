@@ -42,7 +42,7 @@ def main() -> int:
 
     from kubernetes import client, watch
 
-    from tidal import qos
+    from tidal.api import qos
     from tidal.crds import crd_manifests
     from tidal.lab import processes
     from tidal.lab.apply import create_or_replace_all

@@ -1,6 +1,6 @@
 """Tidal: online/offline workload colocation for Kubernetes.
 
-The package holds the shared model (`tidal.qos`, `tidal.policy`), the controllers
+The package holds the shared model (`tidal.api.qos`, `tidal.api.policy`), the controllers
 (tidal-manager, tidal-agent, tidal-console) and the local lab (`tidal.lab`).
 """
 

@@ -2,9 +2,9 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 """The names of Tidal's contract (DESIGN.md "Names") that the modules read and write.
 
-The same values as ``tidal.qos``, which modules cannot import on a managed host; a unit test
-checks that every value here equals its ``tidal.qos`` counterpart and that `is_best_effort`
-agrees with ``tidal.qos.qos_level_of`` on a table of annotations.
+The same values as ``tidal.api.qos``, which modules cannot import on a managed host; a unit test
+checks that every value here equals its ``tidal.api.qos`` counterpart and that `is_best_effort`
+agrees with ``tidal.api.qos.qos_level_of`` on a table of annotations.
 """
 
 from __future__ import annotations

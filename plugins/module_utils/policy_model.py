@@ -1,7 +1,7 @@
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 #
-# GENERATED from controllers/tidal/policy.py by tests/ansible/vendor_policy.py: do not edit.
+# GENERATED from controllers/tidal/api/policy.py by tests/ansible/vendor_policy.py: do not edit.
 # Regenerate with `.venv/bin/python tests/ansible/vendor_policy.py`; a test fails on drift.
 # The field() calls in the FieldSpec helpers below are inside dataclass bodies at their call sites.
 # pylint: disable=invalid-field-call
@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-API_GROUP_VERSION = "colocation.tidal.io/v1alpha1"  # tidal.qos.API_GROUP_VERSION
+API_GROUP_VERSION = "colocation.tidal.io/v1alpha1"  # tidal.api.qos.API_GROUP_VERSION
 
 __all__ = [
     "DEFAULT_POLICY_NAME",
@@ -176,7 +176,7 @@ class CrossFieldRule:
     operands: tuple[str, ...]
 
 
-_SPEC = "tidal.policy/field"
+_SPEC = "tidal.api.policy/field"
 
 
 def _boolean(name: str, default: bool, description: str) -> Any:

@@ -8,7 +8,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from collection_tools import ROOT
-from tidal import qos
+from tidal.api import qos
 from tidal.manager.admission.configuration import webhook_configurations
 
 TEMPLATES = ROOT / "roles" / "tidal_controllers" / "templates"

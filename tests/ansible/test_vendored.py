@@ -9,7 +9,7 @@ from vendor_policy import TARGET, generate
 
 from ansible_collections.tidal.colocation.plugins.doc_fragments.auth import ModuleDocFragment
 from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, policy_model
-from tidal import policy, qos
+from tidal.api import policy, qos
 
 
 def test_vendored_policy_model_matches_tidal_policy():

@@ -1,4 +1,4 @@
-"""Generate plugins/module_utils/policy_model.py from controllers/tidal/policy.py.
+"""Generate plugins/module_utils/policy_model.py from controllers/tidal/api/policy.py.
 
 Modules run on a managed host, where the `tidal` package is usually not installed, so the
 collection carries its own copy of the ColocationPolicy model: the `policy` module then rejects
@@ -6,7 +6,7 @@ exactly what tidal-manager, tidal-agent and the CRD reject, with the same field 
 The copy is generated, never edited: `test_vendored_policy_model_matches_tidal_policy` fails when
 it drifts, and `python tests/ansible/vendor_policy.py` rewrites it.
 
-The only changes: the one import from `tidal.qos` becomes a constant, and `enum.StrEnum`
+The only changes: the one import from `tidal.api.qos` becomes a constant, and `enum.StrEnum`
 (Python 3.11) becomes the equivalent `str, enum.Enum` so the module runs on Python 3.9 too.
 """
 from __future__ import annotations
@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "controllers" / "tidal" / "policy.py"
+SOURCE = ROOT / "controllers" / "tidal" / "api" / "policy.py"
 TARGET = ROOT / "plugins" / "module_utils" / "policy_model.py"
 
 HEADER = """\
 # Copyright: Tidal maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 #
-# GENERATED from controllers/tidal/policy.py by tests/ansible/vendor_policy.py: do not edit.
+# GENERATED from controllers/tidal/api/policy.py by tests/ansible/vendor_policy.py: do not edit.
 # Regenerate with `.venv/bin/python tests/ansible/vendor_policy.py`; a test fails on drift.
 # The field() calls in the FieldSpec helpers below are inside dataclass bodies at their call sites.
 # pylint: disable=invalid-field-call
@@ -32,8 +32,8 @@ HEADER = """\
 def generate() -> str:
     text = SOURCE.read_text(encoding="utf-8")
     replacements = {
-        "from tidal.qos import API_GROUP_VERSION\n":
-            'API_GROUP_VERSION = "colocation.tidal.io/v1alpha1"  # tidal.qos.API_GROUP_VERSION\n',
+        "from tidal.api.qos import API_GROUP_VERSION\n":
+            'API_GROUP_VERSION = "colocation.tidal.io/v1alpha1"  # tidal.api.qos.API_GROUP_VERSION\n',
         "(enum.StrEnum):": "(str, enum.Enum):",
     }
     for old, new in replacements.items():

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tidal import qos
+from tidal.api import qos
 from tidal.console.rbac import EDITOR_ROLE, VIEWER_ROLE, cluster_roles
 from tidal.console.webbuild import build_web
 from tidal.crds import crd_manifests

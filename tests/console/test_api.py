@@ -6,7 +6,7 @@ import time
 import pytest
 from kubernetes import client
 
-from tidal import qos
+from tidal.api import qos
 from tidal.lab.pytest_plugin import wait_for
 
 from .conftest import http, promql

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from kubernetes import client
 
-from tidal import qos
+from tidal.api import qos
 from tidal.lab.pytest_plugin import wait_for
 
 from .conftest import http, promql

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal import qos
+from tidal.api import qos
 from tidal.console.dashboard import grafana_dashboard
 from tidal.console.monitoring import MonitoringError, TimeRange, panels
 from tidal.console.views import colocation_toggle, disabled_message, node_view, rollout

@@ -4,7 +4,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tidal import qos
+from tidal.api import qos
 from tidal.lab.pytest_plugin import wait_for
 
 

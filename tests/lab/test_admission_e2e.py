@@ -10,7 +10,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
-from tidal import qos
+from tidal.api import qos
 from tidal.lab import processes
 from tidal.lab.apply import create_or_replace_all
 from tidal.lab.ports import free_ports

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal import qos
+from tidal.api import qos
 from tidal.lab import processes
 from tidal.lab.ports import free_port
 from tidal.lab.pytest_plugin import wait_for

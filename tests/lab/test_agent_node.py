@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tidal import qos
+from tidal.api import qos
 from tidal.crds import crd_manifests
 from tidal.lab import processes
 from tidal.lab.apply import create_or_replace_all

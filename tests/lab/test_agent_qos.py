@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.collector.cgroups import PodQOSClass
 from tidal.agent.collector.readers import read_meminfo
 from tidal.crds import crd_manifests

@@ -3,7 +3,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tidal import qos
+from tidal.api import qos
 from tidal.lab.apply import create_or_replace_all
 from tidal.lab.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 

@@ -5,10 +5,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tidal import qos
+from tidal.api import qos
 from tidal.crds import crd_manifests
 from tidal.lab.apply import create_or_replace_all
-from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
+from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 
 pytestmark = pytest.mark.lab
 

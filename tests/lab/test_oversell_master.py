@@ -7,7 +7,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
-from tidal import qos
+from tidal.api import qos
 from tidal.crds import crd_manifests
 from tidal.lab.apply import create_or_replace_all
 from tidal.lab.pytest_plugin import wait_for

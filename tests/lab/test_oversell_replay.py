@@ -9,14 +9,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
-from tidal import qos
+from tidal.api import qos
 from tidal.crds import crd_manifests
 from tidal.lab import processes
 from tidal.lab.apply import create_or_replace_all
 from tidal.lab.pki import ensure_ca, issue
 from tidal.lab.ports import free_ports
 from tidal.lab.pytest_plugin import wait_for
-from tidal.policy import ColocationPolicy, policy_manifest
+from tidal.api.policy import ColocationPolicy, policy_manifest
 
 pytestmark = pytest.mark.lab
 

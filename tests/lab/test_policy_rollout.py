@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tidal import qos
+from tidal.api import qos
 from tidal.crds import crd_manifests
 from tidal.lab import processes
 from tidal.lab.apply import create_or_replace_all

@@ -17,7 +17,7 @@ import pytest
 from tidal.manager.admission.mutation import pod_mutation
 from tidal.manager.admission.patch import escape, member
 from tidal.manager.admission.review import review
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 CANONICAL = "colocation.tidal.io/qos-level"
 BATCH_CPU = "kubernetes.io/batch-cpu"

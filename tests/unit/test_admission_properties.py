@@ -18,9 +18,9 @@ import jsonpatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tidal.manager.admission.decision import DenialReason
-from tidal.manager.admission.quantities import QuantityError, parse_quantity
+from tidal.api.quantities import QuantityError, parse_quantity
 from tidal.manager.admission.review import review
-from tidal.qos import qos_level_of
+from tidal.api.qos import qos_level_of
 
 CANONICAL = "colocation.tidal.io/qos-level"
 OPENFUYAO = "openfuyao.com/qos-level"

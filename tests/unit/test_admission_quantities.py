@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from tidal.manager.admission.quantities import (
+from tidal.api.quantities import (
     INT64_MAX,
     QuantityError,
     cpu_millicores,

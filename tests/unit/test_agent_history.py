@@ -76,11 +76,11 @@ class _StubSampler:
 
 
 def test_predictions_follow_the_policys_predictor():
-    from tidal import qos
+    from tidal.api import qos
     from tidal.agent.collector.histogram import WindowStats
     from tidal.agent.collector.sampler import PodInfo, PodUsage
     from tidal.agent.run import Predictions
-    from tidal.policy import ColocationPolicy
+    from tidal.api.policy import ColocationPolicy
 
     web = PodInfo("u1", "ns", "web", "Burstable", qos.QoSLevel.LS, cpu_request_millicores=2000,
                   memory_request_bytes=1024)
@@ -104,11 +104,11 @@ def test_predictions_follow_the_policys_predictor():
 
 
 def test_a_node_without_online_pods_holds_nothing_back_from_its_first_sample():
-    from tidal import qos
+    from tidal.api import qos
     from tidal.agent.collector.histogram import WindowStats
     from tidal.agent.collector.sampler import PodInfo, PodUsage
     from tidal.agent.run import Predictions
-    from tidal.policy import ColocationPolicy
+    from tidal.api.policy import ColocationPolicy
 
     batch = PodInfo("u2", "ns", "job", "BestEffort", qos.QoSLevel.BE, cpu_request_millicores=8000)
     sampler = _StubSampler([PodUsage(batch, 7000.0, 10)], (WindowStats.of(300, [0]), WindowStats.of(300, [0])))

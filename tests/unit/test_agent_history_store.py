@@ -359,7 +359,7 @@ class _Sampler:
 
 
 def _pods(i):
-    from tidal import qos
+    from tidal.api import qos
     from tidal.agent.collector.sampler import PodInfo, PodUsage
     web = PodInfo("u-web", "ns", "web", "Burstable", qos.QoSLevel.LS, cpu_request_millicores=4000)
     api = PodInfo("u-api", "ns", "api", "Burstable", qos.QoSLevel.LS, cpu_request_millicores=2000)
@@ -371,7 +371,7 @@ def _pods(i):
 
 def test_predictions_survive_a_restart(tmp_path):
     from tidal.agent.run import Predictions
-    from tidal.policy import ColocationPolicy
+    from tidal.api.policy import ColocationPolicy
     from tidal.predict.predictors import REALISABLE
 
     state = tmp_path / "state"
@@ -416,7 +416,7 @@ def test_predictions_survive_a_restart(tmp_path):
 
 def test_predictions_without_a_store_report_no_history_origin():
     from tidal.agent.run import Predictions
-    from tidal.policy import ColocationPolicy
+    from tidal.api.policy import ColocationPolicy
 
     p, sampler = Predictions(step_seconds=STEP), _Sampler()
     sampler.usages = _pods(0)

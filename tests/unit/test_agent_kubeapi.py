@@ -3,7 +3,7 @@ import base64
 
 import pytest
 import yaml
-from tidal.agent.kubeapi import ApiError, KubeAPI, KubeconfigError
+from tidal.kube.client import ApiError, KubeAPI, KubeconfigError
 
 
 def _kubeconfig(tmp_path, user, cluster=None, current="c"):

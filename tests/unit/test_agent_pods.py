@@ -1,6 +1,6 @@
 import pytest
 
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.collector.cgroups import PodQOSClass
 from tidal.agent.pods import NodePods, pod_info, pod_state
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tidal.agent.collector.histogram import WindowStats
 from tidal.agent.prediction import SYSTEM_USAGE_STATISTIC, system_usage
-from tidal.policy import ColocationPolicy
+from tidal.api.policy import ColocationPolicy
 
 CPU = WindowStats.of(300, [100, 200, 300, 400, 5000])  # one skewed sample: 5000
 MEMORY = WindowStats.of(300, [10, 20, 30, 40, 50])

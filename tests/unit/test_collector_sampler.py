@@ -12,7 +12,7 @@ import pytest
 import yaml
 from tidal.agent.collector.cgroups import PodQOSClass, detect_layout
 from tidal.agent.collector.sampler import REASON_FIRST_SAMPLE, PodInfo, Sampler, system_usage
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cgroups"
 CRD = Path(__file__).resolve().parents[2] / "controllers" / "tidal" / "crds" / "colocation.tidal.io_nodeprofiles.yaml"

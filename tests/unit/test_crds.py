@@ -1,6 +1,6 @@
 """The CRD YAML files: names, structural schemas, status shapes and CEL rule hygiene.
 
-Agreement of the ColocationPolicy spec schema with tidal.policy is tested in test_policy.py.
+Agreement of the ColocationPolicy spec schema with tidal.api.policy is tested in test_policy.py.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tidal import qos
+from tidal.api import qos
 from tidal.crds import CRD_FILES, crd_manifests
-from tidal.policy import Predictor
+from tidal.api.policy import Predictor
 
 CRDS = {crd["spec"]["names"]["kind"]: crd for crd in crd_manifests()}
 

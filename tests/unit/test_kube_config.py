@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tidal.agent.kubeapi import KubeAPI, KubeconfigError
+from tidal.kube.client import KubeAPI, KubeconfigError
 from tidal.agent.nri.main import NO_LOOKUPS, lookup_access
 from tidal.kube import ClusterAccessError, api_client, in_cluster_missing, in_cluster_server, resolve_kubeconfig
 from tidal.manager.main import cluster_access

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.nri.decisions import (
     BATCH_RESOURCES_ANNOTATION,
     BatchRequest,

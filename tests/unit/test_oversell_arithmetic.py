@@ -4,10 +4,10 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tidal import qos
+from tidal.api import qos
 from tidal.manager.oversell.arithmetic import ResourceInputs, batch_amount, should_write
 from tidal.manager.oversell.node_decision import OversellSettings, current_amounts, decide_node
-from tidal.policy import ColocationPolicy
+from tidal.api.policy import ColocationPolicy
 
 NOW = datetime.datetime(2026, 11, 22, 3, 0, tzinfo=datetime.timezone.utc)
 GiB = 1024**3

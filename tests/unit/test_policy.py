@@ -1,4 +1,4 @@
-"""tidal.policy: defaults, validation with field paths, round trips, and agreement with the CRD."""
+"""tidal.api.policy: defaults, validation with field paths, round trips, and agreement with the CRD."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tidal.crds import crd_manifests
-from tidal.policy import (
+from tidal.api.policy import (
     DEFAULT_POLICY_NAME,
     ColocationPolicy,
     CrossFieldRule,

@@ -1,10 +1,10 @@
-"""tidal.qos: the names of DESIGN.md and the parsing of QoS, cache-limit and CPU burst annotations."""
+"""tidal.api.qos: the names of DESIGN.md and the parsing of QoS, cache-limit and CPU burst annotations."""
 
 from __future__ import annotations
 
 import pytest
-from tidal import qos
-from tidal.qos import (
+from tidal.api import qos
+from tidal.api.qos import (
     CacheLimit,
     CacheLimitAnnotationError,
     CPUBurstAnnotationError,

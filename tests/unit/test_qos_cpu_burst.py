@@ -9,8 +9,8 @@ from tidal.agent.qos.cpu_burst import CPUBurst, burst_factor, burst_us
 from tidal.agent.qos.engine import strategies_for
 from tidal.agent.qos.pod_features import ContainerCPU, FeaturePodState, feature_pod_state, feature_views
 from tidal.agent.qos.strategy import NodeState, PodState
-from tidal.policy import ColocationPolicy
-from tidal.qos import CPUBurstRequest, QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import CPUBurstRequest, QoSLevel
 
 
 @pytest.mark.parametrize("load, factor", [

@@ -11,8 +11,8 @@ from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.pod_features import ContainerCPU, FeaturePodState
 from tidal.agent.qos.strategy import NodeState
-from tidal.policy import ColocationPolicy
-from tidal.qos import CPUBurstRequest, QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import CPUBurstRequest, QoSLevel
 from tidal.testing.bursty import BurstyServer, read_cpu_stat
 from tidal.testing.local_kubelet import LocalKubelet
 

@@ -20,8 +20,8 @@ from tidal.agent.qos.egress_bandwidth import (
     per_pod_mbps,
 )
 from tidal.agent.qos.strategy import ContainerState, PodState
-from tidal.policy import ColocationPolicy
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import QoSLevel
 from tidal.testing.local_kubelet import LocalKubelet
 
 

@@ -85,7 +85,7 @@ def test_never_writes_outside_kubepods(tree, tmp_path, path, file):
 
 
 def _policy(**iso):
-    from tidal.policy import ColocationPolicy
+    from tidal.api.policy import ColocationPolicy
 
     spec = {"cpuPriority": {"enabled": True}, "batchResources": {"enabled": False},
             "cpuSuppression": {"enabled": False}}
@@ -97,7 +97,7 @@ def test_engine_runs_only_with_the_colocation_label_and_restores_when_it_goes(tr
     from tidal.agent.collector.cgroups import PodQOSClass
     from tidal.agent.qos.engine import QoSEngine, colocation_enabled
     from tidal.agent.qos.strategy import NodeState, PodState
-    from tidal.qos import QoSLevel
+    from tidal.api.qos import QoSLevel
 
     layout, pod, _ = tree
     state = NodeState(
@@ -122,7 +122,7 @@ def test_a_strategy_switched_off_or_a_pod_no_longer_be_gets_its_originals_back(t
     from tidal.agent.collector.cgroups import PodQOSClass
     from tidal.agent.qos.engine import QoSEngine
     from tidal.agent.qos.strategy import NodeState, PodState
-    from tidal.qos import QoSLevel
+    from tidal.api.qos import QoSLevel
 
     layout, pod, _ = tree
     be = PodState("x", PodQOSClass.BEST_EFFORT, QoSLevel.BE)

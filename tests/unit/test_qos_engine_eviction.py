@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from tidal.agent.qos.eviction import Action, Candidate, WatermarkEviction, watermark_usage_percent
-from tidal.policy import EvictionWatermarks, Watermark
+from tidal.api.policy import EvictionWatermarks, Watermark
 
 CONFIG = EvictionWatermarks(
     cpu=Watermark(high_percent=80, low_percent=30),

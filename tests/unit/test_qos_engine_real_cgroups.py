@@ -38,8 +38,8 @@ from tidal.agent.qos.strategy import (
     compose,
     restore,
 )
-from tidal.policy import ColocationPolicy
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import QoSLevel
 from tidal.testing.real_cgroups import RealCgroups, below_own
 
 

@@ -9,8 +9,8 @@ import pytest
 from tidal.agent.collector.cgroups import PodQOSClass, detect_layout
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
-from tidal.policy import ColocationPolicy
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import QoSLevel
 
 DATA = Path(__file__).parent.parent / "data" / "cgroups"
 #: what a fresh v2 cgroup reads

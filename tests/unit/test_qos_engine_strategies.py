@@ -28,8 +28,8 @@ from tidal.agent.qos.strategy import (
     compose,
     cpu_controller_root,
 )
-from tidal.policy import ColocationPolicy
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import QoSLevel
 
 UID = "11111111-2222-4333-8444-555555555555"
 LS_UID = "99999999-2222-4333-8444-555555555555"

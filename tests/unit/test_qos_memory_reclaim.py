@@ -9,8 +9,8 @@ import pytest
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
 from tidal.agent.qos.memory_reclaim import MemoryReclaimer, ReclaimLevel, ceiling_bytes, reclaim_plan, reclaim_requests
 from tidal.agent.qos.strategy import ContainerState, PodState
-from tidal.policy import ColocationPolicy
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import QoSLevel
 from tidal.testing.local_kubelet import LocalKubelet
 
 MiB = 1 << 20

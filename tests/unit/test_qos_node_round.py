@@ -1,10 +1,10 @@
 """The node QoS round's pure helpers and its input handling (no API, no cgroups written)."""
 import pytest
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.qos.eviction import WatermarkEviction
 from tidal.agent.qos.node_actions import has_offline_taint, with_offline_taint
 from tidal.agent.qos.node_qos import NodeQoS
-from tidal.policy import ColocationPolicy
+from tidal.api.policy import ColocationPolicy
 
 TAINT = {"key": qos.OFFLINE_EVICTING_TAINT_KEY, "effect": "NoSchedule"}
 OTHER = {"key": "dedicated", "value": "gpu", "effect": "NoExecute"}

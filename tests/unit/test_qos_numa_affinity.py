@@ -17,7 +17,7 @@ from tidal.agent.qos.numa_affinity import (
     shareable,
 )
 from tidal.agent.qos.pod_features import ContainerCPU, FeaturePodState
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "numa"
 STATIC = DATA / "kubelet" / "cpu_manager_state.static"

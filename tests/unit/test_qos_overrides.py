@@ -1,7 +1,7 @@
 """Per-node eviction watermark overrides from node annotations."""
 import pytest
 from tidal.agent.qos.overrides import effective_watermarks
-from tidal.policy import ColocationPolicy
+from tidal.api.policy import ColocationPolicy
 
 P = "colocation.tidal.io/"
 

@@ -15,8 +15,8 @@ from tidal.agent.qos.psi_interference import (
     parse_some_avg10,
 )
 from tidal.agent.qos.strategy import PodState
-from tidal.policy import ColocationPolicy
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import QoSLevel
 
 PRESSURE = "some avg10={} avg60=1.00 avg300=0.50 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 

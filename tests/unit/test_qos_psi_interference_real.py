@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.collector.cgroups import PodQOSClass
 from tidal.agent.collector.sampler import PodInfo, Sampler
 from tidal.agent.qos.capabilities import probe, supported_map
@@ -21,7 +21,7 @@ from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.psi_interference import PSIDecision, parse_some_avg10
 from tidal.agent.qos.strategy import ContainerState, PodState
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 from tidal.testing.local_kubelet import LocalKubelet
 from tidal.testing.pressure import Thrasher
 

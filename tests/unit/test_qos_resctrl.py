@@ -26,8 +26,8 @@ from tidal.agent.qos.resctrl_schemata import (
     share_lines,
 )
 from tidal.agent.qos.strategy import ContainerState, PodState
-from tidal.policy import ColocationPolicy
-from tidal.qos import CacheLimit, QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import CacheLimit, QoSLevel
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "resctrl"
 INTEL = ResctrlInfo(cbm_mask=0x7FF, min_cbm_bits=1, bandwidth_gran=10, min_bandwidth=10)

@@ -17,7 +17,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from tidal import qos
+from tidal.api import qos
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "tidal_controllers"
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from tidal.kube import ClusterAccessError, api_client, stop_on_signals
-from tidal.policy import Predictor
+from tidal.api.policy import Predictor
 
 #: containerd's default NRI socket (tidal.agent.nri.probe.DEFAULT_SOCKET, not imported: the NRI
 #: process should not load the capability probe)
@@ -111,7 +111,7 @@ async def _run(args) -> None:
     from tidal.agent.collector.cgroups import CgroupDriver
     from tidal.agent.run import run_node_agent
     stop = stop_on_signals()
-    from tidal.agent.kubeapi import KubeAPI
+    from tidal.kube.client import KubeAPI
     async with KubeAPI.from_kubeconfig(args.kubeconfig) as api:
         await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,
                              report_interval=args.report_interval, stop=stop,
@@ -123,7 +123,7 @@ async def _run(args) -> None:
 
 
 async def _restore(args) -> int:
-    from tidal.agent.kubeapi import KubeAPI
+    from tidal.kube.client import KubeAPI
     from tidal.agent.run import restore_node
     async with KubeAPI.from_kubeconfig(args.kubeconfig) as api:
         problems = await restore_node(api, args.node, args.state_dir)
@@ -135,7 +135,7 @@ async def _restore(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from tidal.agent.kubeapi import KubeconfigError
+    from tidal.kube.client import KubeconfigError
     from tidal.agent.replay import TraceError
     try:
         if args.command == "restore":

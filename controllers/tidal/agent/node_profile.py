@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidal import qos
+from tidal.api import qos
 
 PLURAL = "nodeprofiles"
 COLLECTION = f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/{PLURAL}"

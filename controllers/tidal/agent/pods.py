@@ -8,14 +8,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.collector.cgroups import ContainerID, PodQOSClass
 from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import ContainerState, PodState
-from tidal.agent.kubeapi import KubeAPI
-from tidal.agent.watch import Watcher
-from tidal.manager.admission.quantities import QuantityError, memory_bytes
-from tidal.pod_resources import batch_requested, requested
+from tidal.kube.client import KubeAPI
+from tidal.kube.watch import Watcher
+from tidal.api.quantities import QuantityError, memory_bytes
+from tidal.api.pod_resources import batch_requested, requested
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ from tidal.agent.collector.histogram import WindowAggregate
 from tidal.agent.collector.sampler import PodInfo, PodUsage, usage_list
 from tidal.agent.node_profile import write_status
 from tidal.agent.run import Predictions
-from tidal import qos
+from tidal.api import qos
 from tidal.kube import requester
 from tidal.metrics import NodeMetrics, SchedulerUsageMetrics
-from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
-from tidal.qos import QoSLevel
+from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
+from tidal.api.qos import QoSLevel
 
 log = logging.getLogger(__name__)
 WINDOWS = (60, 300, 1800)
@@ -183,7 +183,7 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
     stop = stop or asyncio.Event()
     replayed = [ReplayedNode(name, (i * trace.span / max(1, len(nodes))) % trace.span, trace.step_seconds)
                 for i, name in enumerate(nodes)]
-    from tidal.agent.watch import ObjectWatch
+    from tidal.kube.watch import ObjectWatch
     from tidal.kube import RequestAPI
     policy_watch = ObjectWatch(RequestAPI(api), f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")

@@ -8,7 +8,7 @@ import logging
 import time
 from pathlib import Path
 
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detect_layout
 from tidal.agent.collector.sampler import Sampler
 from tidal.agent.history import STEP_SECONDS, OnlineHistory
@@ -27,9 +27,9 @@ from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
 from tidal.agent.qos.resctrl import remove_groups
 from tidal.agent.qos.strategy import RestoreJournal, restore
-from tidal.agent.watch import ObjectWatch
+from tidal.kube.watch import ObjectWatch
 from tidal.metrics import node_metrics, scheduler_usage_metrics
-from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
+from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 from tidal.predict.predictors import REALISABLE
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal import qos
+from tidal.api import qos
 
 __all__ = ["Authorizer", "Permission", "READ_NODES", "READ_POLICY", "User", "WRITE_NODES", "WRITE_POLICY",
            "PERMISSIONS", "bearer_token"]

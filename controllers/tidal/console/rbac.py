@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from tidal import qos
+from tidal.api import qos
 
 __all__ = ["CONSOLE_ROLE", "EDITOR_ROLE", "VIEWER_ROLE", "cluster_roles"]
 

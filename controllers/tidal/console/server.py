@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from tidal import qos
+from tidal.api import qos
 from tidal.console import views
 from tidal.console.auth import (PERMISSIONS, READ_NODES, READ_POLICY, WRITE_NODES, WRITE_POLICY, Authorizer,
                                 Permission, User, bearer_token)
@@ -29,7 +29,7 @@ from tidal.console.monitoring import (MonitoringError, PrometheusClient, Prometh
 from tidal.console.openapi import openapi_document
 from tidal.kube import api_status, raw, raw_json
 from tidal.metrics import ConsoleMetrics, console_metrics
-from tidal.policy import DEFAULT_POLICY_NAME, POLICY_KIND, ColocationPolicy, PolicyValidationError, \
+from tidal.api.policy import DEFAULT_POLICY_NAME, POLICY_KIND, ColocationPolicy, PolicyValidationError, \
     cross_field_rules, field_specs
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidal import qos
-from tidal.manager.admission.quantities import cpu_millicores, memory_bytes
+from tidal.api import qos
+from tidal.api.quantities import cpu_millicores, memory_bytes
 
 __all__ = ["ToggleDecision", "colocation_toggle", "disabled_message", "node_view", "pod_level", "pods_by_node", "rollout"]
 

@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 async def _leader_work(args, stop: asyncio.Event, metrics) -> None:
     """The leader-elected controllers (oversell master, policy reconciler): every replica
     competes, one works."""
-    from tidal import qos
+    from tidal.api import qos
     from tidal.kube import api_client
     from tidal.manager.leader import LeaderElector
     from tidal.manager.oversell.loop import run_batch_requested, run_master

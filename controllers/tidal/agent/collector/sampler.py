@@ -67,7 +67,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 from .cgroups import CgroupLayout, PodQOSClass
 from .histogram import (

@@ -37,7 +37,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.qos.be_batch_resources import (
     CFS_PERIOD_US,
     PAGE_SIZE,
@@ -45,7 +45,7 @@ from tidal.agent.qos.be_batch_resources import (
     milli_cpu_to_shares,
 )
 from tidal.agent.qos.be_cpu_priority import MIN_SHARES
-from tidal.manager.admission.quantities import QuantityError, memory_bytes
+from tidal.api.quantities import QuantityError, memory_bytes
 
 __all__ = [
     "BATCH_RESOURCES_ANNOTATION",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tidal import qos
-from tidal.manager.admission.quantities import QuantityError, memory_bytes
+from tidal.api import qos
+from tidal.api.quantities import QuantityError, memory_bytes
 
 from .decisions import BatchRequest
 

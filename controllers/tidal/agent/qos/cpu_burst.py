@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from tidal.agent.collector.cgroups import CgroupVersion
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 from .be_batch_resources import milli_cpu_to_quota
 from .pod_features import FeaturePodState

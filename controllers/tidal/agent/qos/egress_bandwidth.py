@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout
-from tidal.policy import EgressBandwidth
-from tidal.qos import QoSLevel
+from tidal.api.policy import EgressBandwidth
+from tidal.api.qos import QoSLevel
 
 from .strategy import PodState
 

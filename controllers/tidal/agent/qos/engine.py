@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.policy import ColocationPolicy
-from tidal.qos import COLOCATION_NODE_LABEL, NODE_LABEL_ENABLED_VALUE
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import COLOCATION_NODE_LABEL, NODE_LABEL_ENABLED_VALUE
 
 from .be_batch_resources import BEBatchResources
 from .be_cpu_priority import BECPUPriority

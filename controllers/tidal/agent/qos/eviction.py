@@ -28,7 +28,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tidal.policy import EvictionWatermarks
+from tidal.api.policy import EvictionWatermarks
 
 __all__ = ["Action", "Decision", "Candidate", "ResourceState", "WatermarkEviction", "RESOURCES",
            "watermark_usage_percent"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
-from tidal.policy import MemoryReclaim
+from tidal.api.policy import MemoryReclaim
 
 from .be_batch_resources import PAGE_SIZE
 from .strategy import CgroupWrite, PodState, RestoreJournal, allowed_roots, apply, restore

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tidal import qos
-from tidal.agent.kubeapi import ApiError, KubeAPI
+from tidal.api import qos
+from tidal.kube.client import ApiError, KubeAPI
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from typing import Any
 from tidal.agent.collector.cgroups import CgroupLayout
 from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler
 from tidal.metrics import NodeMetrics
-from tidal.policy import ColocationPolicy, PolicyValidationError
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy, PolicyValidationError
+from tidal.api.qos import QoSLevel
 
 from .engine import QoSEngine, colocation_enabled
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 from .capabilities import parse_cpu_list
 from .pod_features import FeaturePodState

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tidal.policy import ColocationPolicy, EvictionWatermarks, PolicyValidationError
+from tidal.api.policy import ColocationPolicy, EvictionWatermarks, PolicyValidationError
 
 __all__ = ["ANNOTATIONS", "effective_watermarks"]
 

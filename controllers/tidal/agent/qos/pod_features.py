@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidal import qos
+from tidal.api import qos
 from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.pods import NodePods, pod_info, pod_state
-from tidal.manager.admission.quantities import QuantityError, cpu_millicores
+from tidal.api.quantities import QuantityError, cpu_millicores
 
 from .strategy import PodState
 

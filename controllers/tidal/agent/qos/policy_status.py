@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from tidal.policy import ColocationPolicy, EvictionWatermarks
+from tidal.api.policy import ColocationPolicy, EvictionWatermarks
 
 from .capabilities import Capability
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
-from tidal.policy import PSIInterference
-from tidal.qos import QoSLevel
+from tidal.api.policy import PSIInterference
+from tidal.api.qos import QoSLevel
 
 from .eviction import Action, Candidate, Decision
 from .strategy import PodState

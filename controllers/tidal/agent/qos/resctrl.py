@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
-from tidal.policy import CacheLimits
-from tidal.qos import CacheLimit
+from tidal.api.policy import CacheLimits
+from tidal.api.qos import CacheLimit
 
 from .pod_features import FeaturePodState
 from .resctrl_schemata import ResctrlInfo, Schemata, parse_schemata, render, satisfied, share_lines

@@ -24,8 +24,8 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion, PodQOSClass
-from tidal.policy import ColocationPolicy
-from tidal.qos import QoSLevel
+from tidal.api.policy import ColocationPolicy
+from tidal.api.qos import QoSLevel
 
 __all__ = [
     "CgroupWrite",

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidal.manager.admission.podspec import Container
-from tidal.manager.admission.quantities import cpu_millicores, memory_bytes
-from tidal.qos import BATCH_CPU_RESOURCE, BATCH_MEMORY_RESOURCE
+from tidal.api.quantities import cpu_millicores, memory_bytes
+from tidal.api.qos import BATCH_CPU_RESOURCE, BATCH_MEMORY_RESOURCE
 
 __all__ = ["NATIVE_RESOURCES", "BATCH_RESOURCE_OF", "UNIT_OF", "NativeAmount", "native_amount"]
 

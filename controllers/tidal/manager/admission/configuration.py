@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from tidal import qos
+from tidal.api import qos
 
 WEBHOOK_NAME = "tidal-admission"
 MUTATE_PATH = "/mutate"

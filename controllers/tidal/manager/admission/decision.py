@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 __all__ = ["DenialReason", "RULE_REASON_BY_LEVEL", "Decision", "ALLOWED"]
 

@@ -11,7 +11,7 @@ What is decided (`decide`):
 * Subresources (``request.subResource`` set: status, binding, eviction, resize, ...), DELETE
   and CONNECT: allowed untouched.
 * Pod CREATE: a pod without a QoS annotation is allowed untouched. Otherwise the annotation
-  must be valid (aliases resolved by ``tidal.qos.qos_level_of``), the pod must follow the rule
+  must be valid (aliases resolved by ``tidal.api.qos.qos_level_of``), the pod must follow the rule
   of its level (``rules``), and it is mutated (``mutation``).
 * Pod UPDATE: the QoS level may not change (old and new objects compared after resolving
   aliases); anything else is allowed without mutation, as most of a pod is immutable anyway.
@@ -45,7 +45,7 @@ from tidal.manager.admission.shape import (
     optional_string,
 )
 from tidal.manager.admission.workloads import Target, pod_template_of, target_of
-from tidal.qos import QOS_ALIAS_ANNOTATIONS, QOS_ANNOTATION, AnnotationError, QoSLevel, qos_level_of
+from tidal.api.qos import QOS_ALIAS_ANNOTATIONS, QOS_ANNOTATION, AnnotationError, QoSLevel, qos_level_of
 
 __all__ = ["ADMISSION_API_VERSION", "ADMISSION_KIND", "review", "answer", "decide"]
 

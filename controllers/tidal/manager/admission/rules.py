@@ -40,9 +40,9 @@ from tidal.manager.admission.batch import (
     native_amount,
 )
 from tidal.manager.admission.podspec import Container, containers_of
-from tidal.manager.admission.quantities import MAX_QUANTITY_LENGTH, QuantityError, parse_quantity
+from tidal.api.quantities import MAX_QUANTITY_LENGTH, QuantityError, parse_quantity
 from tidal.manager.admission.shape import optional_object
-from tidal.qos import QoSLevel
+from tidal.api.qos import QoSLevel
 
 __all__ = ["violations"]
 

@@ -6,9 +6,9 @@ import dataclasses
 import logging
 import time
 
-from tidal import qos
+from tidal.api import qos
 from tidal.kube import raw_json, read_policy
-from tidal.pod_resources import batch_requested
+from tidal.api.pod_resources import batch_requested
 from tidal.manager.oversell.master import CycleResult, OversellMaster
 from tidal.metrics import ManagerMetrics
 from tidal.manager.oversell.node_decision import OversellSettings

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal import qos
+from tidal.api import qos
 from tidal.kube import raw, raw_json
 from tidal.manager.oversell.arithmetic import should_write
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_MEMORY_ANNOTATION,

@@ -20,8 +20,8 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tidal import qos
-from tidal.manager.admission.quantities import QuantityError, cpu_millicores, memory_bytes
+from tidal.api import qos
+from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 from tidal.manager.oversell.arithmetic import Breakdown, ResourceInputs, batch_amount
 
 RATIO_OVERRIDE_ANNOTATION = "colocation.tidal.io/oversell-ratio-percent"

@@ -12,10 +12,10 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from tidal import qos
-from tidal.agent.watch import ObjectWatch, Watcher
+from tidal.api import qos
+from tidal.kube.watch import ObjectWatch, Watcher
 from tidal.kube import RequestAPI
-from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy
+from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 
 from .rollout import NodeReport, rollout_status
 from .volcano_usage import render

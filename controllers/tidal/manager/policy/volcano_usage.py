@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from tidal.policy import LoadAwareScheduling
+from tidal.api.policy import LoadAwareScheduling
 
 __all__ = ["VolcanoConfigError", "render"]
 

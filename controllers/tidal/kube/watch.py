@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tidal.agent.kubeapi import ApiError, KubeAPI
+from tidal.kube.client import ApiError, KubeAPI
 
 log = logging.getLogger(__name__)
 

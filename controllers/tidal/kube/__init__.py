@@ -168,8 +168,8 @@ async def read_policy(api):
     from kubernetes_asyncio import client
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from tidal import qos
-    from tidal.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
+    from tidal.api import qos
+    from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
     try:
         obj = await client.CustomObjectsApi(api).get_cluster_custom_object(
             qos.API_GROUP, qos.API_VERSION, "colocationpolicies", DEFAULT_POLICY_NAME)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tidal.qos import API_GROUP_VERSION
+from tidal.api.qos import API_GROUP_VERSION
 
 __all__ = [
     "DEFAULT_POLICY_NAME",
@@ -169,7 +169,7 @@ class CrossFieldRule:
     operands: tuple[str, ...]
 
 
-_SPEC = "tidal.policy/field"
+_SPEC = "tidal.api.policy/field"
 
 
 def _boolean(name: str, default: bool, description: str) -> Any:

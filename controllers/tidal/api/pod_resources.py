@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from tidal import qos
-from tidal.manager.admission.quantities import QuantityError, cpu_millicores, memory_bytes
+from tidal.api import qos
+from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
 __all__ = ["batch_requested", "requested"]
 

@@ -12,8 +12,8 @@ import uuid
 import pytest
 from kubernetes import client
 
-from tidal.agent.nri.decisions import BatchRequest
-from tidal.agent.nri.pod_lookup import ApiServerPods, batch_requests_from_pod
+from tidal.api.pod_resources import BatchRequest
+from tidal.agent.nri.pod_lookup import ApiServerPods
 from tidal.kube import api_client
 from tidal.lab.pytest_plugin import wait_for
 
@@ -48,18 +48,6 @@ def test_tidal_agent_nri_rejects_bad_options(args, message):
     out = subprocess.run(agent("nri", "--socket", "/nonexistent/nri.sock", *args), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 1 and message in out.stderr
-
-
-def test_batch_requests_from_pod_spec():
-    pod = {"spec": {
-        "initContainers": [{"name": "init", "resources": {"requests": {"kubernetes.io/batch-cpu": "100"}}}],
-        "containers": [
-            {"name": "a", "resources": {"limits": {"kubernetes.io/batch-cpu": "2k",
-                                                   "kubernetes.io/batch-memory": "1Gi"},
-                                        "requests": {"kubernetes.io/batch-cpu": "1"}}},
-            {"name": "b"}]}}
-    assert batch_requests_from_pod(pod) == {"init": BatchRequest(100, 0), "a": BatchRequest(2000, 1 << 30),
-                                            "b": BatchRequest()}
 
 
 @pytest.mark.lab

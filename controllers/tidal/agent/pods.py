@@ -14,8 +14,7 @@ from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.kube.client import KubeAPI
 from tidal.kube.watch import Watcher
-from tidal.api.quantities import QuantityError, memory_bytes
-from tidal.api.pod_resources import batch_requested, requested
+from tidal.api.pod_resources import BatchRequest, batch_requested, container_batch, requested
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +48,6 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
                    cpu_request_millicores=cpu, memory_request_bytes=memory)
 
 
-def _container_batch(container: Mapping[str, Any]) -> tuple[int, int]:
-    resources = container.get("resources") or {}
-    # Limits equal requests for extended resources; admission writes both.
-    amounts = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-    try:
-        cpu = memory_bytes(amounts[qos.BATCH_CPU_RESOURCE]) if qos.BATCH_CPU_RESOURCE in amounts else 0
-        memory = memory_bytes(amounts[qos.BATCH_MEMORY_RESOURCE]) if qos.BATCH_MEMORY_RESOURCE in amounts else 0
-    except QuantityError:
-        return 0, 0
-    return cpu, memory
-
-
 def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
     """The QoS engine's view of a pod: its containers (by runtime ID, once running) with their
     batch resources, and its priority (lowest evicted first)."""
@@ -71,8 +58,8 @@ def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
         cid = ids.get(container.get("name"))
         if not cid:
             continue  # not started yet: its cgroup does not exist
-        cpu, memory = _container_batch(container) if info.tidal_level is qos.QoSLevel.BE else (0, 0)
-        containers.append(ContainerState(cid, cpu, memory))
+        batch = container_batch(container) if info.tidal_level is qos.QoSLevel.BE else BatchRequest()
+        containers.append(ContainerState(cid, batch.cpu_millicores, batch.memory_bytes))
     priority = spec.get("priority")
     return PodState(uid=info.uid, qos_class=info.qos_class, tidal_level=info.tidal_level,
                     containers=tuple(containers), namespace=info.namespace, name=info.name,

@@ -1,19 +1,110 @@
-"""What a pod object (raw JSON) requests: shared by the agent's pod view and the manager's
-batch-requested metric, so both count a pod alike."""
+"""What a pod object (raw JSON) requests. The one place that counts a pod's batch resources: the
+agent's pod view and cgroup limits, the NRI plugin, the manager's batch-requested metric and the
+console all read a pod through these functions, so they count it alike.
+
+The rule for batch resources (``kubernetes.io/batch-cpu`` in millicores, ``kubernetes.io/batch-memory``
+in bytes; extended resources are plain counts, so batch-cpu "2k" is 2,000 millicores):
+
+* a container's amount is its request, else its limit: the API server defaults an extended
+  resource's request to its limit and refuses a request that differs from the limit, so on a
+  stored pod both are equal whenever both are set;
+* a container whose amount does not parse counts as nothing (admission rejects those; a pod
+  created before admission ran may have them);
+* a pod's amount is what the scheduler reserves for it (``resource.PodRequests``): the sum over
+  its containers and restartable init containers ("sidecars"), or, when larger, the largest
+  ordinary init container plus the sidecars started before it.
+"""
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tidal.api import qos
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
-__all__ = ["batch_requested", "requested"]
+__all__ = ["BatchRequest", "batch_by_container", "batch_requested", "batch_requested_total", "container_batch",
+           "pod_batch", "requested"]
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """A container's or pod's oversold resources: batch-cpu in millicores, batch-memory in bytes."""
+
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
+
+    def __add__(self, other: BatchRequest) -> BatchRequest:
+        return BatchRequest(self.cpu_millicores + other.cpu_millicores, self.memory_bytes + other.memory_bytes)
+
+    def max(self, other: BatchRequest) -> BatchRequest:
+        """Per resource, the larger amount (as the scheduler compares init containers)."""
+        return BatchRequest(max(self.cpu_millicores, other.cpu_millicores),
+                            max(self.memory_bytes, other.memory_bytes))
+
+
+NO_BATCH = BatchRequest()
+
+
+def container_batch(container: Mapping[str, Any]) -> BatchRequest:
+    """A container's batch amount: its request, else its limit; nothing when unparseable."""
+    resources = container.get("resources") or {}
+    amounts = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    try:
+        return BatchRequest(
+            cpu_millicores=memory_bytes(amounts[qos.BATCH_CPU_RESOURCE]) if qos.BATCH_CPU_RESOURCE in amounts else 0,
+            memory_bytes=memory_bytes(amounts[qos.BATCH_MEMORY_RESOURCE]) if qos.BATCH_MEMORY_RESOURCE in amounts else 0)
+    except QuantityError:
+        return NO_BATCH
+
+
+def batch_by_container(pod: Mapping[str, Any]) -> dict[str, BatchRequest]:
+    """Per container name (init containers too, they have cgroups of their own), its batch amount."""
+    spec = pod.get("spec") or {}
+    return {container.get("name", ""): container_batch(container)
+            for container in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
+
+
+def _sidecar(container: Mapping[str, Any]) -> bool:
+    return container.get("restartPolicy") == "Always"
+
+
+def pod_batch(pod: Mapping[str, Any]) -> BatchRequest:
+    """The pod's batch amount as the scheduler reserves it (see the module's docstring)."""
+    spec = pod.get("spec") or {}
+    total = NO_BATCH
+    for container in spec.get("containers") or []:
+        total += container_batch(container)
+    sidecars = init_peak = NO_BATCH
+    for container in spec.get("initContainers") or []:
+        amount = container_batch(container)
+        if _sidecar(container):
+            total += amount
+            sidecars += amount
+            init_peak = init_peak.max(sidecars)
+        else:
+            init_peak = init_peak.max(amount + sidecars)
+    return total.max(init_peak)
+
+
+def batch_requested(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """(batch-cpu millicores, batch-memory bytes) of :func:`pod_batch`."""
+    amount = pod_batch(pod)
+    return amount.cpu_millicores, amount.memory_bytes
+
+
+def batch_requested_total(pods: Iterable[Mapping[str, Any]]) -> BatchRequest:
+    """The sum of :func:`pod_batch` over pods."""
+    total = NO_BATCH
+    for pod in pods:
+        total += pod_batch(pod)
+    return total
 
 
 def requested(pod: Mapping[str, Any], cpu_key: str, memory_key: str,
               cpu_parse: Callable[[Any], int] = cpu_millicores) -> tuple[int, int]:
-    """(cpu, memory) the pod's containers request of two resources; a container whose amounts
-    do not parse counts as nothing (admission rejects those; a pod from before it may have them)."""
+    """(cpu, memory) the pod's containers request of two native resources; a container whose
+    amounts do not parse counts as nothing (admission rejects those; a pod from before it may have them)."""
     cpu = memory = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
         requests = ((container.get("resources") or {}).get("requests")) or {}
@@ -23,9 +114,3 @@ def requested(pod: Mapping[str, Any], cpu_key: str, memory_key: str,
         except QuantityError:
             continue
     return cpu, memory
-
-
-def batch_requested(pod: Mapping[str, Any]) -> tuple[int, int]:
-    """(batch-cpu millicores, batch-memory bytes) a BE pod requests. Extended resources are
-    plain counts: batch-cpu "2k" is 2,000 millicores, not 2,000 cores."""
-    return requested(pod, qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE, cpu_parse=memory_bytes)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidal.api import qos
+from tidal.api.pod_resources import BatchRequest, batch_requested_total
 from tidal.api.quantities import cpu_millicores, memory_bytes
 
 __all__ = ["ToggleDecision", "colocation_toggle", "disabled_message", "node_view", "pod_level", "pods_by_node", "rollout"]
@@ -68,15 +69,8 @@ def pods_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[st
     return out
 
 
-def _batch_requested(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    used = {"cpuMillicores": 0, "memoryBytes": 0}
-    for pod in pods:
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            requests = (container.get("resources") or {}).get("requests") or {}
-            # batch-cpu is a plain count of millicores (an extended resource has no "m" suffix)
-            used["cpuMillicores"] += _quantity(requests.get(qos.BATCH_CPU_RESOURCE), memory_bytes)
-            used["memoryBytes"] += _quantity(requests.get(qos.BATCH_MEMORY_RESOURCE), memory_bytes)
-    return used
+def _batch_view(amount: BatchRequest) -> dict[str, int]:
+    return {"cpuMillicores": amount.cpu_millicores, "memoryBytes": amount.memory_bytes}
 
 
 def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
@@ -107,7 +101,7 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
             "allocatable": {
                 "cpuMillicores": _quantity(allocatable.get(qos.BATCH_CPU_RESOURCE), memory_bytes),
                 "memoryBytes": _quantity(allocatable.get(qos.BATCH_MEMORY_RESOURCE), memory_bytes)},
-            "requested": _batch_requested(p for p in pods if pod_level(p) == "BE"),
+            "requested": _batch_view(batch_requested_total(p for p in pods if pod_level(p) == "BE")),
             "breakdown": profile_status.get("oversell"),
         },
         "podsByQoS": counts,

@@ -45,6 +45,7 @@ from tidal.agent.qos.be_batch_resources import (
     milli_cpu_to_shares,
 )
 from tidal.agent.qos.be_cpu_priority import MIN_SHARES
+from tidal.api.pod_resources import BatchRequest
 from tidal.api.quantities import QuantityError, memory_bytes
 
 __all__ = [
@@ -65,14 +66,6 @@ __all__ = [
 #: Written by admission on BE pods: per container, its ``kubernetes.io/batch-*`` limits.
 BATCH_RESOURCES_ANNOTATION = qos.BATCH_RESOURCES_ANNOTATION  # written by admission
 _BATCH_KEYS = (qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE)
-
-
-@dataclass(frozen=True)
-class BatchRequest:
-    """A container's oversold resources: batch-cpu in millicores, batch-memory in bytes."""
-
-    cpu_millicores: int = 0
-    memory_bytes: int = 0
 
 
 @dataclass(frozen=True)

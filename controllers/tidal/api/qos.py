@@ -121,6 +121,26 @@ BATCH_RESOURCES_ANNOTATION = "colocation.tidal.io/batch-resources"
 VOLCANO_ENABLE_QUOTA_BURST_ANNOTATION = "volcano.sh/enable-quota-burst"
 VOLCANO_QUOTA_BURST_TIME_ANNOTATION = "volcano.sh/quota-burst-time"
 
+#: Node annotations overriding the policy's overselling for one node (percent, as the policy's fields).
+OVERSELL_RATIO_ANNOTATION = "colocation.tidal.io/oversell-ratio-percent"
+OVERSELL_SAFETY_MARGIN_ANNOTATION = "colocation.tidal.io/oversell-safety-margin-percent"
+#: Node annotation: the node's egress bandwidth in Mbit/s when the policy does not say.
+EGRESS_BANDWIDTH_ANNOTATION = "colocation.tidal.io/egress-bandwidth-mbps"
+#: Node annotation -> path in the policy's spec.evictionWatermarks it overrides for that node.
+EVICTION_OVERRIDE_ANNOTATIONS: dict[str, tuple[str, ...]] = {
+    "colocation.tidal.io/eviction-enabled": ("enabled",),
+    "colocation.tidal.io/eviction-cpu-high-percent": ("cpu", "highPercent"),
+    "colocation.tidal.io/eviction-cpu-low-percent": ("cpu", "lowPercent"),
+    "colocation.tidal.io/eviction-memory-high-percent": ("memory", "highPercent"),
+    "colocation.tidal.io/eviction-memory-low-percent": ("memory", "lowPercent"),
+    "colocation.tidal.io/eviction-dwell-seconds": ("dwellSeconds",),
+    "colocation.tidal.io/eviction-cooldown-seconds": ("cooldownSeconds",),
+}
+#: What Volcano's oversubscription reads on a node (label, and the amounts as annotations).
+VOLCANO_OVERSUBSCRIPTION_LABEL = "volcano.sh/oversubscription"
+VOLCANO_OVERSUBSCRIPTION_CPU_ANNOTATION = "volcano.sh/oversubscription-cpu"
+VOLCANO_OVERSUBSCRIPTION_MEMORY_ANNOTATION = "volcano.sh/oversubscription-memory"
+
 #: Every Prometheus metric Tidal exports starts with this.
 METRICS_PREFIX = "tidal_"
 

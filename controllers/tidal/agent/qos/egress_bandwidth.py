@@ -34,6 +34,7 @@ from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout
 from tidal.api.policy import EgressBandwidth
+from tidal.api import qos
 from tidal.api.qos import QoSLevel
 
 from .strategy import PodState
@@ -45,7 +46,7 @@ __all__ = [
     "parse_link_peers", "per_pod_mbps",
 ]
 
-BANDWIDTH_ANNOTATION = "colocation.tidal.io/egress-bandwidth-mbps"
+BANDWIDTH_ANNOTATION = qos.EGRESS_BANDWIDTH_ANNOTATION
 IFB_PREFIX = "tfb"
 ONLINE = (QoSLevel.HLS, QoSLevel.LS)
 

@@ -22,22 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tidal.api import qos
 from tidal.api.policy import ColocationPolicy, EvictionWatermarks, PolicyValidationError
 
 __all__ = ["ANNOTATIONS", "effective_watermarks"]
 
-_PREFIX = "colocation.tidal.io/"
-
 #: annotation -> path in the evictionWatermarks spec
-ANNOTATIONS: dict[str, tuple[str, ...]] = {
-    _PREFIX + "eviction-enabled": ("enabled",),
-    _PREFIX + "eviction-cpu-high-percent": ("cpu", "highPercent"),
-    _PREFIX + "eviction-cpu-low-percent": ("cpu", "lowPercent"),
-    _PREFIX + "eviction-memory-high-percent": ("memory", "highPercent"),
-    _PREFIX + "eviction-memory-low-percent": ("memory", "lowPercent"),
-    _PREFIX + "eviction-dwell-seconds": ("dwellSeconds",),
-    _PREFIX + "eviction-cooldown-seconds": ("cooldownSeconds",),
-}
+ANNOTATIONS = qos.EVICTION_OVERRIDE_ANNOTATIONS
 _BY_FIELD = {".".join(path): annotation for annotation, path in ANNOTATIONS.items()}
 _SECTION = "spec.evictionWatermarks"
 

@@ -24,8 +24,8 @@ from tidal.api import qos
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 from tidal.manager.oversell.arithmetic import Breakdown, ResourceInputs, batch_amount
 
-RATIO_OVERRIDE_ANNOTATION = "colocation.tidal.io/oversell-ratio-percent"
-MARGIN_OVERRIDE_ANNOTATION = "colocation.tidal.io/oversell-safety-margin-percent"
+RATIO_OVERRIDE_ANNOTATION = qos.OVERSELL_RATIO_ANNOTATION
+MARGIN_OVERRIDE_ANNOTATION = qos.OVERSELL_SAFETY_MARGIN_ANNOTATION
 RESOURCES = (("cpu", "cpuMillicores", qos.BATCH_CPU_RESOURCE, cpu_millicores),
              ("memory", "memoryBytes", qos.BATCH_MEMORY_RESOURCE, memory_bytes))
 
@@ -180,6 +180,6 @@ def current_amounts(node: Mapping[str, Any], reporting_mode: str) -> dict[str, i
     return out
 
 
-VOLCANO_OVERSUBSCRIPTION_LABEL = "volcano.sh/oversubscription"
-VOLCANO_CPU_ANNOTATION = "volcano.sh/oversubscription-cpu"
-VOLCANO_MEMORY_ANNOTATION = "volcano.sh/oversubscription-memory"
+VOLCANO_OVERSUBSCRIPTION_LABEL = qos.VOLCANO_OVERSUBSCRIPTION_LABEL
+VOLCANO_CPU_ANNOTATION = qos.VOLCANO_OVERSUBSCRIPTION_CPU_ANNOTATION
+VOLCANO_MEMORY_ANNOTATION = qos.VOLCANO_OVERSUBSCRIPTION_MEMORY_ANNOTATION

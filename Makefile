@@ -23,9 +23,10 @@ PYTEST_ARGS ?=
 .PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean
 
 venv: $(BIN)/.installed
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml devtools/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	# the product with its test tools, and the development distribution (the lab, test helpers)
+	$(BIN)/pip install --quiet -e '.[test]' -e ./devtools
 	touch $@
 
 # Installs only what is missing; needs root (or sudo) the first time.
@@ -141,4 +142,4 @@ bench-console: venv debian-packages lab-build
 # inputs>/ (rebuilt only when they change); Containerfile builds the same image with an engine.
 .PHONY: image
 image: venv debian-packages console-web
-	$(BIN)/python -m tidal.lab.image
+	$(BIN)/python -m tidal_dev.lab.image

@@ -94,7 +94,7 @@ def wait_ready(url: str, context: ssl.SSLContext | None = None, timeout: float =
 
 def build_loadgen() -> Path:
     """Build bench/loadgen (Go, standard library only) into the cache, once."""
-    from tidal.lab.versions import cache_root
+    from tidal_dev.lab.versions import cache_root
     out = cache_root().parent / "bench" / "loadgen"
     source = Path(__file__).resolve().parent / "loadgen"
     newest = max(p.stat().st_mtime for p in source.iterdir())
@@ -143,8 +143,8 @@ def main() -> int:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: install the Debian package `wrk` (make bench-admission does)")
 
-    from tidal.lab.pki import ensure_ca, issue
-    from tidal.lab.ports import free_ports
+    from tidal_dev.lab.pki import ensure_ca, issue
+    from tidal_dev.lab.ports import free_ports
     work = Path(tempfile.mkdtemp(prefix="tidal-bench-"))
     ca = ensure_ca(work)
     cert = issue(ca, work, "server", "bench", server=True, ip_addresses=("127.0.0.1",))

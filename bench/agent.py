@@ -1,7 +1,7 @@
 """make bench-agent: the footprint of tidal-agent run with 100 pods at 1 s sampling.
 
 A private lab holds a kwok node standing for this machine with 100 pods bound to it (50 BE with
-batch resources, 40 LS, 10 HLS); each has kubelet-style cgroups here (tidal.testing.local_kubelet)
+batch resources, 40 LS, 10 HLS); each has kubelet-style cgroups here (tidal_dev.testing.local_kubelet)
 with real files, so every round reads and enforces 100 pods' cgroups, and the agent is labelled
 for colocation (the QoS engine runs). Baseline in the same run: the same agent on a second node
 with no pods. After a warm-up, CPU time (utime + stime of the process) and RSS are measured over
@@ -65,13 +65,13 @@ def main() -> int:
 
     from tidal.api import qos
     from tidal.crds import crd_manifests
-    from tidal.lab import processes
-    from tidal.lab.apply import create_or_replace_all
-    from tidal.lab.lab import Lab
-    from tidal.testing.kwok import kwok_node
-    from tidal.lab.ports import free_port
-    from tidal.testing.local_kubelet import LocalKubelet
-    from tidal.testing.real_cgroups import RealCgroups
+    from tidal_dev.lab import processes
+    from tidal_dev.lab.apply import create_or_replace_all
+    from tidal_dev.lab.lab import Lab
+    from tidal_dev.testing.kwok import kwok_node
+    from tidal_dev.lab.ports import free_port
+    from tidal_dev.testing.local_kubelet import LocalKubelet
+    from tidal_dev.testing.real_cgroups import RealCgroups
 
     workdir = Path(tempfile.mkdtemp(prefix="tidal-bench-agent-"))
     cgroups = RealCgroups(workdir)

@@ -1,8 +1,8 @@
 """make bench-burst: latency of a bursty LS server under its CPU limit, without and with CPU burst.
 
-The LS "pod" is a kubelet-style cgroup tree below a private cgroup root (tidal.testing.local_kubelet)
+The LS "pod" is a kubelet-style cgroup tree below a private cgroup root (tidal_dev.testing.local_kubelet)
 with a 200m CPU limit (``cpu.cfs_quota_us`` 20000 per 100 ms, as the kubelet writes it). The server
-(tidal.testing.bursty) burns the CPU time each request asks for, one request at a time. Every
+(tidal_dev.testing.bursty) burns the CPU time each request asks for, one request at a time. Every
 ``--gap-ms`` the bench sends a burst of ``--requests`` requests of ``--cpu-ms`` each at once:
 with the defaults (4 × 8 ms every 250 ms) the server uses 0.13 CPU on average, well under its
 limit, but a burst needs 32 ms of CPU, more than one period's 20 ms quota.
@@ -38,9 +38,9 @@ from tidal.agent.qos.pod_features import ContainerCPU, FeaturePodState
 from tidal.agent.qos.strategy import NodeState
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import CPUBurstRequest, QoSLevel
-from tidal.testing.bursty import BurstyServer, read_cpu_stat
-from tidal.testing.local_kubelet import LocalKubelet
-from tidal.testing.real_cgroups import RealCgroups
+from tidal_dev.testing.bursty import BurstyServer, read_cpu_stat
+from tidal_dev.testing.local_kubelet import LocalKubelet
+from tidal_dev.testing.real_cgroups import RealCgroups
 
 LIMIT_MILLICORES = 200
 

@@ -110,10 +110,10 @@ def main() -> int:
 
     from tidal.console.rbac import EDITOR_ROLE, cluster_roles
     from tidal.crds import crd_manifests
-    from tidal.lab import processes
-    from tidal.lab.apply import create_or_replace_all
-    from tidal.lab.lab import Lab
-    from tidal.lab.ports import free_ports
+    from tidal_dev.lab import processes
+    from tidal_dev.lab.apply import create_or_replace_all
+    from tidal_dev.lab.lab import Lab
+    from tidal_dev.lab.ports import free_ports
 
     lab = Lab(Path(tempfile.mkdtemp(prefix="tidal-bench-console-")))
     consoles = []

@@ -16,7 +16,7 @@ The online server is nginx with gzip serving a 16 KiB page from an LS "pod" cgro
 request rate (open loop: bench/loadgen sends on schedule whatever the latency, so queueing shows).
 The load generator runs at SCHED_FIFO priority 1 (``--client-scheduling fifo``): on this one
 machine it stands for clients on other machines, which a BE job here could not slow down.
-Pods are kubelet-style cgroups below a private cgroup root (tidal.testing.local_kubelet).
+Pods are kubelet-style cgroups below a private cgroup root (tidal_dev.testing.local_kubelet).
 
 Output: one JSON line per treatment and round, then the medians as the last line:
 ``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal": R}`` with R =
@@ -111,7 +111,7 @@ def page(size: int = 16 * 1024) -> str:
 
 class Nginx:
     def __init__(self, workdir: Path, dirs) -> None:
-        from tidal.lab.ports import free_port
+        from tidal_dev.lab.ports import free_port
         self.port = free_port()
         (workdir / "www").mkdir(parents=True)
         (workdir / "www" / "index.html").write_text(page())
@@ -212,13 +212,13 @@ def main() -> int:
     from tidal.api import qos
     from tidal.agent.collector.cgroups import PodQOSClass
     from tidal.crds import crd_manifests
-    from tidal.lab import processes
-    from tidal.lab.apply import create_or_replace_all
-    from tidal.lab.lab import Lab
-    from tidal.testing.kwok import kwok_node
-    from tidal.lab.ports import free_port
-    from tidal.testing.local_kubelet import LocalKubelet
-    from tidal.testing.real_cgroups import RealCgroups
+    from tidal_dev.lab import processes
+    from tidal_dev.lab.apply import create_or_replace_all
+    from tidal_dev.lab.lab import Lab
+    from tidal_dev.testing.kwok import kwok_node
+    from tidal_dev.lab.ports import free_port
+    from tidal_dev.testing.local_kubelet import LocalKubelet
+    from tidal_dev.testing.real_cgroups import RealCgroups
 
     loadgen = build_loadgen()
     workdir = Path(tempfile.mkdtemp(prefix="tidal-bench-isolation-"))

@@ -166,8 +166,8 @@ def main() -> int:
         return 0
 
     from tidal.crds import crd_manifests
-    from tidal.lab.apply import create_or_replace_all
-    from tidal.lab.lab import Lab
+    from tidal_dev.lab.apply import create_or_replace_all
+    from tidal_dev.lab.lab import Lab
 
     rng = random.Random(20261122)
     vms = load_vm_series()

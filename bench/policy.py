@@ -44,12 +44,12 @@ def main() -> int:
 
     from tidal.api import qos
     from tidal.crds import crd_manifests
-    from tidal.lab import processes
-    from tidal.lab.apply import create_or_replace_all
-    from tidal.lab.lab import Lab
-    from tidal.testing.kwok import kwok_node
-    from tidal.lab.pki import ensure_ca, issue
-    from tidal.lab.ports import free_ports
+    from tidal_dev.lab import processes
+    from tidal_dev.lab.apply import create_or_replace_all
+    from tidal_dev.lab.lab import Lab
+    from tidal_dev.testing.kwok import kwok_node
+    from tidal_dev.lab.pki import ensure_ca, issue
+    from tidal_dev.lab.ports import free_ports
 
     workdir = Path(tempfile.mkdtemp(prefix="tidal-bench-policy-"))
     lab = Lab(workdir / "lab")

@@ -1,7 +1,7 @@
 """make bench-psi: time from the start of interference to the PSI eviction decision.
 
-A BE "pod" (kubelet-style cgroups below a private root, tidal.testing.local_kubelet) starts to
-thrash its page cache in a 24 MiB memory limit (tidal.testing.pressure), which raises the node's
+A BE "pod" (kubelet-style cgroups below a private root, tidal_dev.testing.local_kubelet) starts to
+thrash its page cache in a 24 MiB memory limit (tidal_dev.testing.pressure), which raises the node's
 memory pressure. The node QoS round (``NodeQoS.round`` with the real sampler, PSI interference on
 with the policy defaults: threshold 5.0 %, resource memory) runs every second, as in
 ``tidal-agent run``. Per trial:
@@ -35,9 +35,9 @@ from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.psi_interference import PSIDecision, parse_some_avg10
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.qos import QoSLevel
-from tidal.testing.local_kubelet import LocalKubelet
-from tidal.testing.pressure import Thrasher
-from tidal.testing.real_cgroups import RealCgroups
+from tidal_dev.testing.local_kubelet import LocalKubelet
+from tidal_dev.testing.pressure import Thrasher
+from tidal_dev.testing.real_cgroups import RealCgroups
 
 THRESHOLD = 5.0
 ROUND_SECONDS = 1.0

@@ -1,1 +1,1 @@
-pytest_plugins = ["tidal.lab.pytest_plugin"]
+pytest_plugins = ["tidal_dev.lab.pytest_plugin"]

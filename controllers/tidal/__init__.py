@@ -1,7 +1,10 @@
 """Tidal: online/offline workload colocation for Kubernetes.
 
-The package holds the shared model (`tidal.api.qos`, `tidal.api.policy`), the controllers
-(tidal-manager, tidal-agent, tidal-console) and the local lab (`tidal.lab`).
+Layers (tests/unit/test_layering.py keeps them): the contract every part agrees on
+(`tidal.api`), the one Kubernetes client (`tidal.kube`), shared libraries (`tidal.predict`,
+`tidal.metrics`), and the components (`tidal.manager`, `tidal.agent`, `tidal.console`), which
+import the layers below them and never each other. The lab and the test helpers are a separate
+distribution (`tidal_dev`, under devtools/) that the runtime image does not install.
 """
 
 __version__ = "0.1.0"

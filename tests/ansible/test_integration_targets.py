@@ -15,7 +15,7 @@ TARGETS = sorted(p.name for p in (ROOT / "tests" / "integration" / "targets").it
 @pytest.fixture(scope="module")
 def lab_with_crds(lab, lab_api):
     from tidal.crds import crd_manifests
-    from tidal.lab.apply import create_or_replace_all
+    from tidal_dev.lab.apply import create_or_replace_all
     create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
     return lab
 

@@ -5,9 +5,9 @@ import sys
 import pytest
 import yaml
 
-from tidal.lab import controllers, processes
-from tidal.lab.cli import main as lab_main
-from tidal.lab.lab import Lab
+from tidal_dev.lab import controllers, processes
+from tidal_dev.lab.cli import main as lab_main
+from tidal_dev.lab.lab import Lab
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 

@@ -83,7 +83,7 @@ def test_containerd_nri_refuses_a_bad_timeout(tmp_path, capsys):
 
 def test_volcano_scheduler_config_file_mode(tmp_path, capsys):
     path = tmp_path / "volcano-scheduler.conf"
-    path.write_text((ROOT / "controllers" / "tidal" / "lab" / "assets" / "volcano-scheduler.conf").read_text())
+    path.write_text((ROOT / "devtools" / "tidal_dev" / "lab" / "assets" / "volcano-scheduler.conf").read_text())
     args = dict(path=str(path), actions=["allocate", "backfill", "preempt"],
                 plugins=[{"name": "usage", "tier": 2, "settings": {"arguments": {"thresholds": {"cpu": 60, "mem": 60}}}}])
     _, first = run_module(volcano_scheduler_config, capsys, **args)

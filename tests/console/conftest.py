@@ -19,12 +19,12 @@ from tidal.api import qos
 from tidal.console.rbac import EDITOR_ROLE, VIEWER_ROLE, cluster_roles
 from tidal.console.webbuild import build_web
 from tidal.crds import crd_manifests
-from tidal.lab import processes
-from tidal.lab.apply import create_or_replace_all
-from tidal.lab.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, PROMETHEUS_RULES_DIR, \
+from tidal_dev.lab import processes
+from tidal_dev.lab.apply import create_or_replace_all
+from tidal_dev.lab.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, PROMETHEUS_RULES_DIR, \
     PROMETHEUS_TARGETS_DIR
-from tidal.lab.ports import free_ports
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab.ports import free_ports
+from tidal_dev.lab.pytest_plugin import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

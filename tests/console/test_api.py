@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 
 from tidal.api import qos
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab.pytest_plugin import wait_for
 
 from .conftest import http, promql
 
@@ -211,8 +211,8 @@ def test_the_console_exports_its_own_metrics(console, users):
 
 
 def test_monitoring_without_prometheus_is_a_clear_502(lab, crds, users, artefacts):
-    from tidal.lab import processes
-    from tidal.lab.ports import free_ports
+    from tidal_dev.lab import processes
+    from tidal_dev.lab.ports import free_ports
 
     from .conftest import BIN, _up
     port, dead = free_ports(2)

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from tidal.api import qos
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab.pytest_plugin import wait_for
 
 from .conftest import http, promql
 

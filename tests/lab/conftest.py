@@ -5,7 +5,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tidal.api import qos
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab.pytest_plugin import wait_for
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def policy(lab_api):
     """Set fields of the shared ColocationPolicy for one test; put the object back afterwards.
     Tidal's CRDs are installed first, so the test does not depend on one that ran before it."""
     from tidal.crds import crd_manifests
-    from tidal.lab.apply import create_or_replace_all
+    from tidal_dev.lab.apply import create_or_replace_all
     create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
     custom = client.CustomObjectsApi(lab_api)
     try:

@@ -1,5 +1,5 @@
 """CPU burst end to end: tidal-agent run reads an LS pod's burst annotation from the lab and sets
-cfs_burst_us on this machine's real cgroups (the kubelet's part played by tidal.testing.local_kubelet,
+cfs_burst_us on this machine's real cgroups (the kubelet's part played by tidal_dev.testing.local_kubelet,
 as in test_agent_qos.py, whose fixtures are reused), then restores it when the policy turns it off."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tidal.api import qos
-from tidal.lab import processes
-from tidal.lab.ports import free_port
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab import processes
+from tidal_dev.lab.ports import free_port
+from tidal_dev.lab.pytest_plugin import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_fixtures import _agent, _pod, _read, hierarchy, kubelet, node  # noqa: F401 (fixtures)

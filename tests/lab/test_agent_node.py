@@ -7,9 +7,9 @@ from kubernetes import client
 
 from tidal.api import qos
 from tidal.crds import crd_manifests
-from tidal.lab import processes
-from tidal.lab.apply import create_or_replace_all
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab import processes
+from tidal_dev.lab.apply import create_or_replace_all
+from tidal_dev.lab.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -19,7 +19,7 @@ def node(core, lab_api):
     """A kwok node of this test's own: the shared lab's nodes may be replayed by someone else."""
     import secrets
 
-    from tidal.testing.kwok import kwok_node
+    from tidal_dev.testing.kwok import kwok_node
     name = f"tidal-agent-node-{secrets.token_hex(3)}"
     kwok_node(core, name, {"cpu": "16", "memory": "64Gi", "pods": "110"})
     yield name

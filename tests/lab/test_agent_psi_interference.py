@@ -13,10 +13,10 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tidal.agent.qos.psi_interference import parse_some_avg10
-from tidal.lab import processes
-from tidal.lab.ports import free_port
-from tidal.lab.pytest_plugin import wait_for
-from tidal.testing.pressure import Thrasher
+from tidal_dev.lab import processes
+from tidal_dev.lab.ports import free_port
+from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.pressure import Thrasher
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_fixtures import _agent, _be, hierarchy, kubelet, node  # noqa: E402,F401 (fixtures)

@@ -3,12 +3,10 @@
 A kwok node stands for this machine (its CPUs and memory). Its pods are created in the lab and
 bound to it; the test plays the kubelet's part on this machine: it reports container IDs in the
 pods' status and creates the kubelet's cgroup tree under a private cgroup root, with real
-processes as the containers (tidal.testing.local_kubelet). The agent then runs as on a node.
+processes as the containers (tidal_dev.testing.local_kubelet). The agent then runs as on a node.
 """
 from __future__ import annotations
 
-import os
-import secrets
 import sys
 import time
 import urllib.request
@@ -20,97 +18,14 @@ from kubernetes.client.exceptions import ApiException
 
 from tidal.api import qos
 from tidal.agent.collector.cgroups import PodQOSClass
-from tidal.agent.collector.readers import read_meminfo
-from tidal.crds import crd_manifests
-from tidal.lab import processes
-from tidal.lab.apply import create_or_replace_all
-from tidal.lab.ports import free_port
-from tidal.lab.pytest_plugin import wait_for
-from tidal.testing.kwok import kwok_node
-from tidal.testing.local_kubelet import LocalKubelet
-from tidal.testing.real_cgroups import RealCgroups
+from tidal_dev.lab import processes
+from tidal_dev.lab.ports import free_port
+from tidal_dev.lab.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.lab
-CPUS = os.cpu_count() or 1
-POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
-
-
-@pytest.fixture
-def kubelet(tmp_path, hierarchy):
-    if hierarchy.version.value != "v1":
-        pytest.skip("the cgroup v1 paths below are this machine's; v2 trees are covered by recorded trees")
-    cgroups = RealCgroups(tmp_path)
-    try:
-        yield LocalKubelet(cgroups)
-    finally:
-        cgroups.cleanup()
-
-
-@pytest.fixture
-def hierarchy():
-    from tidal.agent.collector.cgroups import DEFAULT_CGROUP_ROOT, detect_hierarchy
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create cgroups")
-    return detect_hierarchy(DEFAULT_CGROUP_ROOT)
-
-
-@pytest.fixture
-def node(core, lab_api):
-    create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
-    name = f"tidal-qos-{secrets.token_hex(3)}"
-    memory = read_meminfo("/proc/meminfo").total_bytes
-    capacity = {"cpu": str(CPUS), "memory": str(memory), "pods": "110",
-                qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(memory)}
-    kwok_node(core, name, capacity, {"type": "kwok", qos.COLOCATION_NODE_LABEL: qos.NODE_LABEL_ENABLED_VALUE})
-    yield name
-    core.delete_node(name)
-    try:
-        client.CustomObjectsApi(lab_api).delete_cluster_custom_object(
-            qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name)
-    except ApiException:
-        pass
-
-
-def _pod(node, name, level, requests, labels=None, limits=None):
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels or {}, "annotations": {qos.QOS_ANNOTATION: level}},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                     "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "main", "image": "registry.invalid/app:1",
-                                     "resources": {"requests": requests, "limits": limits or {}}}]}}
-
-
-def _be(node, name, millicores, memory="256Mi", labels=None):
-    batch = {qos.BATCH_CPU_RESOURCE: str(millicores), qos.BATCH_MEMORY_RESOURCE: memory}
-    return _pod(node, name, "BE", batch, labels, limits=dict(batch))  # extended: limits = requests
-
-
-def _agent(lab, node, kubelet, tmp_path, port):
-    return processes.start("agent", [
-        str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
-        "--kubeconfig", str(lab.kubeconfig_path), "--report-interval", "2",
-        "--cgroup-driver", "cgroupfs", "--kubelet-cgroup-root", kubelet.kubelet_root,
-        "--state-dir", str(tmp_path / "state"), "--metrics-address", "127.0.0.1",
-        "--metrics-port", str(port)], tmp_path / "agent.log")
-
-
-def _read(path: Path) -> str:
-    return path.read_text().strip()
-
-
-def _busy_percent(seconds=3.0) -> float:
-    from tidal.agent.collector.readers import read_proc_stat
-    from tidal.agent.collector.rates import node_cpu_cores
-    before = read_proc_stat("/proc/stat")
-    time.sleep(seconds)
-    return node_cpu_cores(before, read_proc_stat("/proc/stat")) / CPUS * 100
-
-
-def _cpu_cores(dirs, seconds=2.0) -> float:
-    usage = next(d for d in dirs if (d / "cpuacct.usage").exists()) / "cpuacct.usage"
-    a, t0 = int(_read(usage)), time.monotonic()
-    time.sleep(seconds)
-    return (int(_read(usage)) - a) / 1e9 / (time.monotonic() - t0)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_fixtures import (CPUS, POLICY, _agent, _be, _busy_percent, _cpu_cores, _pod, _read,  # noqa: E402,F401
+                            hierarchy, kubelet, node)
 
 
 def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_colocation_goes_off(
@@ -271,7 +186,7 @@ def test_agent_keeps_enforcing_while_the_api_server_is_unreachable_and_is_restar
         lab, core, namespace, node, kubelet, policy, tmp_path):
     import re
 
-    from tidal.testing.tcp_proxy import TCPProxy
+    from tidal_dev.testing.tcp_proxy import TCPProxy
     policy({})
     running = kubelet.run_pod(core, namespace, _be(node, "batch", 500))
     uid, qos_class, be = running.uid, running.qos_class, running.dirs

@@ -4,10 +4,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tidal.api import qos
-from tidal.lab.apply import create_or_replace_all
-from tidal.lab.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
+from tidal_dev.lab.apply import create_or_replace_all
+from tidal_dev.lab.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.lab
 

@@ -7,7 +7,7 @@ from kubernetes.client.rest import ApiException
 
 from tidal.api import qos
 from tidal.crds import crd_manifests
-from tidal.lab.apply import create_or_replace_all
+from tidal_dev.lab.apply import create_or_replace_all
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 
 pytestmark = pytest.mark.lab

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal.lab.components import components
+from tidal_dev.lab.components import components
 
 # The second lab runs without a real node: the session's lab has this machine's one.
 COMPONENT_NAMES = [c.name for c in components(0)]

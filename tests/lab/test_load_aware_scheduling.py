@@ -13,13 +13,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tidal.lab import processes
-from tidal.lab.components import PROMETHEUS_TARGETS_DIR
-from tidal.lab.pki import ensure_ca, issue
-from tidal.lab.ports import free_ports
-from tidal.lab.pytest_plugin import wait_for
-from tidal.testing.kwok import kwok_node
-from tidal.testing.prometheus_backfill import Series, backfill
+from tidal_dev.lab import processes
+from tidal_dev.lab.components import PROMETHEUS_TARGETS_DIR
+from tidal_dev.lab.pki import ensure_ca, issue
+from tidal_dev.lab.ports import free_ports
+from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.kwok import kwok_node
+from tidal_dev.testing.prometheus_backfill import Series, backfill
 
 pytestmark = pytest.mark.lab
 BIN = Path(sys.executable).parent

@@ -9,8 +9,8 @@ from kubernetes.utils import parse_quantity
 
 from tidal.api import qos
 from tidal.crds import crd_manifests
-from tidal.lab.apply import create_or_replace_all
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab.apply import create_or_replace_all
+from tidal_dev.lab.pytest_plugin import wait_for
 from tidal.manager.leader import LeaderElector
 from tidal.manager.oversell.master import OversellMaster
 from tidal.manager.oversell.node_decision import OversellSettings
@@ -178,9 +178,9 @@ def test_tidal_manager_process_leads_writes_batch_resources_and_exports_them(lab
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tidal.lab import processes
-    from tidal.lab.pki import ensure_ca, issue
-    from tidal.lab.ports import free_ports
+    from tidal_dev.lab import processes
+    from tidal_dev.lab.pki import ensure_ca, issue
+    from tidal_dev.lab.ports import free_ports
 
     # A BE pod bound to the oversold node (as admission leaves it: batch resources only), and an
     # LS pod, which counts for nothing in batch terms.

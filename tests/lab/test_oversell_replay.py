@@ -11,11 +11,11 @@ from kubernetes.utils import parse_quantity
 
 from tidal.api import qos
 from tidal.crds import crd_manifests
-from tidal.lab import processes
-from tidal.lab.apply import create_or_replace_all
-from tidal.lab.pki import ensure_ca, issue
-from tidal.lab.ports import free_ports
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab import processes
+from tidal_dev.lab.apply import create_or_replace_all
+from tidal_dev.lab.pki import ensure_ca, issue
+from tidal_dev.lab.ports import free_ports
+from tidal_dev.lab.pytest_plugin import wait_for
 from tidal.api.policy import ColocationPolicy, policy_manifest
 
 pytestmark = pytest.mark.lab

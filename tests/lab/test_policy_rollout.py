@@ -11,12 +11,12 @@ from kubernetes.client.exceptions import ApiException
 
 from tidal.api import qos
 from tidal.crds import crd_manifests
-from tidal.lab import processes
-from tidal.lab.apply import create_or_replace_all
-from tidal.lab.pki import ensure_ca, issue
-from tidal.lab.ports import free_ports
-from tidal.lab.pytest_plugin import wait_for
-from tidal.testing.kwok import kwok_node
+from tidal_dev.lab import processes
+from tidal_dev.lab.apply import create_or_replace_all
+from tidal_dev.lab.pki import ensure_ca, issue
+from tidal_dev.lab.ports import free_ports
+from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.kwok import kwok_node
 
 pytestmark = pytest.mark.lab
 BIN = Path(sys.executable).parent

@@ -137,7 +137,7 @@ def test_site_oversells_the_demo_nodes_from_the_start_and_runs_the_be_job_on_the
     5 minutes with the default predictor (warming up on the peers' rules, not after a day), and
     the demo BE Job bound to them through batch resources."""
     from kubernetes import client
-    from tidal.lab.pytest_plugin import wait_for
+    from tidal_dev.lab.pytest_plugin import wait_for
 
     assert site.returncode == 0
     custom = client.CustomObjectsApi(core.api_client)
@@ -233,7 +233,7 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
     """Webhook, agent, oversell leader, Volcano, NRI, static CPU manager, watermark eviction
     and colocation off: every step done by the in-cluster controllers on the real node."""
     from kubernetes import client
-    from tidal.lab.pytest_plugin import wait_for
+    from tidal_dev.lab.pytest_plugin import wait_for
 
     assert site.returncode == 0
     image = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager") \
@@ -366,7 +366,7 @@ def test_every_controller_has_only_the_rights_its_work_needs(lab, site, core):
     """With the tokens the pods really hold: the agent may write its own node and NodeProfile
     only, the console no more than its ClusterRole, and the manager was never refused."""
     from kubernetes import client
-    from tidal.lab.pytest_plugin import wait_for
+    from tidal_dev.lab.pytest_plugin import wait_for
     assert site.returncode == 0
 
     def pod_of(app):
@@ -405,8 +405,8 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
     """site.yml with another image: the DaemonSet and Deployments roll onto it; the agent's
     restore journal lives on the host and is the same after the roll; nothing is evicted."""
     from kubernetes import client
-    from tidal.lab import realnode, versions
-    from tidal.lab.pytest_plugin import wait_for
+    from tidal_dev.lab import realnode, versions
+    from tidal_dev.lab.pytest_plugin import wait_for
 
     assert site.returncode == 0
     node = realnode.node_for(lab.dir)

@@ -2,14 +2,14 @@
 
 No registry is reachable from the test machine, so test 2's pod sandbox ("pause") image and
 container image are this: the static ``sleeper`` binary as ``/sleeper``, its entrypoint. The
-writer is the project's (``tidal.lab.oci``, which also writes the controllers' image).
+writer is the project's (``tidal_dev.lab.oci``, which also writes the controllers' image).
 """
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from tidal.lab import oci
+from tidal_dev.lab import oci
 
 
 def build_oci_layout(binary: Path, out: Path, name: str) -> Path:

@@ -15,7 +15,7 @@ from kubernetes import client
 from tidal.api.pod_resources import BatchRequest
 from tidal.agent.nri.pod_lookup import ApiServerPods
 from tidal.kube import api_client
-from tidal.lab.pytest_plugin import wait_for
+from tidal_dev.lab.pytest_plugin import wait_for
 
 
 def agent(*args: str) -> list[str]:

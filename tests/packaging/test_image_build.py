@@ -1,4 +1,4 @@
-"""The controllers' image, built for real by ``tidal.lab.image`` (mmdebstrap + wheels + web console),
+"""The controllers' image, built for real by ``tidal_dev.lab.image`` (mmdebstrap + wheels + web console),
 then unpacked with GNU tar and run with chroot; and imported into a real containerd and run with
 runc when the NRI tests' containerd can be built here.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal.lab import image
+from tidal_dev.lab import image
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -124,6 +124,15 @@ def test_the_web_console_is_where_the_console_looks(rootfs):
     assert (rootfs / "opt" / "tidal" / "web" / "assets" / "app.js").is_file()
     passwd = (rootfs / "etc" / "passwd").read_text()
     assert "nonroot:x:65532:65532:" in passwd
+
+
+def test_the_image_holds_the_product_and_not_the_development_distribution(rootfs):
+    """The lab, the test helpers and their synchronous Kubernetes client stay out of the image."""
+    (site,) = (rootfs / "opt" / "tidal" / "lib").glob("python3*/site-packages")
+    assert (site / "tidal" / "agent").is_dir() and (site / "tidal" / "api").is_dir()
+    present = [p.name for pattern in ("tidal_dev*", "tidal/lab", "tidal/testing", "kubernetes-*.dist-info",
+                                      "jsonpatch*") for p in site.glob(pattern)]
+    assert not present, present
 
 
 def test_a_second_build_reuses_the_archive(archive):

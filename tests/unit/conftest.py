@@ -3,7 +3,7 @@ import os
 import pytest
 
 from tidal.agent.collector.cgroups import DEFAULT_CGROUP_ROOT, CgroupLayoutError, detect_hierarchy
-from tidal.testing.real_cgroups import RealCgroups
+from tidal_dev.testing.real_cgroups import RealCgroups
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from tidal.lab import processes
-from tidal.lab.ports import free_ports
-from tidal.lab.pki import ensure_ca, issue
+from tidal_dev.lab import processes
+from tidal_dev.lab.ports import free_ports
+from tidal_dev.lab.pki import ensure_ca, issue
 from tidal.manager.admission.configuration import EXCLUDED_NAMESPACES, webhook_configurations
 
 MANAGER = str(Path(sys.executable).with_name("tidal-manager"))

@@ -57,7 +57,7 @@ def test_inline_certificate_data_is_written_privately_and_loaded(tmp_path):
     import ssl
     import tempfile
 
-    from tidal.lab.pki import ensure_lab_pki
+    from tidal_dev.lab.pki import ensure_lab_pki
     pki = ensure_lab_pki(tmp_path / "pki")
     b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
     path = _kubeconfig(tmp_path, {"client-certificate-data": b64(pki.admin.cert), "client-key-data": b64(pki.admin.key)},

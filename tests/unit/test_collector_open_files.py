@@ -25,7 +25,7 @@ def test_rereads_fresh_content_and_sweeps_what_was_not_read(tmp_path):
 def test_a_removed_cgroup_reads_as_missing(hierarchy, real):
     """On this machine's cgroupfs: after rmdir the open descriptor fails (ENODEV); the reopen
     raises FileNotFoundError, as a fresh read does."""
-    from tidal.testing.real_cgroups import below_own
+    from tidal_dev.testing.real_cgroups import below_own
     cgroup = real.make(below_own(hierarchy.cpu_root, "cpuacct") / real.name)
     files = OpenFiles()
     path = str(cgroup / "cpuacct.usage")

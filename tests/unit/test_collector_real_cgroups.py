@@ -25,7 +25,7 @@ from tidal.agent.collector.rates import CounterRates
 from tidal.agent.collector.readers import read_cpu_usage_ns, read_memory_working_set, parse_flat_keyed
 from tidal.agent.collector.sampler import PodInfo, Sampler
 from tidal.api.qos import QoSLevel
-from tidal.testing.real_cgroups import below_own
+from tidal_dev.testing.real_cgroups import below_own
 
 MiB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""The OCI writer (tidal.lab.oci) and the pure parts of the image recipe (tidal.lab.image)."""
+"""The OCI writer (tidal_dev.lab.oci) and the pure parts of the image recipe (tidal_dev.lab.image)."""
 from __future__ import annotations
 
 import gzip
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal.lab import image, oci
+from tidal_dev.lab import image, oci
 
 ROOT = Path(__file__).resolve().parents[2]
 

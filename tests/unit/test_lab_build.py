@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from tidal.lab import build, versions
+from tidal_dev.lab import build, versions
 
 
 @pytest.mark.parametrize("text, expected", [

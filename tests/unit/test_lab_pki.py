@@ -4,7 +4,7 @@ import stat
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tidal.lab.pki import API_SERVICE_IP, ensure_lab_pki
+from tidal_dev.lab.pki import API_SERVICE_IP, ensure_lab_pki
 
 
 def _cert(path):

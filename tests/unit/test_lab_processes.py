@@ -2,7 +2,7 @@ import dataclasses
 import sys
 import time
 
-from tidal.lab import processes
+from tidal_dev.lab import processes
 
 
 def test_started_process_is_alive_until_stopped_and_its_log_is_kept(tmp_path):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tidal.lab import network, realnode
-from tidal.lab.components import COMPONENT_NAMES, components
-from tidal.lab.pki import covers_ips, ensure_lab_pki
+from tidal_dev.lab import network, realnode
+from tidal_dev.lab.components import COMPONENT_NAMES, components
+from tidal_dev.lab.pki import covers_ips, ensure_lab_pki
 
 PORTS = {"kubelet": 10250, "kubelet_healthz": 10248, "kube_proxy_healthz": 10256, "kube_proxy_metrics": 10249}
 

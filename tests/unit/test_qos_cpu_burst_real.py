@@ -13,8 +13,8 @@ from tidal.agent.qos.pod_features import ContainerCPU, FeaturePodState
 from tidal.agent.qos.strategy import NodeState
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import CPUBurstRequest, QoSLevel
-from tidal.testing.bursty import BurstyServer, read_cpu_stat
-from tidal.testing.local_kubelet import LocalKubelet
+from tidal_dev.testing.bursty import BurstyServer, read_cpu_stat
+from tidal_dev.testing.local_kubelet import LocalKubelet
 
 LIMIT_MILLICORES = 100  # quota 10 ms per 100 ms period
 BURST_MS = 18           # each burst needs more than one period's quota

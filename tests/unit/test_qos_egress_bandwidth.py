@@ -22,7 +22,7 @@ from tidal.agent.qos.egress_bandwidth import (
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import QoSLevel
-from tidal.testing.local_kubelet import LocalKubelet
+from tidal_dev.testing.local_kubelet import LocalKubelet
 
 
 def config(**kw):

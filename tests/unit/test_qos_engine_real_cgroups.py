@@ -40,7 +40,7 @@ from tidal.agent.qos.strategy import (
 )
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import QoSLevel
-from tidal.testing.real_cgroups import RealCgroups, below_own
+from tidal_dev.testing.real_cgroups import RealCgroups, below_own
 
 
 MiB = 1 << 20

@@ -11,7 +11,7 @@ from tidal.agent.qos.memory_reclaim import MemoryReclaimer, ReclaimLevel, ceilin
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import QoSLevel
-from tidal.testing.local_kubelet import LocalKubelet
+from tidal_dev.testing.local_kubelet import LocalKubelet
 
 MiB = 1 << 20
 

@@ -22,8 +22,8 @@ from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.psi_interference import PSIDecision, parse_some_avg10
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.qos import QoSLevel
-from tidal.testing.local_kubelet import LocalKubelet
-from tidal.testing.pressure import Thrasher
+from tidal_dev.testing.local_kubelet import LocalKubelet
+from tidal_dev.testing.pressure import Thrasher
 
 THRESHOLD = 5.0  # the policy default
 

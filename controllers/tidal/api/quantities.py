@@ -33,7 +33,7 @@ import math
 import re
 from decimal import Context, Decimal, Inexact
 
-from tidal.manager.admission.shape import json_type
+from tidal.api.shape import json_type
 
 __all__ = [
     "INT64_MAX",

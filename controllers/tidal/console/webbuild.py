@@ -1,5 +1,5 @@
 """Builds the web console (``web/``: an npm project with a committed lockfile) into the cache,
-``~/.cache/tidal/console-web/<key>/``, where the key hashes the lockfile and every source file.
+``~/.cache/tidal/lab/console-web/<key>/`` (:func:`tidal.cache.cache_root`), where the key hashes the lockfile and every source file.
 
 ``npm ci`` installs exactly the locked versions into a copy of the project under the cache
 (the source tree gets no ``node_modules``); esbuild bundles ECharts and the pages into one
@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tidal.lab.versions import cache_root
+from tidal.cache import cache_root
 
 __all__ = ["SOURCE_DIR", "WebBuildError", "build_web", "built_dir"]
 

@@ -41,7 +41,7 @@ from tidal.manager.admission.batch import BATCH_RESOURCE_OF, NATIVE_RESOURCES, n
 from tidal.manager.admission.patch import Operation, add, member, remove, replace, set_member
 from tidal.manager.admission.podspec import Container, containers_of
 from tidal.api.quantities import QuantityError, parse_quantity
-from tidal.manager.admission.shape import MalformedObjectError, optional_array, optional_object
+from tidal.api.shape import MalformedObjectError, optional_array, optional_object
 from tidal.api.qos import (
     BATCH_RESOURCES_ANNOTATION,
     COLOCATION_NODE_LABEL,

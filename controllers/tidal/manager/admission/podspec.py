@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tidal.manager.admission.shape import MalformedObjectError, optional_array, optional_object
+from tidal.api.shape import MalformedObjectError, optional_array, optional_object
 
 __all__ = ["Container", "containers_of"]
 

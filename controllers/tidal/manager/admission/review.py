@@ -38,7 +38,7 @@ from tidal.manager.admission.decision import ALLOWED, RULE_REASON_BY_LEVEL, Deci
 from tidal.manager.admission.mutation import pod_mutation
 from tidal.manager.admission.podspec import containers_of
 from tidal.manager.admission.rules import violations
-from tidal.manager.admission.shape import (
+from tidal.api.shape import (
     MalformedObjectError,
     describe,
     optional_object,

@@ -41,7 +41,7 @@ from tidal.manager.admission.batch import (
 )
 from tidal.manager.admission.podspec import Container, containers_of
 from tidal.api.quantities import MAX_QUANTITY_LENGTH, QuantityError, parse_quantity
-from tidal.manager.admission.shape import optional_object
+from tidal.api.shape import optional_object
 from tidal.api.qos import QoSLevel
 
 __all__ = ["violations"]

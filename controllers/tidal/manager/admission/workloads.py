@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidal.manager.admission.shape import MalformedObjectError, optional_object
+from tidal.api.shape import MalformedObjectError, optional_object
 
 __all__ = ["Target", "POD", "WORKLOADS", "target_of", "pod_template_of"]
 

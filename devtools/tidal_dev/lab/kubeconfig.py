@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from tidal.lab.pki import CertPair
+from tidal_dev.lab.pki import CertPair
 
 CONTEXT = "tidal-lab"
 

@@ -24,7 +24,7 @@ from tidal.agent.collector.cgroups import (
     detect_layout,
 )
 from tidal.agent.qos.strategy import cpu_controller_root
-from tidal.testing.real_cgroups import RealCgroups, own_cgroup
+from tidal_dev.testing.real_cgroups import RealCgroups, own_cgroup
 
 __all__ = ["LocalKubelet", "RunningPod"]
 

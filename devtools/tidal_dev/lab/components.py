@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tidal.lab import realnode
-from tidal.lab.pki import SERVICE_CLUSTER_IP_RANGE, LabPKI
+from tidal_dev.lab import realnode
+from tidal_dev.lab.pki import SERVICE_CLUSTER_IP_RANGE, LabPKI
 
 # Every port the lab needs, by purpose.
 PORT_NAMES = (

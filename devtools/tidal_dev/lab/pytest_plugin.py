@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tidal.lab import versions
-from tidal.lab.lab import Lab
+from tidal_dev.lab import versions
+from tidal_dev.lab.lab import Lab
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +41,7 @@ def lab():
         had_real_node = int(instance._load_state().get("real_nodes", 0)) > 0
         instance.down(wipe=True)
         if had_real_node:  # `down` must leave nothing of the real node on the machine
-            from tidal.lab import realnode
+            from tidal_dev.lab import realnode
             left = realnode.leftovers(realnode.node_for(instance.dir))
             assert not left, f"tidal lab down left behind: {left}"
     session_lock.close()

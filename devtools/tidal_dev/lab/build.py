@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tidal.lab import versions
-from tidal.lab.versions import BINARIES, Binary
+from tidal_dev.lab import versions
+from tidal_dev.lab.versions import BINARIES, Binary
 
 
 class LabBuildError(RuntimeError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from tidal.lab import processes
+from tidal_dev.lab import processes
 
 STATE_FILE = "controllers.json"
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")

@@ -22,12 +22,12 @@ from typing import Callable, Iterator
 
 import yaml
 
-from tidal.lab import build, kubeconfig, network, processes, realnode, versions
-from tidal.lab.components import (COMPONENT_NAMES, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, PORT_NAMES,
+from tidal_dev.lab import build, kubeconfig, network, processes, realnode, versions
+from tidal_dev.lab.components import (COMPONENT_NAMES, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, PORT_NAMES,
                                   PROMETHEUS_RULES_DIR, PROMETHEUS_TARGETS_DIR, REAL_NODE_COMPONENTS, Component,
                                   LabContext, components, prometheus_config)
-from tidal.lab.pki import ensure_lab_pki
-from tidal.lab.ports import free_ports, port_free
+from tidal_dev.lab.pki import ensure_lab_pki
+from tidal_dev.lab.ports import free_ports, port_free
 
 ASSETS_IN_PACKAGE = Path(__file__).resolve().parent / "assets"
 NODE_NAME_PREFIX = "lab-node-"
@@ -294,7 +294,7 @@ class Lab:
         return client.ApiClient(cfg)
 
     def _install_volcano_crds(self) -> None:
-        from tidal.lab.apply import create_or_replace_all
+        from tidal_dev.lab.apply import create_or_replace_all
         crds = []
         for path in sorted((versions.assets_dir() / "volcano-crds").glob("*.yaml")):
             crds.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
@@ -414,7 +414,7 @@ class Lab:
     def import_image(self, archive: Path) -> list[str]:
         """Import an OCI archive into the containerd of every running real node that does not
         hold that image yet (what a registry pull does in a cluster); returns those nodes."""
-        from tidal.lab.image import archive_image, import_image
+        from tidal_dev.lab.image import archive_image, import_image
         state = self._load_state()
         records = self._records(state)
         if "containerd" not in records or not processes.alive(records["containerd"]):
@@ -468,7 +468,7 @@ class Lab:
 
     def down(self, wipe: bool = False) -> list[str]:
         """Stop every process the lab started (reverse order); `wipe` also deletes its state."""
-        from tidal.lab import controllers
+        from tidal_dev.lab import controllers
         with self._locked():
             # Tidal's own controllers (tidal lab controllers) talk to the API server: first.
             stopped = [f"controller {name}" for name in controllers.down(self.dir)]

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.lab import network, oci
-from tidal.lab.image import import_image
+from tidal_dev.lab import network, oci
+from tidal_dev.lab.image import import_image
 
 NODE_NAME = "lab-real-0"
 CGROUP_ROOT = "/tidal-lab"

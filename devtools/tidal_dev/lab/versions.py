@@ -5,9 +5,10 @@ go.sum; a test keeps the two in step.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from tidal.cache import cache_root  # the lab's builds and the console's share it
 
 KUBERNETES_VERSION = "v1.34.4"
 ETCD_VERSION = "v3.6.16"
@@ -80,14 +81,6 @@ def versions_key() -> str:
         f"_volcano-{VOLCANO_VERSION}_kwok-{KWOK_VERSION}"
         f"_containerd-{CONTAINERD_VERSION}_r{BUILD_REVISION}"
     )
-
-
-def cache_root() -> Path:
-    """``$TIDAL_LAB_CACHE`` or ``$XDG_CACHE_HOME/tidal/lab`` (``~/.cache/tidal/lab``)."""
-    if os.environ.get("TIDAL_LAB_CACHE"):
-        return Path(os.environ["TIDAL_LAB_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "tidal" / "lab"
 
 
 def versions_dir() -> Path:

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tidal.lab import build as lab_build
-from tidal.lab.components import COMPONENT_NAMES
-from tidal.lab.lab import Lab, LabError, LabStatus
+from tidal_dev.lab import build as lab_build
+from tidal_dev.lab.components import COMPONENT_NAMES
+from tidal_dev.lab.lab import Lab, LabError, LabStatus
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,7 +74,7 @@ def _controllers(lab: Lab, args) -> int:
     """`tidal lab controllers up --spec FILE | down | status`; up/down print what they did."""
     import yaml
 
-    from tidal.lab import controllers
+    from tidal_dev.lab import controllers
     if args.action == "up":
         if not args.spec:
             print("tidal lab controllers up: --spec FILE is required", file=sys.stderr)
@@ -98,7 +98,7 @@ def _controllers(lab: Lab, args) -> int:
 
 
 def _image_error() -> type[Exception]:
-    from tidal.lab.image import ImageBuildError
+    from tidal_dev.lab.image import ImageBuildError
     return ImageBuildError
 
 
@@ -135,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "controllers":
             return _controllers(lab, args)
         elif args.command == "image":
-            from tidal.lab import image as lab_image
-            from tidal.lab.lab import build_tag
+            from tidal_dev.lab import image as lab_image
+            from tidal_dev.lab.lab import build_tag
             archive = lab_image.build_image(force=args.force)
             imported = lab.import_image(archive)
             print(f"{lab_image.image_reference()}: {archive}"

@@ -13,15 +13,15 @@ everybody else is therefore assembled from those packages directly:
    wheels there offline, put the web console in ``/opt/tidal/web`` (``TIDAL_CONSOLE_WEB_DIR``)
    and create the non-root user 65532; the host's apt sources, apt options, resolv.conf and
    hostname are removed again, so the image names no package mirror;
-4. that tree becomes one gzip layer of an OCI image layout archive (:mod:`tidal.lab.oci`), which
+4. that tree becomes one gzip layer of an OCI image layout archive (:mod:`tidal_dev.lab.oci`), which
    ``ctr images import`` loads into containerd as ``localhost/tidal:<version>``.
 
 The archive is cached under ``<cache>/image/<key>/tidal-image.oci.tar``; the key hashes
-pyproject.toml, every file under ``controllers/`` (this recipe included) and the apt sources
+pyproject.toml, every file under ``controllers/``, this recipe (``image.py``, ``oci.py``) and the apt sources
 and options used, so it is rebuilt only when one of them changes. Needs root (mmdebstrap's
 root mode; its unshare mode, for users with subordinate IDs, may work but is not tested).
 
-    python -m tidal.lab.image [--force] [--import-to CONTAINERD_SOCKET --ctr PATH]
+    python -m tidal_dev.lab.image [--force] [--import-to CONTAINERD_SOCKET --ctr PATH]
 """
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
-from tidal.lab import oci
-from tidal.lab.versions import cache_root
+from tidal_dev.lab import oci
+from tidal_dev.lab.versions import cache_root
 
 __all__ = ["IMAGE_NAME", "ImageBuildError", "archive_path", "build_image", "image_reference", "import_image",
            "input_key", "main"]
@@ -114,6 +114,8 @@ def labels() -> dict[str, str]:
 
 def _source_files(root: Path = REPO_ROOT) -> list[Path]:
     files = [root / "pyproject.toml", root / "README.md", root / "LICENSE"]
+    # the recipe itself: a change to how the image is made is a new image
+    files += [root / "devtools" / "tidal_dev" / "lab" / name for name in ("image.py", "oci.py")]
     for dirpath, dirnames, filenames in os.walk(root / "controllers"):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.endswith(".egg-info"))
         files.extend(Path(dirpath) / f for f in sorted(filenames) if not f.endswith((".pyc", ".pyo")))
@@ -138,8 +140,8 @@ def _apt_inputs(sources: Path | None = None, apt_options: Sequence[Path] | None 
 
 def input_key(sources: Path | None = None, apt_options: Sequence[Path] | None = None,
               root: Path = REPO_ROOT) -> str:
-    """Hash of what goes into the image: pyproject.toml, README/LICENSE, ``controllers/**``
-    (this recipe too) and the apt sources and options (they decide the Debian package versions)."""
+    """Hash of what goes into the image: pyproject.toml, README/LICENSE, ``controllers/**``,
+    this recipe (image.py, oci.py) and the apt sources and options (they decide the Debian package versions)."""
     if not (root / "pyproject.toml").is_file():
         raise ImageBuildError(f"{root} is not a source checkout of Tidal (no pyproject.toml): "
                               "the image is built from the sources")
@@ -411,7 +413,7 @@ def import_image(archive: Path, ctr: str | Path, socket: str | Path, snapshotter
 # ----------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tidal.lab.image", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tidal_dev.lab.image", description=__doc__.split("\n\n")[0])
     p.add_argument("--force", action="store_true", help="rebuild even when the current inputs are built")
     p.add_argument("--sources", type=Path, help="apt sources file (default: this host's)")
     p.add_argument("--aptopt", type=Path, action="append", help="apt option file (default: this host's)")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tidal: online/offline workload colocation for Kubernetes.
 
 The package holds the shared model (`tidal.api.qos`, `tidal.api.policy`), the controllers

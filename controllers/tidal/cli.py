@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `tidal` command line: `tidal lab ...`, `tidal admission ...`, `tidal predict ...`."""
 import sys
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a pod object (raw JSON) requests: shared by the agent's pod view and the manager's
 batch-requested metric, so both count a pod alike."""
 from __future__ import annotations

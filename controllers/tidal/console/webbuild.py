@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds the web console (``web/``: an npm project with a committed lockfile) into the cache,
 ``~/.cache/tidal/console-web/<key>/``, where the key hashes the lockfile and every source file.
 

@@ -144,14 +144,14 @@ blocked:
       description: C(namespace/name) of the pod.
       type: str
     message:
-      description: The API's message, then the messages of its causes (the budget that refused).
+      description: The API's message, with the messages of its causes (the budget that refused) in parentheses.
       type: str
   sample:
     - node: worker-3
       pod: batch/train-7
       message: >-
-        Cannot evict pod as it would violate the pod's disruption budget.;
-        The disruption budget train needs 2 healthy pods and has 2 currently
+        Cannot evict pod as it would violate the pod's disruption budget (The disruption budget
+        train needs 2 healthy pods and has 2 currently)
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -250,7 +250,10 @@ def evict(core, pods):
             core.create_namespaced_pod_eviction(name, namespace, eviction)
         except kube.ApiException as err:
             if err.status == EVICTION_BLOCKED:
-                message = "; ".join([kube.api_error_message(err)] + kube.api_error_causes(err))
+                message = kube.api_error_message(err)
+                causes = kube.api_error_causes(err)
+                if causes:
+                    message = "%s (%s)" % (message.rstrip("."), "; ".join(causes))
                 blocked.append({"pod": qualified, "message": message})
                 continue
             if err.status != 404:  # 404: already gone
@@ -271,10 +274,10 @@ def _removed(node_plan):
 
 def _blocked_message(blocked):
     pods = "; ".join("%s on %s: %s" % (b["pod"], b["node"], b["message"]) for b in blocked)
-    return ("%d BE pod(s) could not be evicted, the Eviction API answered 429 (a PodDisruptionBudget "
-            "does not allow it now): %s. Colocation is off on the node(s) all the same (labels, taint "
-            "and batch resources removed first), so no BE pod is placed there again; run the task "
-            "again to retry the evictions" % (len(blocked), pods))
+    return ("%d BE pod(s) could not be evicted, the Eviction API answered 429 Too Many Requests "
+            "(a PodDisruptionBudget does not allow it now): %s. Colocation is off on the node(s) all "
+            "the same (labels, taint and batch resources removed first), so no new BE pod is placed "
+            "there; run the task again to retry the evictions" % (len(blocked), pods))
 
 
 def run(core, params, check_mode=False, diff=False):

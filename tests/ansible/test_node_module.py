@@ -26,8 +26,8 @@ PDB_STATUS = {
     "details": {"causes": [{"reason": "DisruptionBudget",
                             "message": "The disruption budget train needs 1 healthy pods and has 1 currently"}]},
 }
-PDB_MESSAGE = ("Cannot evict pod as it would violate the pod's disruption budget.; "
-               "The disruption budget train needs 1 healthy pods and has 1 currently")
+PDB_MESSAGE = ("Cannot evict pod as it would violate the pod's disruption budget "
+               "(The disruption budget train needs 1 healthy pods and has 1 currently)")
 
 
 def a_node(name, labels=None, taints=(), capacity=None):
@@ -188,7 +188,7 @@ def test_node_module_order_and_result(monkeypatch, capsys, case):
         assert result["nodes"][0]["blocked"] == [{k: v for k, v in b.items() if k != "node"}
                                                   for b in case["blocked"] if b["node"] == names[0]]
     if case["blocked"]:
-        assert "could not be evicted, the Eviction API answered 429" in result["msg"]
+        assert "could not be evicted, the Eviction API answered 429 Too Many Requests" in result["msg"]
         assert all(b["pod"] in result["msg"] and b["message"] in result["msg"] for b in case["blocked"])
         assert "run the task again to retry the evictions" in result["msg"]
 

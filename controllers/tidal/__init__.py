@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tidal: online/offline workload colocation for Kubernetes.
 
 Layers (tests/unit/test_layering.py keeps them): the contract every part agrees on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where Tidal's builds keep what they reuse (the lab's binaries, the web console's bundle, the
 controllers' image): ``$TIDAL_LAB_CACHE``, else ``$XDG_CACHE_HOME/tidal/lab`` (``~/.cache/tidal/lab``)."""
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `tidal` command line: `tidal admission ...`, `tidal predict ...`, and the commands other
 distributions add under the ``tidal.commands`` entry-point group (the development distribution
 adds `tidal lab ...`). The product never imports those distributions: it finds them by name."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prometheus metric names every Tidal component exports (prefix ``tidal_``), in one place.
 
 The console's PromQL, the recording rules, the alerts and the Grafana dashboard read these names;

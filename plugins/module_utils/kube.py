@@ -1,5 +1,6 @@
 # Copyright: Tidal maintainers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Connection options shared by every cluster module and the client built from them.
 
 The options mirror kubernetes.core's (``kubeconfig``, ``context``, ``host``, ``api_key``,
@@ -14,6 +15,8 @@ from __future__ import annotations
 import traceback
 
 from ansible.module_utils.basic import env_fallback, missing_required_lib
+
+from ansible_collections.tidal.colocation.plugins.module_utils.errors import ModuleError
 
 try:
     from kubernetes import client as k8s_client
@@ -58,19 +61,34 @@ def argument_spec(**module_options):
 
 def require_kubernetes(module):
     """Fail the module with install instructions when the kubernetes client is missing."""
+    try:
+        check_kubernetes()
+    except ModuleError as err:
+        module.fail_json(**err.result)
+
+
+def check_kubernetes():
+    """Raise `ModuleError` with install instructions when the kubernetes client is missing."""
     if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+        raise ModuleError(missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
 
 
 def api_client(module):
-    """A kubernetes ApiClient from the module's connection options.
+    """`build_api_client` for a module that fails on its own: fails the module on an error."""
+    try:
+        return build_api_client(module.params)
+    except ModuleError as err:
+        module.fail_json(**err.result)
+
+
+def build_api_client(params):
+    """A kubernetes ApiClient from the module's connection options; raises `ModuleError`.
 
     Order: ``host`` (+ ``api_key`` or client certificates) when given; otherwise the kubeconfig
     (``kubeconfig`` option, ``$KUBECONFIG``, ``~/.kube/config``) with ``context``; otherwise the
     in-cluster service account.
     """
-    require_kubernetes(module)
-    params = module.params
+    check_kubernetes()
     configuration = k8s_client.Configuration()
     try:
         if params.get("host"):
@@ -85,7 +103,7 @@ def api_client(module):
                     raise
                 k8s_config.load_incluster_config(client_configuration=configuration)
     except (k8s_config.ConfigException, OSError) as err:
-        module.fail_json(msg="cannot load the Kubernetes client configuration: %s" % err)
+        raise ModuleError("cannot load the Kubernetes client configuration: %s" % err)
     if params.get("api_key"):
         configuration.api_key = {"authorization": "Bearer " + params["api_key"]}
     if params.get("validate_certs") is not None:
@@ -106,3 +124,14 @@ def api_error_message(err):
         return json.loads(err.body).get("message") or str(err)
     except (TypeError, ValueError, AttributeError):
         return str(err)
+
+
+def api_error_causes(err):
+    """The messages of the causes in an ApiException's Status (``details.causes``), e.g. the
+    PodDisruptionBudget that refused an eviction; [] when there are none."""
+    import json
+    try:
+        causes = ((json.loads(err.body) or {}).get("details") or {}).get("causes") or []
+    except (TypeError, ValueError, AttributeError):
+        return []
+    return [cause["message"] for cause in causes if isinstance(cause, dict) and cause.get("message")]

@@ -1,5 +1,6 @@
 # Copyright: Tidal maintainers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What switching colocation on or off means for one node (pure: dicts in, a plan out)."""
 
 from __future__ import annotations

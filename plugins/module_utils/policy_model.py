@@ -1,5 +1,7 @@
 # Copyright: Tidal maintainers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# (This copy is licensed as the rest of plugins/; its source in controllers/ is Apache-2.0.)
 #
 # GENERATED from controllers/tidal/api/policy.py by tests/ansible/vendor_policy.py: do not edit.
 # Regenerate with `.venv/bin/python tests/ansible/vendor_policy.py`; a test fails on drift.

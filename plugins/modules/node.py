@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: Tidal maintainers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-# or, at your option, GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -15,8 +15,16 @@ description:
     publishes the node's C(kubernetes.io/batch-cpu) and C(kubernetes.io/batch-memory)).
   - Turning colocation off leaves no residue on the node, removing both labels, the
     C(colocation.tidal.io/offline-evicting) taint, the batch extended resources and Volcano's
-    oversubscription annotations; the offline (BE) pods running there are evicted through the
-    Eviction API (so PodDisruptionBudgets hold), and reported.
+    oversubscription annotations. Only then are the offline (BE) pods still bound to the node
+    evicted through the Eviction API (so PodDisruptionBudgets hold), and reported; as the labels
+    and batch resources are gone first, neither a BE pod's replacement nor a new BE pod is placed
+    on the node again.
+  - An eviction that a PodDisruptionBudget does not allow now (the Eviction API answers 429) is
+    reported in RV(blocked) and the module B(fails), after trying every node and pod, with
+    C(changed) true for what it did change. It fails because BE pods are still running
+    on a node that is no longer colocated, which a playbook should not pass over; the node's
+    changes are not undone and need no repeating, so running the task again (for example with
+    C(retries) and C(until)) only retries the evictions.
   - Every node named must exist, or nothing changes.
 author: Tidal maintainers (@tidal-colocation)
 options:
@@ -38,7 +46,9 @@ options:
       - Defaults to O(colocation); it cannot be V(true) without colocation.
     type: bool
   evict_be_pods:
-    description: When turning colocation off, evict the BE pods on the node (V(false) only reports them).
+    description:
+      - When turning colocation off, evict the BE pods on the node, after its labels are removed.
+      - V(false) only reports them in RV(nodes[].be_pods), and the module does not fail for them.
     type: bool
     default: true
 extends_documentation_fragment:
@@ -67,7 +77,16 @@ EXAMPLES = r"""
 
 - name: Show what was evicted
   ansible.builtin.debug:
-    msg: "{{ nodes_off.nodes | map(attribute='be_pods') | flatten }}"
+    msg: "{{ nodes_off.nodes | map(attribute='evicted') | flatten }}"
+
+- name: Colocation off, waiting for PodDisruptionBudgets to allow the evictions
+  tidal.colocation.node:
+    names: [worker-3]
+    colocation: false
+  register: worker_3_off
+  retries: 10
+  delay: 30
+  until: worker_3_off is not failed or worker_3_off.blocked | default([]) | length == 0
 """
 
 RETURN = r"""
@@ -94,44 +113,100 @@ nodes:
       type: list
       elements: str
     be_pods:
-      description: C(namespace/name) of the BE pods evicted (or to be evicted, in check mode or with O(evict_be_pods=false)).
+      description:
+        - C(namespace/name) of the BE pods bound to the node when colocation is turned off, listed
+          after its labels were removed (in check mode, the pods that would be evicted).
+        - With O(evict_be_pods=false), the pods left running.
       type: list
       elements: str
+    evicted:
+      description: C(namespace/name) of the BE pods whose eviction the API accepted (or that were already gone).
+      type: list
+      elements: str
+    blocked:
+      description: The BE pods of this node whose eviction was refused with 429, as in RV(blocked).
+      type: list
+      elements: dict
+blocked:
+  description:
+    - One entry per BE pod whose eviction the Eviction API refused with 429 Too Many Requests
+      (a PodDisruptionBudget does not allow it now), on every node; when it is not empty the
+      module has failed, and the nodes' changes stand.
+    - Empty in check mode, which evicts nothing.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    node:
+      description: Node name.
+      type: str
+    pod:
+      description: C(namespace/name) of the pod.
+      type: str
+    message:
+      description: The API's message, with the messages of its causes (the budget that refused) in parentheses.
+      type: str
+  sample:
+    - node: worker-3
+      pod: batch/train-7
+      message: >-
+        Cannot evict pod as it would violate the pod's disruption budget (The disruption budget
+        train needs 2 healthy pods and has 2 currently)
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, node_state
+from ansible_collections.tidal.colocation.plugins.module_utils.errors import ModuleError
+
+# The Eviction API answers 429 Too Many Requests when a PodDisruptionBudget does not allow the
+# eviction now (https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/).
+EVICTION_BLOCKED = 429
 
 
-def _select_nodes(module, core):
-    params = module.params
+def switches(params):
+    """(colocation, oversubscription) from the options; raises `ModuleError` naming the option."""
+    colocation = params["colocation"]
+    oversubscription = colocation if params["oversubscription"] is None else params["oversubscription"]
+    if oversubscription and not colocation:
+        raise ModuleError("oversubscription: cannot be true when colocation is false "
+                          "(batch resources are used only by BE pods on colocation nodes)")
+    if not params["names"] and not params["label_selector"]:
+        raise ModuleError("names, label_selector: one of them must name at least one node "
+                          "(a non-empty list of node names or a label selector)")
+    return colocation, oversubscription
+
+
+def select_nodes(core, node_names, label_selector):
+    """The nodes named or selected, as dicts in name order; raises `ModuleError` (nothing is
+    changed yet) when one is missing, none is selected or the API refuses."""
+    serialize = core.api_client.sanitize_for_serialization
     selected = {}
+    missing = []
     try:
-        if params["label_selector"]:
-            for node in core.list_node(label_selector=params["label_selector"]).items:
-                selected[node.metadata.name] = node
-        missing = []
-        for name in params["names"]:
+        if label_selector:
+            for node in map(serialize, core.list_node(label_selector=label_selector).items):
+                selected[node["metadata"]["name"]] = node
+        for name in node_names:
             if name in selected:
                 continue
             try:
-                selected[name] = core.read_node(name)
+                selected[name] = serialize(core.read_node(name))
             except kube.ApiException as err:
                 if err.status != 404:
                     raise
                 missing.append(name)
     except kube.ApiException as err:
-        module.fail_json(msg="cannot read nodes: %s" % kube.api_error_message(err))
+        raise ModuleError("cannot read nodes: %s; nothing was changed" % kube.api_error_message(err))
     if missing:
-        module.fail_json(msg="names: node(s) not found: %s; nothing was changed" % ", ".join(missing))
+        raise ModuleError("names: node(s) not found: %s; nothing was changed" % ", ".join(missing))
     if not selected:
-        module.fail_json(msg="label_selector: %r matches no node; nothing was changed" % params["label_selector"])
-    serialize = core.api_client.sanitize_for_serialization
-    return [serialize(selected[name]) for name in sorted(selected)]
+        raise ModuleError("label_selector: %r matches no node; nothing was changed" % label_selector)
+    return [selected[name] for name in sorted(selected)]
 
 
-def _be_pods(core, node_name):
+def be_pods(core, node_name):
+    """``namespace/name`` of the running BE pods bound to the node, sorted."""
     serialize = core.api_client.sanitize_for_serialization
     pods = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node_name).items
     return sorted(
@@ -141,7 +216,8 @@ def _be_pods(core, node_name):
         and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
 
-def _apply(core, name, node_plan):
+def apply_plan(core, name, node_plan):
+    """Patch the node: labels, annotations and taints, then the batch resources in its status."""
     metadata = {}
     if node_plan["labels"]:
         metadata["labels"] = node_plan["labels"]
@@ -158,16 +234,109 @@ def _apply(core, name, node_plan):
         core.patch_node_status(name, [{"op": "remove", "path": path} for path in node_plan["status_removals"]])
 
 
-def _evict(core, be_pods):
+def evict(core, pods):
+    """Evict each pod through the Eviction API; returns (evicted, blocked).
+
+    ``evicted``: the pods whose eviction was accepted or that were already gone. ``blocked``: one
+    ``{pod, message}`` per eviction the API refused with 429 (a PodDisruptionBudget), the message
+    the API's, with its causes. Every pod is tried; any other API error is raised.
+    """
     from kubernetes import client
-    for qualified in be_pods:
+    evicted, blocked = [], []
+    for qualified in pods:
         namespace, name = qualified.split("/", 1)
         eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         try:
             core.create_namespaced_pod_eviction(name, namespace, eviction)
         except kube.ApiException as err:
-            if err.status != 404:  # already gone
+            if err.status == EVICTION_BLOCKED:
+                message = kube.api_error_message(err)
+                causes = kube.api_error_causes(err)
+                if causes:
+                    message = "%s (%s)" % (message.rstrip("."), "; ".join(causes))
+                blocked.append({"pod": qualified, "message": message})
+                continue
+            if err.status != 404:  # 404: already gone
                 raise
+        evicted.append(qualified)
+    return evicted, blocked
+
+
+def _labels_after(before, node_plan):
+    return {key: value for key, value in dict(before, **node_plan["labels"]).items()
+            if value is not None and key in (names.COLOCATION_NODE_LABEL, names.OVERSUBSCRIPTION_NODE_LABEL)}
+
+
+def _removed(node_plan):
+    taint = ["taint %s" % names.OFFLINE_EVICTING_TAINT_KEY] if node_plan["taints"] is not None else []
+    return taint + node_plan["status_removals"] + ["annotation %s" % a for a in node_plan["annotations"]]
+
+
+def _blocked_message(blocked):
+    pods = "; ".join("%s on %s: %s" % (b["pod"], b["node"], b["message"]) for b in blocked)
+    return ("%d BE pod(s) could not be evicted, the Eviction API answered 429 Too Many Requests "
+            "(a PodDisruptionBudget does not allow it now): %s. Colocation is off on the node(s) all "
+            "the same (labels, taint and batch resources removed first), so no new BE pod is placed "
+            "there; run the task again to retry the evictions" % (len(blocked), pods))
+
+
+def run(core, params, check_mode=False, diff=False):
+    """Bring the nodes to the wanted switches; returns the module's result.
+
+    Per node: the labels, the offline-evicting taint, Volcano's oversubscription annotations and
+    the batch resources go first, then the BE pods still bound to it are listed and evicted, so
+    none of them (nor a replacement) is placed on the node again. Raises `ModuleError` carrying
+    the results so far: on an API error, and when an eviction was blocked (after every node and
+    every pod has been tried).
+    """
+    colocation, oversubscription = switches(params)
+    nodes = select_nodes(core, params["names"], params["label_selector"])
+    results, blocked, diff_before, diff_after = [], [], {}, {}
+
+    def summary():
+        result = {"changed": any(r["changed"] for r in results), "nodes": results, "blocked": blocked}
+        if diff:
+            result["diff"] = {"before": diff_before, "after": diff_after}
+        return result
+
+    for node in nodes:
+        name = node["metadata"]["name"]
+        node_plan = node_state.plan(node, colocation, oversubscription)
+        before = node_state.tidal_labels(node)
+        entry = {"name": name, "changed": False, "labels_before": before,
+                 "labels_after": _labels_after(before, node_plan), "removed": _removed(node_plan),
+                 "be_pods": [], "evicted": [], "blocked": []}
+        results.append(entry)
+        diff_before[name], diff_after[name] = before, entry["labels_after"]
+        step = "update node %s" % name
+        try:
+            if not node_state.is_empty(node_plan):
+                if not check_mode:
+                    apply_plan(core, name, node_plan)
+                entry["changed"] = True
+            if colocation:
+                continue
+            step = "list the pods on node %s" % name
+            entry["be_pods"] = be_pods(core, name)
+            if not params["evict_be_pods"] or not entry["be_pods"]:
+                continue
+            if check_mode:
+                entry["changed"] = True
+                continue
+            step = "evict the BE pods on node %s" % name
+            entry["evicted"], entry["blocked"] = evict(core, entry["be_pods"])
+            entry["changed"] = entry["changed"] or bool(entry["evicted"])
+            blocked.extend(dict(b, node=name) for b in entry["blocked"])
+        except kube.ApiException as err:
+            raise ModuleError("cannot %s: %s" % (step, kube.api_error_message(err)), **summary())
+    if blocked:
+        raise ModuleError(_blocked_message(blocked), **summary())
+    return summary()
+
+
+def _core_api(params):
+    from kubernetes import client
+    return client.CoreV1Api(kube.build_api_client(params))
 
 
 def main():
@@ -182,44 +351,11 @@ def main():
         required_one_of=[("names", "label_selector")],
         supports_check_mode=True,
     )
-    params = module.params
-    colocation = params["colocation"]
-    oversubscription = colocation if params["oversubscription"] is None else params["oversubscription"]
-    if oversubscription and not colocation:
-        module.fail_json(msg="oversubscription: cannot be true when colocation is false "
-                             "(batch resources are used only by BE pods on colocation nodes)")
-    if not params["names"] and not params["label_selector"]:
-        module.fail_json(msg="one of names or label_selector must name at least one node")
-
-    from kubernetes import client
-    core = client.CoreV1Api(kube.api_client(module))
-    nodes = _select_nodes(module, core)
-    results, diff_before, diff_after = [], {}, {}
     try:
-        for node in nodes:
-            name = node["metadata"]["name"]
-            node_plan = node_state.plan(node, colocation, oversubscription)
-            be_pods = [] if colocation else _be_pods(core, name)
-            evicting = be_pods if params["evict_be_pods"] else []
-            changed = not node_state.is_empty(node_plan) or bool(evicting)
-            before = node_state.tidal_labels(node)
-            after = {k: v for k, v in dict(before, **node_plan["labels"]).items()
-                     if v is not None and k in (names.COLOCATION_NODE_LABEL, names.OVERSUBSCRIPTION_NODE_LABEL)}
-            removed = ([("taint %s" % names.OFFLINE_EVICTING_TAINT_KEY)] if node_plan["taints"] is not None else []) \
-                + node_plan["status_removals"] + ["annotation %s" % a for a in node_plan["annotations"]]
-            if changed and not module.check_mode:
-                if evicting:
-                    _evict(core, evicting)
-                _apply(core, name, node_plan)
-            results.append({"name": name, "changed": changed, "labels_before": before,
-                            "labels_after": after, "removed": removed, "be_pods": be_pods})
-            diff_before[name] = before
-            diff_after[name] = after
-    except kube.ApiException as err:
-        module.fail_json(msg="cannot update node: %s" % kube.api_error_message(err), nodes=results)
-    result = {"changed": any(r["changed"] for r in results), "nodes": results}
-    if module._diff:
-        result["diff"] = {"before": diff_before, "after": diff_after}
+        switches(module.params)
+        result = run(_core_api(module.params), module.params, module.check_mode, module._diff)
+    except ModuleError as err:
+        module.fail_json(**err.result)
     module.exit_json(**result)
 
 

@@ -6,7 +6,8 @@ exactly what tidal-manager, tidal-agent and the CRD reject, with the same field 
 The copy is generated, never edited: `test_vendored_policy_model_matches_tidal_policy` fails when
 it drifts, and `python tests/ansible/vendor_policy.py` rewrites it.
 
-The only changes: the one import from `tidal.api.qos` becomes a constant, and `enum.StrEnum`
+The only changes: the source's SPDX licence line gives way to the header (plugins/ is
+GPL-3.0-or-later), the one import from `tidal.api.qos` becomes a constant, and `enum.StrEnum`
 (Python 3.11) becomes the equivalent `str, enum.Enum` so the module runs on Python 3.9 too.
 """
 from __future__ import annotations
@@ -20,7 +21,9 @@ TARGET = ROOT / "plugins" / "module_utils" / "policy_model.py"
 
 HEADER = """\
 # Copyright: Tidal maintainers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+# (This copy is licensed as the rest of plugins/; its source in controllers/ is Apache-2.0.)
 #
 # GENERATED from controllers/tidal/api/policy.py by tests/ansible/vendor_policy.py: do not edit.
 # Regenerate with `.venv/bin/python tests/ansible/vendor_policy.py`; a test fails on drift.
@@ -31,6 +34,8 @@ HEADER = """\
 
 def generate() -> str:
     text = SOURCE.read_text(encoding="utf-8")
+    # The source's licence line (Apache-2.0, as controllers/); the copy's is in HEADER.
+    text = text.removeprefix("# SPDX-License-Identifier: Apache-2.0\n")
     replacements = {
         "from tidal.api.qos import API_GROUP_VERSION\n":
             'API_GROUP_VERSION = "colocation.tidal.io/v1alpha1"  # tidal.api.qos.API_GROUP_VERSION\n',

@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """tidal-agent: the node-side DaemonSet (usage collector, QoS engine, NRI plugin, capability probe)."""

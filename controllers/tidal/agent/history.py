@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The online pods' CPU history in the predictors' shape, in bounded memory.
 
 Every sample adds each online (HLS/LS) pod's usage to the current 5-minute step, keeping the

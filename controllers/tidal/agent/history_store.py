@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The online history on the host: a restarted agent (upgrade, crash, reboot) goes on from it
 instead of warming its predictor up again.
 

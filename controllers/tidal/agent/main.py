@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`tidal-agent`: `run` collects this node's usage from the kernel, reports it to its
 NodeProfile and runs the node QoS engine (cgroup isolation of BE pods, watermark eviction);
 `restore` undoes what the engine changed on the node; `replay` writes NodeProfiles for the

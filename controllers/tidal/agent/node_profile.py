@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Writing a node's NodeProfile status (the agent's only write to the API server besides the
 eviction work of its QoS engine).
 

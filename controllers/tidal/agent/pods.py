@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The pods of this node, from the API server: list, then watch with resume; re-list on 410.
 
 Only this node's pods are listed and watched (server-side field selector on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's prediction of the online peak, as the policy asks (pure).
 
 `overselling.predictor` picks the statistic (p90, p95, p99 or max) and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The replay source: drives the agent's pipeline from a trace instead of the kernel, so the
 lab's kwok nodes carry realistic online usage. One process acts for many fake nodes.
 

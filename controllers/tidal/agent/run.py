@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node agent's loop: every second sample usage and run the QoS engine's round (cgroups,
 watermark eviction); every `report_interval` seconds report to the node's own NodeProfile with
 the policy's online-peak prediction and the capability probe."""

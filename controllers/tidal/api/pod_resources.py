@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a pod object (raw JSON) requests. The one place that counts a pod's batch resources: the
 agent's pod view and cgroup limits, the NRI plugin, the manager's batch-requested metric and the
 console all read a pod through these functions, so they count it alike.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ColocationPolicy model: every tunable of Tidal, its defaults, ranges and cross-field rules.
 
 One frozen dataclass per object of the CRD's ``spec``. Each field carries a `FieldSpec` in its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The QoS model and every name that Tidal's components must agree on.
 
 This module is the single source of truth for the contract in DESIGN.md ("Names" and "The QoS

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Kubernetes resource quantities ("500m", "1.5", "2Gi", "1e3"), parsed exactly.
 
 The grammar is the one of ``k8s.io/apimachinery/pkg/api/resource``::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Typed reads of untrusted JSON, failing with the path of whatever is malformed.
 
 The API server decodes an object before it reaches a webhook, so a real review is well-typed;

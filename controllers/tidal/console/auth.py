@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who is calling and what they may do, answered by Kubernetes itself.
 
 The caller's bearer token goes to the API server in a TokenReview; the user it names (with

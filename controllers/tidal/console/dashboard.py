@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Grafana dashboard of Tidal, generated from the console's own charts so both show the same
 views with the same PromQL (``monitoring/grafana-dashboard.json`` is this function's output;
 ``python -m tidal.console.dashboard > monitoring/grafana-dashboard.json`` rewrites it, and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`tidal-console`: `serve` the REST API and web console; `rbac` prints its ClusterRoles;
 `build-web` builds the web UI into the cache (what `make console-web` runs)."""
 from __future__ import annotations

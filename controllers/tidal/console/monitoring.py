@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The console's monitoring views: which PromQL each chart runs, the time range rules, and a
 small Prometheus HTTP adapter.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The OpenAPI 3.0 document of the console's REST API, served at ``/api/v1/openapi.json``.
 
 Written by hand next to the handlers it describes; ``tests/console/test_schemathesis.py`` calls

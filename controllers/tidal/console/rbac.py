@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ClusterRoles of the console: its own identity, and the two roles an admin binds users to.
 
 - ``tidal-console``: what the console itself does once a caller was allowed — TokenReview and

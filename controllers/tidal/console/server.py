@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tidal-console's HTTP edge (aiohttp): the REST API under ``/api/v1``, its OpenAPI document,
 the web console's static files, ``/healthz`` and ``/metrics``.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the console shows and decides, as pure functions over API objects (plain JSON dicts).
 
 - `node_view`: one node's colocation state for the node list (labels, readiness, the

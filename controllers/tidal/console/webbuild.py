@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builds the web console (``web/``: an npm project with a committed lockfile) into the cache,
 ``~/.cache/tidal/lab/console-web/<key>/`` (:func:`tidal.cache.cache_root`), where the key hashes the lockfile and every source file.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tidal's CustomResourceDefinitions (apiextensions.k8s.io/v1), shipped as package data.
 
 The YAML files next to this module are the CRDs as applied to the cluster: the Ansible roles and

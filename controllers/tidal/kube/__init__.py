@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Small helpers around kubernetes_asyncio shared by the controllers, and where each controller
 finds its cluster: an explicit kubeconfig, else (in a pod) the in-cluster service account.
 

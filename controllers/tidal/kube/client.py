@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node agent's Kubernetes REST client: aiohttp plus kubeconfig / in-cluster credentials.
 
 Why not kubernetes_asyncio here: the agent runs on every node with a footprint budget of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """List + watch through the agent's KubeAPI, resuming from the last resourceVersion.
 
 :class:`Watcher` keeps a set of objects (keyed by UID) current: it lists, then watches from the

@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """tidal-manager: the admission webhook, the oversell master and the policy reconciler."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Leader election through a coordination.k8s.io/v1 Lease, with optimistic concurrency.
 
 `LeaderElector.run(work)` acquires the lease (or waits for it to expire), runs `work()` as a

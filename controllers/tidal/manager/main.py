@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`tidal-manager`: the admission webhook (every replica) and the leader-elected oversell
 master; the policy reconciler joins it in a later issue."""
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A server-side TLS context whose certificate follows its files.
 
 cert-manager, the Ansible role and Kubernetes secret volumes all rotate a webhook's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Oversell predictors and their benchmark on real traces.
 
 * `tidal.predict.series` — the data model (`Trace`, `NodeHistory`), reading the long CSV format;

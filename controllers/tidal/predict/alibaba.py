@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Convert Alibaba cluster-trace-v2018 machine usage into the long CSV trace format.
 
 Inputs (no header rows, ``.gz`` allowed):

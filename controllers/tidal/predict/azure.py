@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Convert the Azure Public Dataset V2 (2019) files into the long CSV trace format.
 
 Inputs (``shared/data/traces``):

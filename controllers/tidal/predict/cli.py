@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``tidal predict ...``: evaluate the predictors on a trace, convert public traces.
 
     tidal predict evaluate --trace FILE|DIR [--trace ...] [--horizon 60m] [--warmup 1d]

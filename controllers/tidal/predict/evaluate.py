@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark of ``shared/data/traces/README.md``: replay a trace, score every predictor.
 
 At every decision point t (every step of the trace) each predictor sees only the samples up to

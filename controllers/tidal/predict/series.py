@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The data model of the predictors: per-series usage and requests aligned on decision points.
 
 A *trace* is a set of series (one per online pod or VM) sampled on a regular grid of decision

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Synthetic stress traces: shapes the public traces do not hold, to test predictors on.
 
 Each generator returns a `Trace` of one node (5-minute steps by default) from a seeded random

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Incremental windows over growing sequences: running mean/std, sorted window, max.
 
 Each window follows one append-only sequence (a Python list that only grows). ``sync(seq,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Apply manifests to the lab's API server with server-side apply (idempotent)."""
 from __future__ import annotations
 

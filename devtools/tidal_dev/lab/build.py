@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build the lab's upstream binaries once, from pinned Go modules, into the cache.
 
 Cold, this compiles kube-apiserver, kube-controller-manager, etcd, Volcano and kwok

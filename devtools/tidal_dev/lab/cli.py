@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`tidal lab build|up|down|status|kubeconfig|logs`."""
 from __future__ import annotations
 

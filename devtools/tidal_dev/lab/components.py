@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The lab's components: how each one is started and how its health is read.
 
 Every component listens on 127.0.0.1, on ports chosen when the lab is first created and kept

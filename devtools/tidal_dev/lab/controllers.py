@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tidal's own controllers (tidal-manager, tidal-agent replay, ...) as supervised lab processes.
 
 On the lab there is no kubelet to run the controllers' pods, so the `tidal_controllers` Ansible

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build the controllers' container image here, without Docker or a registry.
 
 Why: the lab and the test machines have no container engine and reach no container registry,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Kubeconfig files for the lab's identities (client-certificate auth)."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The lab: a real Kubernetes control plane with Volcano and kwok nodes on loopback.
 
 `Lab(dir).up(nodes=3, real_nodes=1)` builds the pinned binaries when they are not cached,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The lab's own network: a bridge for the node and API server addresses, and the pods' bridge.
 
 A real kubelet refuses a loopback node IP, and pods reach the API server through the

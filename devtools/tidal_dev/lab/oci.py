@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """OCI image layouts as tar archives, written with :mod:`tarfile` (no Docker, no registry).
 
 containerd imports such an archive with ``ctr images import``. A layer is written once, streamed

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The lab's PKI: a private CA, the API server's serving certificate, client
 certificates for the admin and the controllers, and the service-account key.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Free TCP ports on loopback, for the lab's components and for test servers."""
 from __future__ import annotations
 

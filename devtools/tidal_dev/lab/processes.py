@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Start, find and stop the lab's processes by recorded PID.
 
 A PID alone can be reused by an unrelated process after the original exits, so a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pytest fixtures for tests that need the lab.
 
 `lab` (session scope) reuses a healthy lab that is already running in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real node in the lab: containerd (CRI + NRI), kubelet and kube-proxy as lab processes.
 
 The node is as close to a kubeadm node as one machine shared with other work allows:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Pinned upstream versions of everything the lab runs, and where they are cached.
 
 The Go wrapper modules under ``gomod/`` pin the same versions in their go.mod and

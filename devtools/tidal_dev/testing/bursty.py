@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A bursty CPU-bound server in a cgroup, for the CPU burst tests and ``bench/burst.py``.
 
 The server (a child Python process) reads requests from stdin, one per line, each the CPU time it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fake nodes for tests and benchmarks: kwok manages every node carrying its annotation."""
 from __future__ import annotations
 

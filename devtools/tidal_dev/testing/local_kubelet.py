@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in for the kubelet's cgroup work on this machine, for tests and benchmarks.
 
 It creates the kubelet's cgroup tree (cgroupfs driver: ``kubepods/<qos>/pod<uid>/<container>``)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real memory pressure for the PSI tests and ``bench/psi.py``: page-cache thrashing in a cgroup.
 
 Processes in a memory cgroup limited below the size of a file re-read it over and over; every

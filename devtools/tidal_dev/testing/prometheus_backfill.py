@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """History for a freshly started exporter, written into Prometheus with promtool's backfill.
 
 Volcano's usage plugin averages a 5-minute rate over 10 minutes; a series that has existed for a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real cgroups for tests: created below this process's own cgroups (so limits set on it still
 apply), with child processes moved into them, and removed again even when a test fails.
 Used by the collector's and the QoS engine's tests on this machine's cgroup filesystem."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A loopback TCP forwarder that a test can cut and restore, to make the API server unreachable
 for one client (the agent) while the lab keeps running for everyone else."""
 from __future__ import annotations

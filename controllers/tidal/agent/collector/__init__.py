@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The usage collector: node and pod usage from cgroups and /proc, summarised for NodeProfile.
 
 One job per module: ``cgroups`` (where a pod's cgroup is), ``readers`` (parsing the kernel's

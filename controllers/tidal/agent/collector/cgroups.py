@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where a pod's cgroups are: cgroup v1/v2 detection and the kubelet's naming of pod cgroups.
 
 The kubelet names cgroups as a list of components (its ``CgroupName``) and renders that list for

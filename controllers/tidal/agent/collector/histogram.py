@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bounded-memory usage statistics: a decaying histogram and exact sliding-window aggregates.
 
 :class:`DecayingHistogram` is the Vertical Pod Autoscaler's decaying exponential histogram (also

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Successive counter readings to rates (CPU nanoseconds to cores, /proc/stat ticks to cores).
 
 Every function here returns a finite, non-negative float or ``None`` ("no rate for this

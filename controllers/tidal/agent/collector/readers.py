@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Parsing the kernel's usage files: cgroup CPU and memory, ``/proc/stat``, ``/proc/meminfo``.
 
 Parsers take the file's text and the name to blame (pure); ``read_*`` wrappers read the file and

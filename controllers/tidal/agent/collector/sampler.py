@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One sampling step: node and pod usage read, turned into rates, added to the aggregates.
 
 The caller (the agent's loop, which also talks to the Kubernetes API) calls :meth:`Sampler.sample`

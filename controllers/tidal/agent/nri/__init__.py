@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tidal-agent's NRI plugin: QoS resources applied by containerd as containers are created.
 
 Modules, outermost first: :mod:`.plugin` (registration, events, reconnect), :mod:`.ttrpc`

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the NRI plugin asks the runtime for: the node engine's QoS decisions, made at creation.
 
 Pure: no protobuf, no I/O. The plugin (:mod:`.plugin`) turns a :class:`Resources` into NRI

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``tidal-agent nri``: the NRI plugin as a process (the DaemonSet's sidecar or the agent's)."""
 from __future__ import annotations
 

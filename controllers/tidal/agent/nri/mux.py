@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """NRI's connection multiplexing (``github.com/containerd/nri/pkg/net/multiplex``).
 
 One socket (the trunk) carries several logical byte streams. Every frame is an 8-byte header,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The NRI plugin: registers with the runtime and answers its container events with Tidal's QoS.
 
 One session: connect to the runtime's NRI socket, multiplex it (:mod:`.mux`), serve NRI's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch resources of a pod read from the API server, for BE pods without the annotation.
 
 The CRI carries no extended resources, so when admission did not record them on the pod

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Whether the NRI path is available on this node, in the capability probe's shape.
 
 The capability ``nri`` is supported when the runtime's NRI socket exists and is a socket: then

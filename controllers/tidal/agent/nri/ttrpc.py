@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ttrpc, containerd's lightweight RPC, over one byte stream (``github.com/containerd/ttrpc``).
 
 A message is a 10-byte header, big-endian ``uint32`` payload length, ``uint32`` stream id,

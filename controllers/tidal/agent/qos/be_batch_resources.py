@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """BE resources from batch resources.
 
 BE containers request ``kubernetes.io/batch-cpu`` (millicores) and ``kubernetes.io/batch-memory``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """BE CPU priority: BE pods run at the lowest CPU priority the kernel offers.
 
 On the parent of all BE pods (``kubepods/besteffort``, the sibling of the online pods' groups:

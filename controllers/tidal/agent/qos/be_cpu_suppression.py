@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """BE CPU suppression: a dynamic CPU quota on the parent of all BE pods.
 
 Which cgroup: BE pods have no native cpu/memory requests, so Kubernetes classes them BestEffort

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Capability probe: what this node's kernel and hardware support, each "no" with a reason.
 
 The result is shaped for ``NodeProfile.status.capabilities``: a list of ``{name, supported,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CPU burst (elastic CFS throttling) for LS pods that opt in.
 
 A CFS quota caps a cgroup at ``quota`` µs of CPU per 100 ms period, so a latency-sensitive

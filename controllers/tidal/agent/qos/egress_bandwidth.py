@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Egress bandwidth of BE pods, tighter while online pods send a lot.
 
 Node bandwidth ``B``: the node annotation ``colocation.tidal.io/egress-bandwidth-mbps``, else the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One reconcile round of the cgroup strategies, and switching them off (restoring).
 
 The engine runs only on nodes labelled ``colocation.tidal.io/colocation=true``. Which strategies

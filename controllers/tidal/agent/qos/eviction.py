@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Watermark eviction: a pure state machine (no clock, no API calls).
 
 Per resource (``cpu``, ``memory``), with node usage in percent of capacity:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Memory reclamation of BE pods, driven by node free memory (Rubik's dynamic memory as the model).
 
 Pure level (:class:`ReclaimLevel`): every ``intervalSeconds`` (5) the node's memory usage is

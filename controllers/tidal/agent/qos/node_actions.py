@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node engine's API calls: the offline-evicting taint, evictions, and Events (I/O only).
 
 * The taint is set or removed with a merge patch carrying the node's ``resourceVersion`` as a

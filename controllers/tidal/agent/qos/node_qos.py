@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node QoS engine's round, once per second, after the collector's sample.
 
 Inputs are what the agent last knew — pods of this node, this Node object, the ColocationPolicy

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """NUMA affinity for LS pods: each new LS container is confined to one NUMA node (cpuset cpus and
 mems), the node with the most free CPU, so its threads and memory stay local.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-node overrides of the eviction watermarks, from node annotations (pure).
 
 ========================================================  ====================================

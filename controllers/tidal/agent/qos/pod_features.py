@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the advanced node features need to know about a pod beyond :class:`PodState`.
 
 :class:`PodState` carries what the BE isolation strategies need (containers with their batch

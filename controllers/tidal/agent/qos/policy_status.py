@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a node reports about the policy it runs (pure): the ``status.policy`` of its NodeProfile.
 
 * ``appliedGeneration`` — ``metadata.generation`` of the ColocationPolicy the agent runs;

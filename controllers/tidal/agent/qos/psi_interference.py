@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PSI interference: evict the BE pod that contributes most while online work stalls.
 
 Pressure stall information (PSI) measures the share of wall time in which some task waited for a

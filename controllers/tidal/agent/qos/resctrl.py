@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """LLC and memory-bandwidth limits of BE pods through resctrl (Intel RDT, Arm MPAM).
 
 Groups under the resctrl mount (``/sys/fs/resctrl``):

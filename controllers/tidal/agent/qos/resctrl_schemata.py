@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """resctrl schemata, pure: parse a group's ``schemata``, compute L3 masks and MB percentages for a
 share, render the lines to write.
 

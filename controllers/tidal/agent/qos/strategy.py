@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The strategy interface, the node state it plans from, and the cgroup adapter.
 
 * :class:`Strategy` ``.plan(state) -> list[CgroupWrite]`` is pure: it computes desired file

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The admission webhook: a pure core that turns an AdmissionReview into an answer, and its edges.
 
 Pure core, one job per module, listed from the bottom layer up:

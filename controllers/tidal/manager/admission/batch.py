@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How a BE container's native CPU and memory become oversold ``kubernetes.io/batch-*`` resources.
 
 A BE pod runs on capacity that online pods requested but do not use, so the scheduler must count

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`tidal admission review|webhook-config`."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The webhook configurations that register tidal-manager with the API server.
 
 Failure policy: **Ignore**, for both webhooks. The QoS level is an annotation, and

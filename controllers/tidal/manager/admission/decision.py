@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The webhook's answer to one request, before it is wrapped into an AdmissionReview."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What Tidal changes on a pod of each QoS level when it is created, as a minimal JSON Patch.
 
 Every level:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RFC 6902 JSON Patch operations and RFC 6901 JSON Pointer escaping.
 
 Operations are plain dicts, ready for ``json.dumps``. ``value`` objects are built by the caller

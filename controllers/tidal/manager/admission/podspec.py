@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The containers of a pod spec and their resources, as the rules and the mutation read them.
 
 Ephemeral containers are not listed: Kubernetes forbids them resources, and they cannot be

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The webhook's entry point: an AdmissionReview (admission.k8s.io/v1) in, its answer out.
 
 ``review(body)`` takes the parsed JSON body of any shape and always returns a well-formed

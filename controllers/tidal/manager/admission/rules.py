@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The admission rule of each QoS level (DESIGN.md "The QoS model"), as violation messages.
 
 Every violation names the container, the field and the rule, e.g.::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The admission webhook's HTTPS server (aiohttp), a thin edge around `review`.
 
 Endpoints on the TLS port: ``POST /mutate`` (the answer with its JSON patch) and

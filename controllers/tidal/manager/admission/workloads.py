@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which objects the webhook reviews, and where each keeps its pod template.
 
 A Pod is validated and mutated. Workloads that carry a pod template are validated only, so that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How many oversold (batch) resources a node offers: pure, explainable arithmetic.
 
     batch = allocatable × cap − predicted online peak − system overhead − safety margin

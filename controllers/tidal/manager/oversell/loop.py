@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The oversell master's loop: read the policy, run one cycle, sleep; only while leading."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The oversell master's I/O: one cycle reads nodes and NodeProfiles, decides (pure, in
 `node_decision`), and writes only what changed beyond the threshold.
 

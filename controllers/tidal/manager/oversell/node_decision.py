@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """From a Node and its NodeProfile to the batch resources the node should offer (pure).
 
 The NodeProfile contract the agent writes (``status``):

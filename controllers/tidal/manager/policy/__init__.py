@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """The policy reconciler: ColocationPolicy rollout status from what every node reports."""

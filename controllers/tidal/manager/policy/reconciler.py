@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The policy reconciler (leader-elected in tidal-manager): keeps the ColocationPolicy's status
 — the rollout of its current generation to the colocation nodes — up to date.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ColocationPolicy's rollout status, from the nodes' NodeProfiles (pure).
 
 Every colocation node's agent reports in its NodeProfile ``status.policy`` the policy generation

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where Volcano's scheduler configuration lives: a ConfigMap (clusters) or a file (the lab,
 whose scheduler reads ``--scheduler-conf`` directly). Volcano watches either and reloads it."""
 from __future__ import annotations

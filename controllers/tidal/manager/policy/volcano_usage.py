@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Load-aware scheduling in Volcano's scheduler configuration (pure).
 
 Tidal owns, in ``volcano-scheduler.conf``:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The predictors, one strategy per module, all with `Predictor.predict(history) -> float`.
 
 `REALISABLE` lists the ones that see only the past, in report order; `DEFAULT` is Tidal's own.

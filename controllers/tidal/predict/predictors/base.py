@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one interface every predictor implements.
 
 A predictor is a small frozen dataclass of parameters with a pure method::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Koordinator-style: current usage plus a fixed unreclaimable share of the requests.
 
 Koordinator's slo-controller (``batchresource`` plugin, CPU policy ``usage``) sets

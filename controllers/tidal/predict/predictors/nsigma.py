@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """N-sigma over the node total: mean + n × standard deviation of a recent window.
 
     P(t) = mean(u_total over the last window) + n × std(…)   (population std)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The peak oracle: the true maximum of the node total over (t, t + horizon].
 
 Not a realisable predictor: it is built from the whole trace and looks into the future. It is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """RC-like (Resource Central): the sum over pods of each pod's own usage percentile.
 
     P(t) = Σ_j quantile_q(u_j over the last window)

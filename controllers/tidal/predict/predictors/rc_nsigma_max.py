@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """max(RC-like, N-sigma): the safer of a per-pod percentile sum and a node-level N-sigma.
 
     P(t) = max(RC(q = 95 %, 24 h), N-sigma(n = 3, 2 h))

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tidal's default: the sharpest of several rules, each calibrated on its own past errors.
 
 At every decision point t each *rule* c states a base B_c(t) from the past only:

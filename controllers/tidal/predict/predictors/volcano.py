@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Volcano-style: a fixed share of the idle requested CPU, smoothed over recent samples.
 
 Volcano's agent (``pkg/agent/oversubscription``, policy ``extend``) computes at each sample

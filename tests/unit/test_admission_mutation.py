@@ -15,7 +15,7 @@ from typing import Any
 import jsonpatch
 import pytest
 from tidal.manager.admission.mutation import pod_mutation
-from tidal.manager.admission.patch import escape, member
+from tidal.api.json_patch import escape, member
 from tidal.manager.admission.review import review
 from tidal.api.qos import QoSLevel
 

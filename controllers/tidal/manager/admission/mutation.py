@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidal.manager.admission.batch import BATCH_RESOURCE_OF, NATIVE_RESOURCES, native_amount
-from tidal.manager.admission.patch import Operation, add, member, remove, replace, set_member
+from tidal.api.json_patch import Operation, add, member, remove, replace, set_member
 from tidal.manager.admission.podspec import Container, containers_of
 from tidal.api.quantities import QuantityError, parse_quantity
 from tidal.api.shape import MalformedObjectError, optional_array, optional_object

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidal.api import qos
+from tidal.api.json_patch import escape as _escape
 from tidal.kube import raw, raw_json
 from tidal.manager.oversell.arithmetic import should_write
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_MEMORY_ANNOTATION,
@@ -30,10 +31,6 @@ log = logging.getLogger(__name__)
 NODE_PROFILES = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
 LARGE_DROP_FRACTION = 0.5
 MAX_CONCURRENT_WRITES = 32
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 @dataclass

@@ -106,11 +106,12 @@ def test_relative_links_lead_to_existing_files_and_anchors(page):
     assert not broken, broken
 
 
-def test_every_module_has_a_generated_page():
+def test_every_module_and_role_has_a_generated_page():
     modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
-    pages = DOCS / "ansible" / "modules"
-    assert modules and all((pages / f"{m}.md").is_file() for m in modules), (
-        "run `python hack/generate_module_docs.py`")
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+    missing = [f"modules/{m}.md" for m in modules if not (DOCS / "ansible" / "modules" / f"{m}.md").is_file()]
+    missing += [f"roles/{r}.md" for r in roles if not (DOCS / "ansible" / "roles" / f"{r}.md").is_file()]
+    assert modules and roles and not missing, f"{missing}: run `python hack/generate_module_docs.py`"
 
 
 def test_the_collection_has_its_own_readme_and_the_package_keeps_the_front_door():

@@ -31,11 +31,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from antsibull_docs.process_docs import normalize_plugin_info
-from antsibull_docs_parser import dom
-from antsibull_docs_parser.format import Formatter, LinkProvider
-from antsibull_docs_parser.md import to_md
-from antsibull_docs_parser.parser import Context, parse
+try:
+    from antsibull_docs.process_docs import normalize_plugin_info
+    from antsibull_docs_parser import dom
+    from antsibull_docs_parser.format import Formatter, LinkProvider
+    from antsibull_docs_parser.md import to_md
+    from antsibull_docs_parser.parser import Context, parse
+except ImportError as err:  # pragma: no cover
+    sys.exit(f"{err}: run with the project's venv (.venv/bin/python; antsibull-docs is in the test extra)")
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTION = "tidal.colocation"

@@ -1,8 +1,9 @@
 # Copyright: Tidal maintainers
-# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 #
-# GENERATED from controllers/tidal/api/policy.py by tests/ansible/vendor_policy.py: do not edit.
-# Regenerate with `.venv/bin/python tests/ansible/vendor_policy.py`; a test fails on drift.
+# GENERATED from controllers/tidal/api/policy.py by hack/generate_vendored.py: do not edit.
+# Regenerate with `make generate`; tests/unit/test_generated.py fails when it is stale.
 # The field() calls in the FieldSpec helpers below are inside dataclass bodies at their call sites.
 # pylint: disable=invalid-field-call
 """The ColocationPolicy model: every tunable of Tidal, its defaults, ranges and cross-field rules.

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tidal.api.node_profile import NodeProfileStatus, PolicyReport
+
 __all__ = ["NodeReport", "rollout_status", "STALE_SECONDS"]
 
 #: a NodeProfile not written for this long means its agent is not running
@@ -27,16 +29,14 @@ class NodeReport:
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any]) -> NodeReport:
-        status = profile.get("status") or {}
-        policy = status.get("policy") or {}
-        observed = status.get("observedAt")
+        status = NodeProfileStatus.from_status(profile.get("status"))
+        policy = status.policy or PolicyReport()
+        observed = status.observed_at
         try:
             observed_at = datetime.fromisoformat(observed.replace("Z", "+00:00")) if observed else None
         except ValueError:
             observed_at = None
-        generation = policy.get("appliedGeneration")
-        return cls(generation if isinstance(generation, int) else None,
-                   tuple(str(p) for p in policy.get("problems") or ()), observed_at)
+        return cls(policy.applied_generation, policy.problems or (), observed_at)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ of that one (``plugins/module_utils/policy_model.py``), which must not import an
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,14 @@ from tidal.api.policy import (
     CrossFieldRule,
     FieldSpec,
 )
-from tidal.api.schema import Condition, custom_resource_definition, object_schema, prop
+from tidal.api.schema import (
+    Condition,
+    custom_resource_definition,
+    from_json,
+    object_schema,
+    prop,
+    to_json,
+)
 
 __all__ = ["PLURAL", "NodeRollout", "PolicyStatus", "spec_schema", "crd"]
 
@@ -105,6 +113,15 @@ class PolicyStatus:
         "Standard conditions. Applied is True when every colocation node runs observedGeneration.",
         list_map_keys=["type"],
     )
+
+    def to_status(self) -> dict[str, Any]:
+        """The JSON of this status; parts that are None are left out."""
+        return to_json(self)
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any] | None) -> PolicyStatus:
+        """A stored status, read leniently: a missing or malformed part reads as None."""
+        return from_json(cls, status) or cls()
 
 
 STATUS_DESCRIPTION = "Rollout of the policy to the nodes, written by tidal-manager."

@@ -1,6 +1,7 @@
 # Tidal — the two README commands:
 #   make test   install everything needed on a fresh machine, build the lab, run the whole suite
 #   make site   ansible-playbook playbooks/site.yml against the default inventory (the lab)
+# and, after changing a source of generated files (tidal/api, ...): make generate
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -20,7 +21,7 @@ DEBIAN_PACKAGES += containernetworking-plugins iptables conntrack
 DEBIAN_PACKAGES += mmdebstrap
 PYTEST_ARGS ?=
 
-.PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean
+.PHONY: test site venv debian-packages lab-build lab-up lab-down lab-status unit clean generate
 
 venv: $(BIN)/.installed
 $(BIN)/.installed: pyproject.toml devtools/pyproject.toml
@@ -57,6 +58,12 @@ test: venv debian-packages lab-build console-web collections
 
 unit: venv collections
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+# Rewrites every generated file (the CRDs, the collection's copies, ...): each hack/generate_*.py
+# writes its own; `python hack/generate_X.py --check` only reports stale files, as
+# tests/unit/test_generated.py does. Generated files are committed, so `make test` never runs this.
+generate: venv collections
+	@set -e; for generator in hack/generate_*.py; do $(BIN)/python "$$generator"; done
 
 site: venv debian-packages collections
 	$(BIN)/ansible-playbook playbooks/site.yml

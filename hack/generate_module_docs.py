@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Generate docs/ansible/modules/ and docs/ansible/roles/: one Markdown page per module and per role
 of tidal.colocation, and an index of each.
 

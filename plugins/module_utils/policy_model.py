@@ -3,17 +3,19 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # (This copy is licensed as the rest of plugins/; its source in controllers/ is Apache-2.0.)
 #
-# GENERATED from controllers/tidal/api/policy.py by tests/ansible/vendor_policy.py: do not edit.
-# Regenerate with `.venv/bin/python tests/ansible/vendor_policy.py`; a test fails on drift.
+# GENERATED from controllers/tidal/api/policy.py by hack/generate_vendored.py: do not edit.
+# Regenerate with `make generate`; tests/unit/test_generated.py fails when it is stale.
 # The field() calls in the FieldSpec helpers below are inside dataclass bodies at their call sites.
 # pylint: disable=invalid-field-call
 """The ColocationPolicy model: every tunable of Tidal, its defaults, ranges and cross-field rules.
 
 One frozen dataclass per object of the CRD's ``spec``. Each field carries a `FieldSpec` in its
 dataclass metadata (JSON name, type, range, enum, description), and each class lists its
-`CrossFieldRule`\\ s, so parsing, serialising and the CRD consistency test all read one
-description of the schema. The CRD YAML (``tidal/crds/``) states the same schema for the API
-server; ``tests/unit/test_policy.py`` checks that both agree field by field.
+`CrossFieldRule`\\ s, so parsing, serialising and the CRD all read one description of the
+schema: ``hack/generate_crds.py`` renders the CRD YAML (``tidal/crds/``) from it with
+`tidal.api.policy_crd`, and ``hack/generate_vendored.py`` copies this module into the Ansible
+collection (``plugins/module_utils/policy_model.py``), so it imports nothing of `tidal` but
+`tidal.api.qos`'s API_GROUP_VERSION.
 
 The module is pure: no I/O. Units are in the field names (``...Percent`` is 0-100 of the node's
 capacity unless the description says otherwise, ``...Seconds`` are seconds).
@@ -920,7 +922,7 @@ def _dump_object(obj: Any) -> dict[str, Any]:
     return out
 
 
-# --- Introspection (for the CRD consistency test, docs and the console) -----------------------
+# --- Introspection (for the CRD, docs and the console) ----------------------------------------
 
 
 def field_specs(

@@ -1,6 +1,7 @@
 """The CRD YAML files: names, structural schemas, status shapes and CEL rule hygiene.
 
-Agreement of the ColocationPolicy spec schema with tidal.api.policy is tested in test_policy.py.
+The files are generated from tidal.api (hack/generate_crds.py; test_generated.py checks they are
+fresh); test_policy.py checks that the ColocationPolicy CRD defaults and validates as the model.
 """
 
 from __future__ import annotations

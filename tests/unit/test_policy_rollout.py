@@ -45,3 +45,12 @@ def test_node_report_reads_the_profile_and_tolerates_missing_parts():
                                             "policy": {"appliedGeneration": 7, "problems": ["p"]}}})
     assert r == NodeReport(7, ("p",), datetime(2026, 11, 22, 5, 59, tzinfo=UTC))
     assert NodeReport.from_profile({}) == NodeReport(None)
+
+
+def test_the_status_reads_back_through_its_type():
+    from tidal.api.policy_crd import PolicyStatus
+
+    status = rollout_status(3, ["a", "b"], {"a": report(3), "b": report(None)}, NOW)
+    typed = PolicyStatus.from_status(status)
+    assert typed.nodes[1].applied_generation is None and typed.conditions[0].type == "Applied"
+    assert typed.to_status() == status

@@ -3,9 +3,11 @@
 
 One frozen dataclass per object of the CRD's ``spec``. Each field carries a `FieldSpec` in its
 dataclass metadata (JSON name, type, range, enum, description), and each class lists its
-`CrossFieldRule`\\ s, so parsing, serialising and the CRD consistency test all read one
-description of the schema. The CRD YAML (``tidal/crds/``) states the same schema for the API
-server; ``tests/unit/test_policy.py`` checks that both agree field by field.
+`CrossFieldRule`\\ s, so parsing, serialising and the CRD all read one description of the
+schema: ``hack/generate_crds.py`` renders the CRD YAML (``tidal/crds/``) from it with
+`tidal.api.policy_crd`, and ``hack/generate_vendored.py`` copies this module into the Ansible
+collection (``plugins/module_utils/policy_model.py``), so it imports nothing of `tidal` but
+`tidal.api.qos`'s API_GROUP_VERSION.
 
 The module is pure: no I/O. Units are in the field names (``...Percent`` is 0-100 of the node's
 capacity unless the description says otherwise, ``...Seconds`` are seconds).
@@ -912,7 +914,7 @@ def _dump_object(obj: Any) -> dict[str, Any]:
     return out
 
 
-# --- Introspection (for the CRD consistency test, docs and the console) -----------------------
+# --- Introspection (for the CRD, docs and the console) ----------------------------------------
 
 
 def field_specs(

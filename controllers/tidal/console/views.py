@@ -19,6 +19,7 @@ from typing import Any
 
 from tidal.api import qos
 from tidal.api.pod_resources import BatchRequest, batch_requested_total
+from tidal.api.node_profile import NodeProfileStatus, PolicyReport
 from tidal.api.quantities import cpu_millicores, memory_bytes
 
 __all__ = ["ToggleDecision", "colocation_toggle", "disabled_message", "node_view", "pod_level", "pods_by_node", "rollout"]
@@ -86,7 +87,7 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
     counts = dict.fromkeys(QOS_BUCKETS, 0)
     for pod in pods:
         counts[pod_level(pod)] += 1
-    profile_status = (profile or {}).get("status") or {}
+    profile_status = NodeProfileStatus.from_status((profile or {}).get("status"))
     taints = (node.get("spec") or {}).get("taints") or []
     return {
         "name": meta.get("name", ""),
@@ -103,16 +104,15 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
                 "cpuMillicores": _quantity(allocatable.get(qos.BATCH_CPU_RESOURCE), memory_bytes),
                 "memoryBytes": _quantity(allocatable.get(qos.BATCH_MEMORY_RESOURCE), memory_bytes)},
             "requested": _batch_view(batch_requested_total(p for p in pods if pod_level(p) == "BE")),
-            "breakdown": profile_status.get("oversell"),
+            "breakdown": profile_status.oversell,
         },
         "podsByQoS": counts,
-        "capabilities": [{"name": str(c.get("name", "")), "supported": bool(c.get("supported")),
-                          "reason": str(c.get("reason") or "")}
-                         for c in profile_status.get("capabilities") or [] if isinstance(c, Mapping)],
+        "capabilities": [{"name": c.name, "supported": c.supported, "reason": c.reason or ""}
+                         for c in profile_status.capabilities or ()],
         "profile": {
             "present": profile is not None,
-            "observedAt": profile_status.get("observedAt"),
-            "appliedGeneration": (profile_status.get("policy") or {}).get("appliedGeneration"),
+            "observedAt": profile_status.observed_at,
+            "appliedGeneration": (profile_status.policy or PolicyReport()).applied_generation,
         },
     }
 
@@ -182,7 +182,8 @@ def rollout(policy: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]
             continue
         name = (node.get("metadata") or {}).get("name", "")
         profile = profiles.get(name)
-        applied = (((profile or {}).get("status") or {}).get("policy") or {}).get("appliedGeneration")
+        report = NodeProfileStatus.from_status((profile or {}).get("status")).policy or PolicyReport()
+        applied = report.applied_generation
         if profile is None:
             reason = "no NodeProfile: the node's tidal-agent has not reported"
         elif applied is None:

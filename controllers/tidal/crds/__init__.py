@@ -2,7 +2,9 @@
 """Tidal's CustomResourceDefinitions (apiextensions.k8s.io/v1), shipped as package data.
 
 The YAML files next to this module are the CRDs as applied to the cluster: the Ansible roles and
-the lab apply them as they are. `crd_manifests` loads them for Python callers.
+the lab apply them as they are. They are generated from their typed descriptions in `tidal.api`
+(`tidal.api.policy_crd.crd`, `tidal.api.node_profile.crd`) by ``hack/generate_crds.py``, which
+writes the role's copies too; never edit them. `crd_manifests` loads them for Python callers.
 """
 
 from __future__ import annotations

@@ -68,7 +68,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tidal.api.node_profile import Statistics, UsageWindow
 from tidal.api.qos import QoSLevel
+from tidal.api.schema import to_json
 
 from .cgroups import CgroupLayout, PodQOSClass
 from .histogram import (
@@ -190,11 +192,11 @@ def system_usage(node: float | None, pods: float | None) -> float | None:
     return max(0.0, float(node) - max(0.0, float(pods)))
 
 
-def _stats_dict(stats: WindowStats) -> dict[str, int]:
-    return {
+def _statistics(stats: WindowStats) -> Statistics:
+    return Statistics(**{
         key: max(0, int(round(getattr(stats, key))))
         for key in ("avg", "p50", "p90", "p95", "p99", "max")
-    }
+    })
 
 
 def usage_list(cpu: WindowAggregate, memory: WindowAggregate, now: float) -> list[dict[str, Any]]:
@@ -202,12 +204,13 @@ def usage_list(cpu: WindowAggregate, memory: WindowAggregate, now: float) -> lis
     entries = []
     for window in cpu.windows:
         cpu_stats, memory_stats = cpu.stats(window, now), memory.stats(window, now)
-        entry: dict[str, Any] = {"windowSeconds": window, "samples": 0}
         if cpu_stats is not None and memory_stats is not None:
-            entry["samples"] = cpu_stats.samples
-            entry["cpuMillicores"] = _stats_dict(cpu_stats)
-            entry["memoryBytes"] = _stats_dict(memory_stats)
-        entries.append(entry)
+            entry = UsageWindow(window_seconds=window, samples=cpu_stats.samples,
+                                cpu_millicores=_statistics(cpu_stats),
+                                memory_bytes=_statistics(memory_stats))
+        else:
+            entry = UsageWindow(window_seconds=window, samples=0)
+        entries.append(to_json(entry))
     return entries
 
 

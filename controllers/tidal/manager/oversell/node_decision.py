@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """From a Node and its NodeProfile to the batch resources the node should offer (pure).
 
-The NodeProfile contract the agent writes (``status``):
+The NodeProfile contract the agent writes (``status``, typed in ``tidal.api.node_profile``):
 
     observedAt: RFC 3339 time of the agent's last report
     predictions:
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tidal.api import qos
+from tidal.api.node_profile import NodeProfileStatus
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 from tidal.manager.oversell.arithmetic import Breakdown, ResourceInputs, batch_amount
 
@@ -124,9 +125,9 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
     notes: list[str] = []
     ratio = _override(annotations, RATIO_OVERRIDE_ANNOTATION, settings.ratio_percent, notes)
     margin = _override(annotations, MARGIN_OVERRIDE_ANNOTATION, settings.safety_margin_percent, notes)
-    report = (profile or {}).get("status") or {}
-    observed = _parse_time(report.get("observedAt"))
-    predictions = report.get("predictions") or {}
+    report = NodeProfileStatus.from_status((profile or {}).get("status"))
+    observed = _parse_time(report.observed_at)
+    predictions = report.predictions or {}
     fresh = observed is not None and (now - observed).total_seconds() <= settings.degrade_seconds
     if profile is None:
         notes.append("no NodeProfile: batch resources are 0 until the agent reports")
@@ -156,7 +157,7 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
         breakdowns[resource] = batch_amount(inputs, ratio, margin, settings.include_system_usage)
     predictor = predictions.get("predictor") if isinstance(predictions.get("predictor"), str) else None
     return NodeDecision(meta.get("name", ""), breakdowns["cpu"], breakdowns["memory"], predictor,
-                        report.get("observedAt") if isinstance(report.get("observedAt"), str) else None,
+                        report.observed_at,
                         tuple(notes))
 
 

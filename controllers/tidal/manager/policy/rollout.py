@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tidal.api.node_profile import NodeProfileStatus, PolicyReport
+from tidal.api.policy_crd import NodeRollout, PolicyStatus
+from tidal.api.schema import Condition
+
 __all__ = ["NodeReport", "rollout_status", "STALE_SECONDS"]
 
 #: a NodeProfile not written for this long means its agent is not running
@@ -28,16 +32,14 @@ class NodeReport:
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any]) -> NodeReport:
-        status = profile.get("status") or {}
-        policy = status.get("policy") or {}
-        observed = status.get("observedAt")
+        status = NodeProfileStatus.from_status(profile.get("status"))
+        policy = status.policy or PolicyReport()
+        observed = status.observed_at
         try:
             observed_at = datetime.fromisoformat(observed.replace("Z", "+00:00")) if observed else None
         except ValueError:
             observed_at = None
-        generation = policy.get("appliedGeneration")
-        return cls(generation if isinstance(generation, int) else None,
-                   tuple(str(p) for p in policy.get("problems") or ()), observed_at)
+        return cls(policy.applied_generation, policy.problems or (), observed_at)
 
 
 @dataclass(frozen=True)
@@ -100,15 +102,16 @@ def rollout_status(generation: int, nodes: Iterable[str], reports: Mapping[str, 
     for c in conditions:
         old = previous_conditions.get(c["type"])
         c["lastTransitionTime"] = old["lastTransitionTime"] if old and old.get("status") == c["status"] else stamp
-    return {
-        "observedGeneration": generation,
-        "totalNodes": len(rows),
-        "appliedNodes": len(applied),
-        "nodes": [{"name": r.name, **({"appliedGeneration": r.applied_generation}
-                                      if r.applied_generation is not None else {}), "reason": r.reason}
-                  for r in rows],
-        "conditions": conditions,
-    }
+    return PolicyStatus(
+        observed_generation=generation,
+        total_nodes=len(rows),
+        applied_nodes=len(applied),
+        nodes=tuple(NodeRollout(name=r.name, applied_generation=r.applied_generation, reason=r.reason)
+                    for r in rows),
+        conditions=tuple(Condition(type=c["type"], status=c["status"], observed_generation=c["observedGeneration"],
+                                   last_transition_time=c["lastTransitionTime"], reason=c["reason"],
+                                   message=c["message"]) for c in conditions),
+    ).to_status()
 
 
 def _condition(kind: str, true: bool, generation: int, reason: str, message: str) -> dict[str, Any]:

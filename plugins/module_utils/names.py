@@ -19,6 +19,7 @@ NODE_PROFILE_PLURAL = "nodeprofiles"
 
 QOS_ANNOTATION = "colocation.tidal.io/qos-level"
 OPENFUYAO_QOS_ANNOTATION = "openfuyao.com/qos-level"
+OPENFUYAO_QOS_ANNOTATION_CAPITALISED = "openfuyao.com/QoS-level"
 VOLCANO_QOS_ANNOTATION = "volcano.sh/qos-level"
 
 COLOCATION_NODE_LABEL = "colocation.tidal.io/colocation"
@@ -51,9 +52,10 @@ def qos_level(annotations):
         value = annotations[QOS_ANNOTATION].strip()
         return value if value in QOS_LEVELS else None
     levels = set()
-    if OPENFUYAO_QOS_ANNOTATION in annotations:
-        value = annotations[OPENFUYAO_QOS_ANNOTATION].strip()
-        levels.add(value if value in QOS_LEVELS else None)
+    for key in (OPENFUYAO_QOS_ANNOTATION, OPENFUYAO_QOS_ANNOTATION_CAPITALISED):
+        if key in annotations:
+            value = annotations[key].strip()
+            levels.add(value if value in QOS_LEVELS else None)
     if VOLCANO_QOS_ANNOTATION in annotations:
         value = annotations[VOLCANO_QOS_ANNOTATION].strip()
         if value in _VOLCANO_LEVELS:

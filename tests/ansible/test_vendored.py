@@ -34,7 +34,7 @@ def test_vendored_model_accepts_and_rejects_exactly_what_tidal_policy_does(spec)
 
 def test_names_equal_tidal_qos():
     for name in ("API_GROUP", "API_VERSION", "NAMESPACE", "QOS_ANNOTATION", "OPENFUYAO_QOS_ANNOTATION",
-                 "VOLCANO_QOS_ANNOTATION", "COLOCATION_NODE_LABEL", "OVERSUBSCRIPTION_NODE_LABEL",
+                 "OPENFUYAO_QOS_ANNOTATION_CAPITALISED", "VOLCANO_QOS_ANNOTATION", "COLOCATION_NODE_LABEL", "OVERSUBSCRIPTION_NODE_LABEL",
                  "NODE_LABEL_ENABLED_VALUE", "OFFLINE_EVICTING_TAINT_KEY", "OFFLINE_EVICTING_TAINT_EFFECT",
                  "BATCH_CPU_RESOURCE", "BATCH_MEMORY_RESOURCE"):
         assert getattr(names, name) == getattr(qos, name), name
@@ -48,6 +48,7 @@ def test_names_equal_tidal_qos():
     {"volcano.sh/qos-level": "LC"}, {"volcano.sh/qos-level": "HLS"}, {"volcano.sh/qos-level": "-1"},
     {"volcano.sh/qos-level": "0"}, {"volcano.sh/qos-level": "BE", "openfuyao.com/qos-level": "BE"},
     {"colocation.tidal.io/qos-level": "LS", "volcano.sh/qos-level": "BE"},
+    {"openfuyao.com/QoS-level": "BE"}, {"openfuyao.com/QoS-level": "LS", "volcano.sh/qos-level": "HLS"},
 ])
 def test_qos_level_agrees_with_tidal_qos(annotations):
     expected = qos.qos_level_of(annotations)
@@ -57,6 +58,7 @@ def test_qos_level_agrees_with_tidal_qos(annotations):
 @pytest.mark.parametrize("annotations", [
     {"colocation.tidal.io/qos-level": "hls"}, {"volcano.sh/qos-level": "x"},
     {"volcano.sh/qos-level": "BE", "openfuyao.com/qos-level": "LS"},
+    {"openfuyao.com/QoS-level": "BE", "openfuyao.com/qos-level": "LS"},
 ])
 def test_qos_level_is_none_where_tidal_qos_rejects(annotations):
     with pytest.raises(qos.AnnotationError):

@@ -10,6 +10,7 @@ from tidal.manager.admission.review import decide
 
 CANONICAL = "colocation.tidal.io/qos-level"
 OPENFUYAO = "openfuyao.com/qos-level"
+OPENFUYAO_CAPITALISED = "openfuyao.com/QoS-level"  # as openFuyao's NUMA steps write it
 VOLCANO = "volcano.sh/qos-level"
 BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEMORY = "kubernetes.io/batch-memory"
@@ -490,6 +491,10 @@ def admitted_level(annotations: dict[str, str]) -> str | None:
         ({CANONICAL: "LS", VOLCANO: "BE", OPENFUYAO: "HLS"}, "LS"),
         ({OPENFUYAO: "BE", VOLCANO: "-1"}, "BE"),
         ({OPENFUYAO: "HLS", VOLCANO: "LC"}, "HLS"),
+        ({OPENFUYAO_CAPITALISED: "HLS"}, "HLS"),
+        ({OPENFUYAO_CAPITALISED: "LS"}, "LS"),
+        ({OPENFUYAO_CAPITALISED: "BE"}, "BE"),
+        ({OPENFUYAO_CAPITALISED: "BE", OPENFUYAO: "BE"}, "BE"),
         ({"example.com/qos-level": "BE"}, None),
         ({}, None),
     ],
@@ -534,6 +539,15 @@ def test_every_annotation_dialect_resolves_to_its_level(
             {OPENFUYAO: "HLS", VOLCANO: "BE"},
             'annotations disagree on the QoS level: "openfuyao.com/qos-level": "HLS" (means HLS) and '
             '"volcano.sh/qos-level": "BE" (means BE); set "colocation.tidal.io/qos-level" to one of HLS, LS, BE',
+        ),
+        (
+            {OPENFUYAO: "LS", OPENFUYAO_CAPITALISED: "BE"},
+            'annotations disagree on the QoS level: "openfuyao.com/qos-level": "LS" (means LS) and '
+            '"openfuyao.com/QoS-level": "BE" (means BE); set "colocation.tidal.io/qos-level" to one of HLS, LS, BE',
+        ),
+        (
+            {OPENFUYAO_CAPITALISED: "gold"},
+            'annotation "openfuyao.com/QoS-level": invalid value "gold"; allowed: HLS, LS, BE',
         ),
     ],
 )

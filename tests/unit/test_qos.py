@@ -179,6 +179,47 @@ def test_aliases_that_disagree_are_rejected(annotations) -> None:
     assert set(caught.value.levels) == {OPENFUYAO, VOLCANO}
 
 
+OPENFUYAO_CAPITALISED = "openfuyao.com/QoS-level"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "level"),
+    [
+        ({OPENFUYAO_CAPITALISED: "HLS"}, QoSLevel.HLS),
+        ({OPENFUYAO_CAPITALISED: "LS"}, QoSLevel.LS),
+        ({OPENFUYAO_CAPITALISED: " BE "}, QoSLevel.BE),
+        ({OPENFUYAO_CAPITALISED: "BE", OPENFUYAO: "BE", VOLCANO: "-1"}, QoSLevel.BE),
+        ({OPENFUYAO_CAPITALISED: "LS", VOLCANO: "HLS"}, QoSLevel.LS),
+        ({CANONICAL: "LS", OPENFUYAO_CAPITALISED: "BE"}, QoSLevel.LS),
+    ],
+)
+def test_capitalised_openfuyao_annotation_is_an_alias(annotations, level: QoSLevel) -> None:
+    # issue 20: openFuyao's NUMA steps write openfuyao.com/QoS-level; it was ignored.
+    assert qos_level_of(annotations) is level
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {OPENFUYAO_CAPITALISED: "BE", OPENFUYAO: "LS"},
+        {OPENFUYAO_CAPITALISED: "HLS", VOLCANO: "BE"},
+        {OPENFUYAO_CAPITALISED: "LS", OPENFUYAO: "LS", VOLCANO: "-1"},
+    ],
+)
+def test_capitalised_openfuyao_annotation_conflicts_are_refused(annotations) -> None:
+    with pytest.raises(QoSAnnotationConflictError) as caught:
+        qos_level_of(annotations)
+    assert f'"{OPENFUYAO_CAPITALISED}": "{annotations[OPENFUYAO_CAPITALISED]}"' in str(caught.value)
+    assert caught.value.values == annotations
+
+
+def test_capitalised_openfuyao_annotation_bad_value_is_refused() -> None:
+    with pytest.raises(QoSAnnotationError) as caught:
+        qos_level_of({OPENFUYAO_CAPITALISED: "ls"})
+    assert caught.value.key == OPENFUYAO_CAPITALISED
+    assert "values are case-sensitive" in str(caught.value)
+
+
 def test_alias_conflict_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         qos_level_of({OPENFUYAO: "HLS", VOLCANO: "BE"})

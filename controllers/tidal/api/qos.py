@@ -33,6 +33,7 @@ __all__ = [
     "NAMESPACE",
     "QOS_ANNOTATION",
     "OPENFUYAO_QOS_ANNOTATION",
+    "OPENFUYAO_QOS_ANNOTATION_CAPITALISED",
     "VOLCANO_QOS_ANNOTATION",
     "QOS_ALIAS_ANNOTATIONS",
     "COLOCATION_NODE_LABEL",
@@ -79,9 +80,17 @@ NAMESPACE = "tidal-system"
 
 QOS_ANNOTATION = "colocation.tidal.io/qos-level"
 OPENFUYAO_QOS_ANNOTATION = "openfuyao.com/qos-level"
+#: The spelling openFuyao's NUMA-affinity steps use; annotation keys are case-sensitive, so it is
+#: a separate alias with the same vocabulary as OPENFUYAO_QOS_ANNOTATION.
+OPENFUYAO_QOS_ANNOTATION_CAPITALISED = "openfuyao.com/QoS-level"
 VOLCANO_QOS_ANNOTATION = "volcano.sh/qos-level"
-#: Read, never written, and only when QOS_ANNOTATION is absent; in this order.
-QOS_ALIAS_ANNOTATIONS = (OPENFUYAO_QOS_ANNOTATION, VOLCANO_QOS_ANNOTATION)
+#: Read, never written, and only when QOS_ANNOTATION is absent; in this order. When several are
+#: present they must mean the same level.
+QOS_ALIAS_ANNOTATIONS = (
+    OPENFUYAO_QOS_ANNOTATION,
+    OPENFUYAO_QOS_ANNOTATION_CAPITALISED,
+    VOLCANO_QOS_ANNOTATION,
+)
 
 # --- Node labels and taint --------------------------------------------------------------------
 
@@ -266,7 +275,7 @@ def _parse_qos_value(key: str, raw: str) -> QoSLevel:
         if _INTEGER.fullmatch(value):
             return QoSLevel.BE if int(value) < 0 else QoSLevel.LS
         raise QoSAnnotationError(key, raw, _VOLCANO_QOS_ALLOWED, _case_hint(value, _VOLCANO_QOS))
-    # The canonical annotation and openfuyao.com/qos-level share one vocabulary.
+    # The canonical annotation and both openfuyao.com spellings share one vocabulary.
     if value in _OPENFUYAO_QOS:
         return _OPENFUYAO_QOS[value]
     raise QoSAnnotationError(key, raw, _QOS_VALUES, _case_hint(value, _QOS_VALUES))
@@ -276,12 +285,12 @@ def qos_level_of(annotations: Mapping[str, str] | None) -> QoSLevel | None:
     """The QoS level a pod's annotations ask for, or None when it carries no QoS annotation.
 
     ``colocation.tidal.io/qos-level`` decides when present, whatever the aliases say. Otherwise
-    ``openfuyao.com/qos-level`` and ``volcano.sh/qos-level`` are read; if both are present they
-    must mean the same level.
+    ``openfuyao.com/qos-level``, ``openfuyao.com/QoS-level`` (the spelling of openFuyao's NUMA
+    steps) and ``volcano.sh/qos-level`` are read; all of those present must mean the same level.
 
     Raises:
         QoSAnnotationError: a present annotation that is read has an invalid value.
-        QoSAnnotationConflictError: both aliases are present and mean different levels.
+        QoSAnnotationConflictError: aliases are present and mean different levels.
     """
     if not annotations:
         return None

@@ -116,7 +116,8 @@ SCHEDULER_NAME = "volcano"
 
 #: Cache (LLC) and memory-bandwidth level of a BE pod: low, mid or high.
 CACHE_LIMIT_ANNOTATION = "colocation.tidal.io/cache-limit"
-#: openEuler rubik's spelling (low, middle, high), accepted when CACHE_LIMIT_ANNOTATION is absent.
+#: Accepted when CACHE_LIMIT_ANNOTATION is absent, with Tidal's values (low, mid, high) and
+#: openEuler rubik's spelling of the middle level, ``middle``.
 VOLCANO_CACHE_LIMIT_ANNOTATION = "volcano.sh/cache-limit"
 
 #: "true" or "false": whether the pod's containers may use CPU burst
@@ -309,16 +310,23 @@ def qos_level_of(annotations: Mapping[str, str] | None) -> QoSLevel | None:
 
 
 _CACHE_LIMIT_VALUES = tuple(limit.value for limit in CacheLimit)
-#: rubik (openEuler), which owns volcano.sh/cache-limit, spells the middle level "middle". Its
-#: "max" and "dynamic" levels have no Tidal equivalent and are rejected rather than guessed.
-_VOLCANO_CACHE_LIMITS = {"low": CacheLimit.LOW, "middle": CacheLimit.MID, "high": CacheLimit.HIGH}
+#: rubik (openEuler), which reads volcano.sh/cache-limit, spells the middle level "middle"
+#: (its resctrl group is rubik_middle); DESIGN.md documents the alias with Tidal's values
+#: (low, mid, high), so both spellings are accepted. rubik's "max" and "dynamic" levels have no
+#: Tidal equivalent and are rejected rather than guessed.
+_VOLCANO_CACHE_LIMITS = {
+    "low": CacheLimit.LOW,
+    "mid": CacheLimit.MID,
+    "middle": CacheLimit.MID,
+    "high": CacheLimit.HIGH,
+}
 
 
 def cache_limit_of(annotations: Mapping[str, str] | None) -> CacheLimit | None:
     """The cache level a pod's annotations ask for, or None when it carries none.
 
     ``colocation.tidal.io/cache-limit`` (low, mid, high) decides when present; otherwise
-    ``volcano.sh/cache-limit`` (low, middle, high) is read. The level is meaningful for BE pods
+    ``volcano.sh/cache-limit`` (low, mid or middle, high) is read. The level is meaningful for BE pods
     only; enforcing that is the admission webhook's job, not the parser's.
 
     Raises:

@@ -321,6 +321,91 @@ def test_ls_pod_breaking_the_rule_is_denied_with_every_violation(
     assert_denied(create(pod({CANONICAL: "LS"}, containers, init_containers)), "ls-rule", message)
 
 
+# --- Online pods and oversold resources (issue 20) --------------------------------------------
+
+BATCH_RULE = "oversold batch resources are for BE pods only, online pods use native"
+
+
+@pytest.mark.parametrize(
+    ("level", "reason", "containers", "init_containers", "message"),
+    [
+        pytest.param(
+            "HLS",
+            "hls-rule",
+            [
+                container(
+                    requests={**GUARANTEED["requests"], BATCH_CPU: "2000"},
+                    limits={**GUARANTEED["limits"], BATCH_CPU: "2000"},
+                )
+            ],
+            None,
+            f'container "web": HLS requires requests.{BATCH_CPU} to be unset: {BATCH_RULE} '
+            'requests.cpu (got 2000); '
+            f'container "web": HLS requires limits.{BATCH_CPU} to be unset: {BATCH_RULE} '
+            "limits.cpu (got 2000)",
+            id="hls-batch-cpu",
+        ),
+        pytest.param(
+            "HLS",
+            "hls-rule",
+            [container(**GUARANTEED)],
+            [container("setup", limits={**GUARANTEED["limits"], BATCH_MEMORY: "1Gi"})],
+            f'init container "setup": HLS requires limits.{BATCH_MEMORY} to be unset: '
+            f"{BATCH_RULE} limits.memory (got 1Gi)",
+            id="hls-init-batch-memory",
+        ),
+        pytest.param(
+            "LS",
+            "ls-rule",
+            [container(requests={"cpu": "500m", "memory": "256Mi", BATCH_MEMORY: "1Gi"})],
+            None,
+            f'container "web": LS requires requests.{BATCH_MEMORY} to be unset: {BATCH_RULE} '
+            "requests.memory (got 1Gi)",
+            id="ls-batch-memory",
+        ),
+        pytest.param(
+            "LS",
+            "ls-rule",
+            [container(requests={BATCH_CPU: "500", BATCH_MEMORY: "268435456"},
+                       limits={BATCH_CPU: "500", BATCH_MEMORY: "268435456"})],
+            None,
+            f'container "web": LS requires requests.{BATCH_CPU} to be unset: {BATCH_RULE} '
+            'requests.cpu (got 500); '
+            f'container "web": LS requires limits.{BATCH_CPU} to be unset: {BATCH_RULE} '
+            'limits.cpu (got 500); '
+            f'container "web": LS requires requests.{BATCH_MEMORY} to be unset: {BATCH_RULE} '
+            'requests.memory (got 268435456); '
+            f'container "web": LS requires limits.{BATCH_MEMORY} to be unset: {BATCH_RULE} '
+            'limits.memory (got 268435456); '
+            'container "web": LS requires requests.cpu to be set; '
+            'container "web": LS requires requests.memory to be set',
+            id="ls-only-batch",
+        ),
+    ],
+)
+def test_online_pod_asking_for_batch_resources_is_denied(
+    level: str, reason: str, containers: list[dict], init_containers: list[dict] | None,
+    message: str,
+) -> None:
+    assert_denied(create(pod({CANONICAL: level}, containers, init_containers)), reason, message)
+
+
+def test_volcano_hls_pod_asking_for_batch_resources_is_denied_as_ls() -> None:
+    decision = create(pod({VOLCANO: "HLS"}, [container(
+        requests={"cpu": "1", "memory": "1Gi", BATCH_CPU: "1000"},
+        limits={"cpu": "1", "memory": "1Gi", BATCH_CPU: "1000"},
+    )]))
+    assert (decision.allowed, decision.reason) == (False, "ls-rule")
+    assert f"LS requires requests.{BATCH_CPU} to be unset" in decision.message
+
+
+def test_pod_without_qos_level_may_ask_for_batch_resources() -> None:
+    # DESIGN.md: a pod without any QoS annotation is left alone.
+    batch = {BATCH_CPU: "500", BATCH_MEMORY: "268435456"}
+    decision = create(pod(None, [container(requests=batch, limits=batch)]))
+    assert decision.allowed and decision.patch == ()
+
+
 # --- BE ---------------------------------------------------------------------------------------
 
 

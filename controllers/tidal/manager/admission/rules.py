@@ -21,6 +21,11 @@ quantity (...)``. Other resources (ephemeral-storage, GPUs) are the API server's
   containers are exempt: they finish before the application starts, the pod's effective request
   is already non-zero through its containers, and injected init containers (service meshes,
   volume permission fixers) commonly set no resources. Their quantities must still parse.
+* **HLS and LS** (online) — no container, init containers included, may request or limit
+  ``kubernetes.io/batch-cpu`` or ``kubernetes.io/batch-memory``: oversold capacity is what
+  online pods requested but do not use, reclaimed the moment they need it, so only BE pods may
+  run on it; online pods use native cpu/memory only. Pods without a Tidal QoS level are not
+  looked at (DESIGN.md: a pod without a QoS annotation is left alone).
 * **BE** — native cpu/memory are allowed because the mutation rewrites them (see
   ``tidal.manager.admission.batch``); every quantity must parse and fit, a native request may
   not exceed its limit, batch requests must equal batch limits, and a batch resource that is
@@ -93,7 +98,22 @@ _FIELDS = {
 }
 
 
+def _online_without_batch(level: QoSLevel, container: Container, problems: list[str]) -> None:
+    """HLS and LS: no oversold ``kubernetes.io/batch-*`` resource, in requests or limits."""
+    for resource in NATIVE_RESOURCES:
+        batch = BATCH_RESOURCE_OF[resource]
+        for map_name, values in (("requests", container.requests), ("limits", container.limits)):
+            raw = values.get(batch)
+            if raw is not None:
+                problems.append(
+                    f"{container.label}: {level.value} requires {map_name}.{batch} to be unset: "
+                    f"oversold batch resources are for BE pods only, online pods use native "
+                    f"{map_name}.{resource} (got {_show(raw)})"
+                )
+
+
 def _hls(container: Container, problems: list[str]) -> None:
+    _online_without_batch(QoSLevel.HLS, container, problems)
     for resource in NATIVE_RESOURCES:
         fields = _FIELDS[resource]
         limit_raw = container.limits.get(resource)
@@ -124,6 +144,7 @@ def _hls(container: Container, problems: list[str]) -> None:
 
 
 def _ls(container: Container, problems: list[str]) -> None:
+    _online_without_batch(QoSLevel.LS, container, problems)
     for resource in NATIVE_RESOURCES:
         fields = _FIELDS[resource]
         _parse(container, fields.request, container.requests.get(resource), problems)

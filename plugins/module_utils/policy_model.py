@@ -406,8 +406,11 @@ class Overselling:
         default=10,
         minimum=0,
         maximum=100,
-        description="Added to the predicted online peak, in percent of that peak, "
-        "before reclaimable is computed.",
+        description="Safety margin, in percent of the node's allocatable (not of the predicted "
+        "peak), held back from batch resources: batch = allocatable × cap − predicted online peak "
+        "− system overhead − allocatable × safetyMarginPercent. A share of the node (as Koordinator's "
+        "reclaim threshold holds one back) also protects nodes whose predicted peak is small, where "
+        "a prediction is least reliable; the predictors already add their own margin to the peak.",
     )
     include_system_usage: bool = _boolean(
         "includeSystemUsage",

@@ -231,3 +231,20 @@ def test_batch_requested_series_follow_the_latest_count():
     assert value("tidal_node_batch_requested", {"node": "n2", "resource": "cpu"}) == 3
     assert value("tidal_node_batch_requested", {"node": "n1", "resource": "cpu"}) is None  # gone
 
+
+
+def test_safety_margin_is_a_share_of_allocatable_as_the_policy_field_says():
+    # issue 20: the field said "in percent of that peak" while the arithmetic takes a share of
+    # allocatable; both now say allocatable, and the margin does not shrink with the peak.
+    import dataclasses
+
+    from tidal.api.policy import FieldSpec, Overselling
+
+    field = next(f for f in dataclasses.fields(Overselling) if f.name == "safety_margin_percent")
+    description = FieldSpec.of(field).description
+    assert "percent of the node's allocatable" in description
+    assert "of that peak" not in description
+    for peak in (0, 100, 2000, 8000):
+        breakdown = batch_amount(ResourceInputs(16000, peak), 60, 10)
+        assert breakdown.safety_margin == 1600  # 10 % of allocatable, whatever the peak
+        assert breakdown.result == max(0, 9600 - peak - 1600)

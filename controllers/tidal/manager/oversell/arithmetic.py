@@ -15,7 +15,11 @@ per resource (CPU in millicores, memory in bytes), clamped at 0, where
   every pod's). It counts only with ``overselling.includeSystemUsage`` (default true); when
   false, or when the agent reports none (an older agent), the overhead is 0 and the breakdown's
   ``systemOverheadReason`` says which;
-- the safety margin is ``overselling.safetyMarginPercent`` of allocatable.
+- the safety margin is ``overselling.safetyMarginPercent`` of allocatable — of the node, not
+  of the predicted peak: a margin relative to the peak would vanish exactly where a prediction
+  is least reliable (a node whose online pods have been quiet), and the predictors already put
+  their own calibrated margin on the peak. Koordinator's reclaim threshold likewise holds back
+  a share of the node.
 
 Every input that is missing, negative, NaN or infinite makes the result 0 with the reason
 recorded, never a guess: a node offers no batch resources it cannot justify. (A system usage

@@ -144,6 +144,12 @@ def test_a_valid_policy_is_written_and_its_rollout_lists_the_colocation_nodes(co
         assert body["message"] == f"policy updated: generation {body['generation']}"
         stored = custom.get_cluster_custom_object(*group, "default")
         assert stored["spec"]["features"]["cpuBurst"]["enabled"] == spec["features"]["cpuBurst"]["enabled"]
+        # A partial spec is merged into the stored one (issue 20): what it does not send is kept.
+        ratio = 45 if spec["overselling"]["ratioPercent"] != 45 else 46
+        status, _, body = http("PUT", f"{console}/api/v1/policy", users["editor"],
+                               {"spec": {"overselling": {"ratioPercent": ratio}}})
+        assert status == 200, body
+        assert body["spec"] == {**spec, "overselling": {**spec["overselling"], "ratioPercent": ratio}}
         # A stale resourceVersion is a conflict, not a silent overwrite.
         status, _, _ = http("PUT", f"{console}/api/v1/policy", users["editor"],
                             {"spec": before["spec"], "resourceVersion": before["resourceVersion"] or "1"})

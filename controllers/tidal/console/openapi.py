@@ -94,8 +94,12 @@ SCHEMAS: dict[str, Any] = {
     },
     "PolicyUpdate": {
         "type": "object", "required": ["spec"], "additionalProperties": False,
-        "properties": {"spec": {"type": "object", "description": "The full or partial ColocationPolicy spec; "
-                                                                 "missing fields take their defaults."},
+        "properties": {"spec": {"type": "object", "description": "A JSON merge patch (RFC 7386) of the stored "
+                                                                 "ColocationPolicy spec: fields not sent keep their "
+                                                                 "stored value, objects merge key by key, lists and "
+                                                                 "other values replace, null resets a field to its "
+                                                                 "default. With ?replace=true the spec replaces the "
+                                                                 "stored one and fields not sent take their defaults."},
                        "resourceVersion": {**_STR, "nullable": True,
                                            "description": "Optimistic concurrency: refuse with 409 when the "
                                                           "policy changed since (null or absent: no check)."}},
@@ -165,6 +169,10 @@ def _responses(ok: str, *codes: int) -> dict:
 
 _DRY_RUN = {"name": "dryRun", "in": "query", "required": False, "schema": {"type": "string", "enum": ["All"]},
             "description": "Validate and let the API server run the write without persisting it."}
+_REPLACE = {"name": "replace", "in": "query", "required": False,
+            "schema": {"type": "string", "enum": ["true", "false"], "default": "false"},
+            "description": "true: the request's spec replaces the stored spec (fields not sent take their "
+                           "defaults); false (default): it is merged into the stored spec."}
 _NODE_NAME = {"name": "name", "in": "path", "required": True,
               "schema": {"type": "string", "maxLength": 253,
                          "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"},
@@ -208,8 +216,9 @@ def openapi_document() -> dict[str, Any]:
                                       "content": {"application/json": {"schema": _ref("ColocationResult")}}}}}},
             "/api/v1/policy": {
                 "get": {"operationId": "getPolicy", "responses": _responses("Policy")},
-                "put": {"operationId": "putPolicy", "summary": "Validate and write the policy",
-                        "parameters": [_DRY_RUN],
+                "put": {"operationId": "putPolicy",
+                        "summary": "Merge the request's spec into the policy (or replace it), validate, write",
+                        "parameters": [_DRY_RUN, _REPLACE],
                         "requestBody": json_body("PolicyUpdate"),
                         "responses": _responses("Policy", 400, 409, 422)}},
             "/api/v1/policy/schema": {"get": {"operationId": "policySchema",

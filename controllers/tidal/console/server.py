@@ -28,6 +28,7 @@ from tidal.console.auth import (PERMISSIONS, READ_NODES, READ_POLICY, WRITE_NODE
 from tidal.console.monitoring import (MonitoringError, PrometheusClient, PrometheusError, TimeRange, panels,
                                       series_of, valid_node_name)
 from tidal.console.openapi import openapi_document
+from tidal.console.policy_update import desired_policy
 from tidal.kube import api_status, raw, raw_json
 from tidal.metrics import ConsoleMetrics, console_metrics
 from tidal.api.policy import DEFAULT_POLICY_NAME, POLICY_KIND, ColocationPolicy, PolicyValidationError, \
@@ -245,12 +246,13 @@ class Console:
         if not isinstance(body.get("spec"), dict):
             raise ApiError(422, "spec: required, must be an object",
                            [{"field": "spec", "message": "required, must be an object"}])
-        try:
-            policy = ColocationPolicy.from_spec(body["spec"])
+        replace = _replace(request)
+        current = await self._policy_object()
+        try:  # a merge patch of the stored spec: fields the client does not send keep their value
+            policy = desired_policy((current or {}).get("spec"), body["spec"], replace=replace)
         except PolicyValidationError as err:
             self.metrics.writes.labels("policy", "invalid").inc()
             raise ApiError(422, str(err), [{"field": e.path, "message": e.message} for e in err.errors]) from None
-        current = await self._policy_object()
         manifest = {"apiVersion": qos.API_GROUP_VERSION, "kind": POLICY_KIND,
                     "metadata": {"name": DEFAULT_POLICY_NAME}, "spec": policy.to_spec()}
         extra = {"dry_run": dry_run} if dry_run else {}
@@ -366,6 +368,16 @@ class Console:
 def _json(data: Any, status: int = 200, headers: dict | None = None) -> web.Response:
     return web.Response(text=json.dumps(data, separators=(",", ":")), status=status,
                         content_type="application/json", headers=headers)
+
+
+def _replace(request: web.Request) -> bool:
+    """``?replace=true``: the request's spec replaces the stored one (absent fields: defaults);
+    without it, the spec is merged into the stored one (`tidal.console.policy_update`)."""
+    value = request.query.get("replace", "false")
+    if value not in ("true", "false"):
+        raise ApiError(400, f"replace: must be true or false (got {value!r})",
+                       [{"field": "replace", "message": "must be true or false"}])
+    return value == "true"
 
 
 def _dry_run(request: web.Request) -> str | None:

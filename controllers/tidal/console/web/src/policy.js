@@ -4,6 +4,7 @@ import { el, fill, formatValue, toast } from "./ui.js";
 const SECTIONS = [
   ["spec.loadAwareScheduling", "Load-aware scheduling"],
   ["spec.evictionWatermarks", "Watermark eviction"],
+  ["spec.beIsolation", "BE isolation"],
   ["spec.overselling", "Overselling"],
   ["spec.features.cpuBurst", "CPU burst"],
   ["spec.features.memoryReclaim", "Memory reclaim"],

@@ -7,6 +7,7 @@ import shutil
 import pytest
 from kubernetes import client
 
+from tidal.agent.qos.capabilities import CAPABILITY_NAMES, Capability, to_status
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
 
@@ -72,9 +73,12 @@ def _capabilities(lab_api, node):
     except client.ApiException as err:
         if err.status != 409:
             raise
-    custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": [
-        {"name": "cpuBurst", "supported": True, "reason": ""},
-        {"name": "psiInterference", "supported": False, "reason": "kernel booted without psi=1"}]}})
+    # As a real agent writes them: the probe's own capability names (issue 20: invented names
+    # such as "psiInterference" made this test pass while real data was never dimmed).
+    capabilities = [Capability("cpu.cfs_burst", True, "/sys/fs/cgroup/cpu.max.burst"),
+                    Capability("psi", False, "/proc/pressure/cpu unreadable: boot with psi=1")]
+    assert {c.name for c in capabilities} <= set(CAPABILITY_NAMES)
+    custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": to_status(capabilities)}})
 
 
 def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nodes, components, prometheus,
@@ -100,8 +104,8 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     wait_for(lambda: _label(core, node) == "true", 10, f"label {qos.COLOCATION_NODE_LABEL}=true on {node}")
     assert switch.is_checked()
     # An unsupported feature is dimmed with its reason.
-    chip = page.locator(f"tr[data-node='{nodes['oversold']}'] .chip.off[data-capability='psiInterference']")
-    assert chip.get_attribute("title") == "kernel booted without psi=1"
+    chip = page.locator(f"tr[data-node='{nodes['oversold']}'] .chip.off[data-capability='psi']")
+    assert chip.get_attribute("title") == "/proc/pressure/cpu unreadable: boot with psi=1"
     page.screenshot(path=str(artefacts / "policy-nodes.png"), full_page=True)
     page.locator(f"tr[data-node='{node}'] .slider").click()
     page.wait_for_selector(f".toast:has-text('colocation disabled on node {node}')", timeout=10000)
@@ -111,7 +115,9 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     before = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
     _go(page, "#/policy")
     page.click("#open-policy")
-    assert page.locator("fieldset[data-section='spec.features.psiInterference'] [data-unsupported]").count() == 1
+    unsupported = page.locator("fieldset[data-section='spec.features.psiInterference'] [data-unsupported]")
+    assert unsupported.count() == 1 and "psi: /proc/pressure/cpu unreadable" in unsupported.inner_text()
+    assert page.locator("fieldset[data-section='spec.features.cpuBurst'] [data-unsupported]").count() == 0
     low = "spec.evictionWatermarks.cpu.lowPercent"
     page.fill(f"[id='{low}']", "95")
     page.click("#policy-save")

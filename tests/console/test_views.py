@@ -70,7 +70,8 @@ def test_node_view_counts_pods_by_qos_and_batch_requests_of_be_pods():
     pods = [pod("BE", requests={qos.BATCH_CPU_RESOURCE: "1500", qos.BATCH_MEMORY_RESOURCE: "1Gi"}),
             pod("BE", requests={qos.BATCH_CPU_RESOURCE: "500"}), pod("LS"), pod("HLS"), pod(None),
             pod("bogus")]
-    profile = {"status": {"capabilities": [{"name": "cacheLimits", "supported": False,
+    # Capability names as the agent's probe writes them (tidal.agent.qos.capabilities).
+    profile = {"status": {"capabilities": [{"name": "resctrl.l3", "supported": False,
                                             "reason": "resctrl not mounted"}],
                           "oversell": {"cpu": {"result": 3000}}, "policy": {"appliedGeneration": 4}}}
     view = node_view(node(labels=BOTH, allocatable={"cpu": "16", "memory": "64Gi", qos.BATCH_CPU_RESOURCE: "3000"},
@@ -79,7 +80,9 @@ def test_node_view_counts_pods_by_qos_and_batch_requests_of_be_pods():
     assert view["batch"]["requested"] == {"cpuMillicores": 2000, "memoryBytes": 1024**3}
     assert view["batch"]["allocatable"] == {"cpuMillicores": 3000, "memoryBytes": 0}
     assert view["batch"]["breakdown"] == {"cpu": {"result": 3000}}
-    assert view["capabilities"] == [{"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"}]
+    assert view["capabilities"] == [{"name": "resctrl.l3", "supported": False, "reason": "resctrl not mounted"}]
+    cache = next(f for f in view["featureSupport"] if f["section"] == "spec.features.cacheLimits")
+    assert (cache["supported"], cache["reason"]) == (False, "resctrl.l3: resctrl not mounted")
     assert view["colocation"] and view["oversubscription"] and view["evicting"]
     assert view["profile"] == {"present": True, "observedAt": None, "appliedGeneration": 4}
     bare = node_view(node(), None)

@@ -119,7 +119,8 @@ class Capability:
     """Whether this node's kernel and hardware support one feature."""
 
     name: str = prop(
-        "name", "Capability, e.g. cpuBurst, cacheLimits, psiInterference.", required=True
+        "name", "Capability, as the agent's probe names it, e.g. cpu.cfs_burst, psi, resctrl.l3, "
+        "numa, tc (tidal.agent.qos.capabilities).", required=True
     )
     supported: bool = prop("supported", required=True)
     reason: str | None = prop(

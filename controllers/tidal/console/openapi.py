@@ -50,7 +50,8 @@ SCHEMAS: dict[str, Any] = {
     "Node": {
         "type": "object",
         "required": ["name", "ready", "readyMessage", "unschedulable", "colocation", "oversubscription",
-                     "evicting", "allocatable", "batch", "podsByQoS", "capabilities", "profile"],
+                     "evicting", "allocatable", "batch", "podsByQoS", "capabilities", "featureSupport",
+                     "profile"],
         "properties": {
             "name": _STR, "ready": _BOOL, "readyMessage": _STR, "unschedulable": _BOOL,
             "colocation": {**_BOOL, "description": "Label colocation.tidal.io/colocation=true."},
@@ -67,6 +68,18 @@ SCHEMAS: dict[str, Any] = {
             "capabilities": {"type": "array", "items": {
                 "type": "object", "required": ["name", "supported", "reason"],
                 "properties": {"name": _STR, "supported": _BOOL, "reason": _STR}}},
+            "featureSupport": {
+                "type": "array", "description": "Per policy section that needs kernel or hardware support, "
+                                                "whether this node has it (null: its agent did not report "
+                                                "the capabilities) and why not, from the capabilities above.",
+                "items": {"type": "object", "required": ["section", "supported", "reason", "needs"],
+                          "properties": {"section": {**_STR, "description": "e.g. spec.features.cpuBurst"},
+                                         "supported": _nullable(_BOOL),
+                                         "reason": {**_STR, "description": "The probe's reasons, "
+                                                                           "capability: reason each."},
+                                         "needs": {"type": "array", "items": _STR,
+                                                   "description": "Capability names, as the agent's "
+                                                                  "probe writes them."}}}},
             "profile": {"type": "object", "required": ["present", "observedAt", "appliedGeneration"],
                         "properties": {"present": _BOOL, "observedAt": _nullable(_STR),
                                        "appliedGeneration": _nullable(_INT)}},

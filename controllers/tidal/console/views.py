@@ -2,7 +2,8 @@
 """What the console shows and decides, as pure functions over API objects (plain JSON dicts).
 
 - `node_view`: one node's colocation state for the node list (labels, readiness, the
-  offline-evicting taint, capabilities with reasons, batch resources allocatable vs requested
+  offline-evicting taint, capabilities with reasons, per policy section whether the node
+  supports it and why not (``featureSupport``), batch resources allocatable vs requested
   by BE pods, the oversell master's breakdown, pods by QoS level, the policy generation its
   agent runs).
 - `colocation_toggle`: what enabling or disabling colocation on a node does — the label patch
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidal.api import qos
+from tidal.api.feature_support import feature_support
 from tidal.api.pod_resources import BatchRequest, batch_requested_total
 from tidal.api.node_profile import NodeProfileStatus, PolicyReport
 from tidal.api.quantities import cpu_millicores, memory_bytes
@@ -109,6 +111,9 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
         "podsByQoS": counts,
         "capabilities": [{"name": c.name, "supported": c.supported, "reason": c.reason or ""}
                          for c in profile_status.capabilities or ()],
+        # Per policy section, supported or not and why, from the capabilities above: the one
+        # mapping (tidal.api.feature_support) the agent uses too; the web console only shows it.
+        "featureSupport": feature_support(profile_status.capabilities),
         "profile": {
             "present": profile is not None,
             "observedAt": profile_status.observed_at,

@@ -13,22 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from tidal.api.feature_support import FEATURE_NEEDS  # shared with the console's node view
 from tidal.api.policy import ColocationPolicy, EvictionWatermarks
 
 from .capabilities import Capability
 
 __all__ = ["FEATURE_NEEDS", "policy_status", "unsupported_features"]
-
-#: policy section (JSON path) -> what it needs: every group, and in a group any one capability
-#: (cache limits work with L3 allocation, memory bandwidth allocation or both).
-FEATURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "features.cpuBurst": (("cpu.cfs_burst",),),
-    "features.psiInterference": (("psi",),),
-    "features.cacheLimits": (("resctrl.l3", "resctrl.mba"),),
-    "features.numaAffinity": (("numa",),),
-    "features.egressBandwidth": (("tc",),),
-}
-
 
 def _enabled(spec: Mapping[str, Any], path: str) -> bool:
     node: Any = spec

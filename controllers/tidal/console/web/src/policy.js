@@ -104,10 +104,12 @@ function valueAt(spec, path) {
   return path.split(".").slice(1).reduce((o, k) => (o == null ? undefined : o[k]), spec);
 }
 
-function unsupportedOn(nodes, featurePath) {
-  const name = featurePath.split(".").pop();
+// Which node cannot run a policy section, and why: the API decides (node.featureSupport, computed
+// from the capability names the agent's probe writes); the page only shows it.
+function unsupportedOn(nodes, section) {
   return nodes.filter((n) => n.colocation || n.capabilities.length)
-    .flatMap((n) => n.capabilities.filter((c) => c.name === name && !c.supported).map((c) => `${n.name}: ${c.reason}`));
+    .flatMap((n) => (n.featureSupport || []).filter((f) => f.section === section && f.supported === false)
+      .map((f) => `${n.name}: ${f.reason}`));
 }
 
 function showErrors(form, summary, err) {
@@ -132,7 +134,7 @@ function policyDialog(schema, policy, nodes, canWrite, onSaved) {
   const form = el("form", { method: "dialog", novalidate: true, id: "policy-form" });
   for (const [prefix, title] of SECTIONS) {
     const own = fields.filter((f) => f.type !== "object" && f.path.startsWith(`${prefix}.`));
-    const unsupported = prefix.startsWith("spec.features.") ? unsupportedOn(nodes, prefix) : [];
+    const unsupported = unsupportedOn(nodes, prefix);
     const fs = el("fieldset", { "data-section": prefix, class: unsupported.length ? "dim" : null },
       el("legend", {}, title),
       unsupported.length ? el("p", { class: "muted", "data-unsupported": prefix },

@@ -174,7 +174,7 @@ def main() -> int:
     lab = Lab(Path(tempfile.mkdtemp(prefix="tidal-bench-oversell-")))
     log(f"starting a private lab in {lab.dir}")
     try:
-        lab.up(nodes=0)
+        lab.up(nodes=0, real_nodes=0)  # fake nodes only: no kubelet, containerd or kube-proxy
         with lab.api_client() as api:
             create_or_replace_all(api, crd_manifests(), wait_established=True)
         start = time.perf_counter()

@@ -4,7 +4,6 @@ ServiceAccount mount) — for every controller (tidal-manager, tidal-console, ti
 plugin's pod lookups), all through tidal.kube's one client."""
 from __future__ import annotations
 
-import asyncio
 import datetime
 import ssl
 

@@ -6,9 +6,6 @@ namespace and name, and checks its uid (a pod recreated under the same name is a
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from tidal.api.pod_resources import BatchRequest, batch_by_container
 from tidal.kube.client import KubeAPI
 

@@ -40,45 +40,33 @@ def summary(samples: list[float]) -> dict:
 
 async def populate(kubeconfig: Path, count: int) -> None:
     from tidal.api import qos
-    from tidal.kube import api_client, raw
-    from kubernetes_asyncio import client
-    async with await api_client(str(kubeconfig)) as api:
-        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    from tidal.kube import KubeAPI, custom_path
+    async with KubeAPI.from_kubeconfig(kubeconfig) as api:
         semaphore = asyncio.Semaphore(32)
 
         async def one(i: int) -> None:
             name = f"bench-node-{i:05d}"
             async with semaphore:
-                await raw(core.create_node({"metadata": {"name": name, "labels": {
+                await api.create("/api/v1/nodes", {"metadata": {"name": name, "labels": {
                     qos.COLOCATION_NODE_LABEL: "true"} if i % 2 else {}},
                     "status": {"capacity": {"cpu": "64", "memory": "256Gi"},
-                               "allocatable": {"cpu": "64", "memory": "256Gi"}}}, _preload_content=False))
-                await raw(custom.create_cluster_custom_object(
-                    qos.API_GROUP, qos.API_VERSION, "nodeprofiles",
-                    {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile", "metadata": {"name": name}},
-                    _preload_content=False))
-                await raw(custom.patch_cluster_custom_object_status(
-                    qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name, {"status": {"capabilities": [
-                        {"name": "cpuBurst", "supported": True, "reason": ""},
-                        {"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"}]}},
-                    _content_type="application/merge-patch+json", _preload_content=False))
+                               "allocatable": {"cpu": "64", "memory": "256Gi"}}})
+                await api.create(custom_path("nodeprofiles"), {
+                    "apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile", "metadata": {"name": name}})
+                await api.merge_patch(custom_path("nodeprofiles", name, "status"), {"status": {"capabilities": [
+                    {"name": "cpuBurst", "supported": True, "reason": ""},
+                    {"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"}]}})
         await asyncio.gather(*(one(i) for i in range(count)))
 
 
 async def baseline(kubeconfig: Path, rounds: int) -> list[float]:
-    from tidal.api import qos
-    from tidal.kube import api_client, raw_json
-    from kubernetes_asyncio import client
-    async with await api_client(str(kubeconfig)) as api:
-        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    from tidal.kube import KubeAPI, custom_path
+    async with KubeAPI.from_kubeconfig(kubeconfig) as api:
 
         async def reads():
             await asyncio.gather(
-                raw_json(core.list_node(_preload_content=False)),
-                raw_json(custom.list_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles",
-                                                           _preload_content=False)),
-                raw_json(core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed",
-                                                          _preload_content=False)))
+                api.get("/api/v1/nodes"), api.get(custom_path("nodeprofiles")),
+                api.get("/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}))
         samples = []
         for i in range(rounds + 5):
             start = time.perf_counter()

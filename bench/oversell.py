@@ -7,12 +7,15 @@ the Azure 2019 trace (strict variant, `max_cpu` × vCPUs) from a random point in
 the node's peak is the sum over its pods. The master then runs, in a child process so its
 RSS is its own:
 
-1. a cold cycle: every node gets batch resources (every node written);
-2. a steady cycle: nothing changed, nothing may be written;
-3. a cycle after 10 % of the profiles moved by 30 %: only those nodes may be written.
+1. a cold cycle: the master lists nodes and NodeProfiles into its watch caches (`start`, as
+   when it becomes leader) and every node gets batch resources (every node written);
+2. a steady cycle: nothing changed, nothing may be written (decided on the caches: no reads);
+3. a cycle after 10 % of the profiles moved by 30 % (and their watch events arrived): only
+   those nodes may be written.
 
 Baseline measured in the same run: the time of a bare `list nodes` + `list NodeProfiles`
-(the reads every cycle must do), so the ratio shows what the master adds to the I/O floor.
+(what every cycle read before the master kept watch caches), so the ratio shows the cycle
+against that I/O floor.
 Progress on stderr; one JSON object as the last line of stdout.
 """
 from __future__ import annotations
@@ -73,12 +76,9 @@ def replayed_peak_millicores(rng: random.Random, vms, window_steps: int = 12) ->
 
 
 async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
-    from kubernetes_asyncio import client, config
     from tidal.api import qos
-    from tidal.kube import raw
-    api = await config.new_client_from_config(config_file=kubeconfig)
-    async with api:
-        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    from tidal.kube import KubeAPI, custom_path
+    async with KubeAPI.from_kubeconfig(kubeconfig) as api:
         semaphore = asyncio.Semaphore(48)
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         done = 0
@@ -87,20 +87,17 @@ async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
             nonlocal done
             name = f"scale-node-{index:05d}"
             async with semaphore:
-                await raw(core.create_node({"metadata": {"name": name, "labels": {
+                await api.create("/api/v1/nodes", {"metadata": {"name": name, "labels": {
                     qos.OVERSUBSCRIPTION_NODE_LABEL: "true", qos.COLOCATION_NODE_LABEL: "true"}},
                     "status": {"capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
-                               "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}},
-                    _preload_content=False))
+                               "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}})
                 # the API server ignores status on create: set it through the subresource
-                await raw(core.patch_node_status(name, [
+                await api.json_patch(f"/api/v1/nodes/{name}/status", [
                     {"op": "add", "path": "/status/capacity", "value": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
-                    {"op": "add", "path": "/status/allocatable", "value": {"cpu": "64", "memory": "256Gi", "pods": "110"}}],
-                    _preload_content=False))
-                await raw(custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", {
-                    "apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile", "metadata": {"name": name}},
-                    _preload_content=False))
-                await set_peak(custom, name, peaks[index], now)
+                    {"op": "add", "path": "/status/allocatable", "value": {"cpu": "64", "memory": "256Gi", "pods": "110"}}])
+                await api.create(custom_path("nodeprofiles"), {
+                    "apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile", "metadata": {"name": name}})
+                await set_peak(api, name, peaks[index], now)
             done += 1
             if done % 500 == 0:
                 log(f"  populated {done}/{nodes} nodes")
@@ -108,52 +105,54 @@ async def populate(kubeconfig: str, nodes: int, peaks: list[int]) -> None:
         await asyncio.gather(*(one(i) for i in range(nodes)))
 
 
-async def set_peak(custom, name: str, peak: int, now: str) -> None:
-    from tidal.api import qos
-    from tidal.kube import raw
-    await raw(custom.patch_cluster_custom_object_status(
-        qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name,
-        {"status": {"observedAt": now, "predictions": {
-            "predictor": "replay", "onlinePeak": {"cpuMillicores": peak, "memoryBytes": peak * 4 * 1024**2}}}},
-        _content_type="application/merge-patch+json", _preload_content=False))
+async def set_peak(api, name: str, peak: int, now: str) -> None:
+    from tidal.kube import custom_path
+    await api.merge_patch(custom_path("nodeprofiles", name, "status"), {"status": {"observedAt": now, "predictions": {
+        "predictor": "replay", "onlinePeak": {"cpuMillicores": peak, "memoryBytes": peak * 4 * 1024**2}}}})
 
 
 async def move_profiles(kubeconfig: str, names: list[str], peaks: dict[str, int]) -> None:
-    from kubernetes_asyncio import client, config
-    api = await config.new_client_from_config(config_file=kubeconfig)
-    async with api:
-        custom = client.CustomObjectsApi(api)
+    from tidal.kube import KubeAPI
+    async with KubeAPI.from_kubeconfig(kubeconfig) as api:
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         semaphore = asyncio.Semaphore(48)
 
         async def one(name):
             async with semaphore:
-                await set_peak(custom, name, int(peaks[name] * 1.3), now)
+                await set_peak(api, name, int(peaks[name] * 1.3), now)
         await asyncio.gather(*(one(n) for n in names))
 
 
 async def run_master_cycles(kubeconfig: str, pause_file: str) -> None:
-    """Child process: cycles on demand (one line on stdin each), JSON result per cycle."""
-    from kubernetes_asyncio import client, config
-    from tidal.kube import raw_json
-    from tidal.manager.oversell.master import NODE_PROFILES, OversellMaster
+    """Child process: cycles on demand (one line on stdin each), JSON result per cycle. The
+    first cycle starts the master's watch caches, as the manager's loop does."""
+    from tidal.kube import KubeAPI
+    from tidal.manager.oversell.master import NODE_PROFILES, NODES, OversellMaster
     from tidal.manager.oversell.node_decision import OversellSettings
-    api = await config.new_client_from_config(config_file=kubeconfig)
-    async with api:
+    loop = asyncio.get_running_loop()
+    async with KubeAPI.from_kubeconfig(kubeconfig) as api:
         master = OversellMaster(api, OversellSettings())
-        for line in sys.stdin:
-            if line.strip() == "baseline":
+        try:
+            while True:
+                # read stdin off the loop, so the watches keep receiving events between cycles
+                line = await loop.run_in_executor(None, sys.stdin.readline)
+                if not line:
+                    break
+                if line.strip() == "baseline":
+                    start = time.perf_counter()
+                    await api.get(NODES)
+                    await api.get(NODE_PROFILES)
+                    print(json.dumps({"baseline_s": time.perf_counter() - start}), flush=True)
+                    continue
                 start = time.perf_counter()
-                await raw_json(client.CoreV1Api(api).list_node(_preload_content=False))
-                await raw_json(client.CustomObjectsApi(api).list_cluster_custom_object(
-                    *NODE_PROFILES, _preload_content=False))
-                print(json.dumps({"baseline_s": time.perf_counter() - start}), flush=True)
-                continue
-            start = time.perf_counter()
-            result = await master.cycle()
-            print(json.dumps({"cycle_s": time.perf_counter() - start, "nodes": result.nodes,
-                              "patches": result.node_patches,
-                              "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+                if not master.running:
+                    await master.start()
+                result = await master.cycle()
+                print(json.dumps({"cycle_s": time.perf_counter() - start, "nodes": result.nodes,
+                                  "patches": result.node_patches,
+                                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+        finally:
+            await master.close()
 
 
 def main() -> int:
@@ -175,7 +174,7 @@ def main() -> int:
     lab = Lab(Path(tempfile.mkdtemp(prefix="tidal-bench-oversell-")))
     log(f"starting a private lab in {lab.dir}")
     try:
-        lab.up(nodes=0)
+        lab.up(nodes=0, real_nodes=0)  # fake nodes only: no kubelet, containerd or kube-proxy
         with lab.api_client() as api:
             create_or_replace_all(api, crd_manifests(), wait_established=True)
         start = time.perf_counter()
@@ -197,6 +196,7 @@ def main() -> int:
         names = [f"scale-node-{i:05d}" for i in rng.sample(range(args.nodes), args.nodes // 10)]
         asyncio.run(move_profiles(str(lab.kubeconfig_path), names,
                                   {f"scale-node-{i:05d}": p for i, p in enumerate(peaks)}))
+        time.sleep(3)  # the master's watch receives the moved profiles (its 5-second cycle would wait too)
         moved = ask("cycle")
         log(f"cycle after moving {len(names)} profiles by 30 %: {moved}")
         child.stdin.close()

@@ -11,7 +11,7 @@ import sys
 from prometheus_client import CollectorRegistry, start_http_server
 
 from tidal.agent.replay import read_long_csv, run_replay
-from tidal.kube import api_client, stop_on_signals
+from tidal.kube import connect, stop_on_signals
 from tidal.manager.oversell.loop import run_master
 from tidal.metrics import manager_metrics, node_metrics
 
@@ -20,7 +20,7 @@ async def main(kubeconfig: str, trace: str, nodes: str, port: int) -> None:
     registry = CollectorRegistry()
     start_http_server(port, addr="127.0.0.1", registry=registry)
     stop = stop_on_signals()
-    async with await api_client(kubeconfig) as api:
+    async with connect(kubeconfig, "tidal-test-exporter") as api:
         master = asyncio.create_task(run_master(api, 2.0, manager_metrics(registry)))
         await run_replay(api, read_long_csv(trace), nodes.split(","), report_interval=2.0, window=60,
                          predictor="p95", stop=stop, metrics=node_metrics(registry))

@@ -10,6 +10,7 @@ from kubernetes.utils import parse_quantity
 from tidal.api import qos
 from tidal.crds import crd_manifests
 from tidal_dev.lab.apply import create_or_replace_all
+from tidal.kube import KubeAPI
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal.manager.leader import LeaderElector
 from tidal.manager.oversell.master import OversellMaster
@@ -27,9 +28,7 @@ def _now():
 
 
 async def _with_api(lab, action):
-    from kubernetes_asyncio import config
-    api = await config.new_client_from_config(config_file=str(lab.kubeconfig_path))
-    async with api:
+    async with KubeAPI.from_kubeconfig(lab.kubeconfig_path) as api:
         return await action(api)
 
 
@@ -116,6 +115,51 @@ def test_stale_profile_drives_batch_resources_to_zero_with_an_event(lab, core, o
     assert any(e.reason == "BatchResourcesDropped" and "stale" in e.message for e in events)
 
 
+def test_started_master_cycles_on_watch_caches_and_still_undoes_an_unlabelled_node(lab, core, oversell_setup):
+    """After start(), a cycle reads nothing (it decides on the watch caches); a node losing its
+    label reaches the cache by its watch event and is driven to 0, then dropped from the cache;
+    the caches are re-listed every resync period."""
+    def names(master):
+        return {n["metadata"]["name"] for n in master.nodes.objects.values()}
+
+    async def until(predicate, what, seconds=15.0):
+        for _ in range(int(seconds * 10)):
+            if predicate():
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def scenario(api):
+        async with OversellMaster(api, OversellSettings(), resync_seconds=3) as master:
+            assert OVERSOLD in names(master) and PLAIN not in names(master)
+            assert (await master.cycle()).node_patches == 1
+            await until(lambda: master.nodes.objects and all(
+                (n["status"].get("allocatable") or {}).get(qos.BATCH_CPU_RESOURCE) for n in master.nodes.objects.values()
+                if n["metadata"]["name"] == OVERSOLD), "the written node in the cache")
+            calls, request = [], api.request
+
+            async def counted(*args, **kwargs):
+                calls.append(args)
+                return await request(*args, **kwargs)
+
+            api.request = counted
+            assert (await master.cycle()).node_patches == 0 and calls == []
+            api.request = request
+            relists = master.nodes.relists
+            await asyncio.to_thread(core.patch_node, OVERSOLD,
+                                    {"metadata": {"labels": {qos.OVERSUBSCRIPTION_NODE_LABEL: None}}})
+            await until(lambda: not any(n["metadata"].get("labels", {}).get(qos.OVERSUBSCRIPTION_NODE_LABEL)
+                                        for n in master.nodes.objects.values()), "the label's removal in the cache")
+            result = await master.cycle()
+            assert result.node_patches == 1 and not any(result.decisions[OVERSOLD].amounts.values())
+            await until(lambda: OVERSOLD not in names(master), "the undone node dropped from the cache")
+            await until(lambda: master.nodes.relists > relists, "a resync")
+        assert not master.running
+
+    asyncio.run(_with_api(lab, scenario))
+    assert not any(_batch(core, OVERSOLD).values())
+
+
 def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, core, tidal_namespace):
     leases = client.CoordinationV1Api(lab_api)
     name = "tidal-test-leader"
@@ -145,10 +189,12 @@ def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, cor
         follower = "b" if leaders[0] == "a" else "a"
         assert ticks[follower] == 0
         # Someone else takes the lease (as a partitioned replica would see it).
-        lease = await client_leases(api).read_namespaced_lease(name, qos.NAMESPACE)
-        lease.spec.holder_identity = "intruder"
-        lease.spec.renew_time = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)
-        await client_leases(api).replace_namespaced_lease(name, qos.NAMESPACE, lease)
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{qos.NAMESPACE}/leases/{name}"
+        lease = await api.get(path)
+        lease["spec"]["holderIdentity"] = "intruder"
+        lease["spec"]["renewTime"] = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)
+                                      ).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await api.replace(path, lease)
         await asyncio.sleep(3.5)
         assert leaders[0] in cancelled and not any(e.is_leader for e in electors.values())
         frozen = dict(ticks)
@@ -156,10 +202,6 @@ def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, cor
         assert ticks == frozen  # nobody works while the intruder holds the lease
         stop.set()
         await asyncio.gather(*tasks)
-
-    def client_leases(api):
-        from kubernetes_asyncio import client as aclient
-        return aclient.CoordinationV1Api(api)
 
     try:
         asyncio.run(_with_api(lab, scenario))

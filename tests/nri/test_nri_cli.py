@@ -14,7 +14,7 @@ from kubernetes import client
 
 from tidal.api.pod_resources import BatchRequest
 from tidal.agent.nri.pod_lookup import ApiServerPods
-from tidal.kube import api_client
+from tidal.kube import KubeAPI
 from tidal_dev.lab.pytest_plugin import wait_for
 
 
@@ -66,7 +66,7 @@ def test_pod_lookup_reads_the_pod_object_from_the_api_server(lab, lab_api):
                 "limits": {"kubernetes.io/batch-cpu": "1500", "kubernetes.io/batch-memory": "268435456"}}}]}})
 
         async def lookup():
-            async with await api_client(str(lab.kubeconfig_path)) as api:
+            async with KubeAPI.from_kubeconfig(lab.kubeconfig_path) as api:
                 pods = ApiServerPods(api)
                 return (await pods(ns, "batch", pod.metadata.uid), await pods(ns, "batch", "another-uid"))
 

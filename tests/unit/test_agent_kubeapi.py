@@ -20,7 +20,7 @@ def test_token_and_token_file_become_a_bearer_header(tmp_path):
     api = KubeAPI.from_kubeconfig(_kubeconfig(tmp_path, {"token": "abc"}))
     assert api._headers(None)["Authorization"] == "Bearer abc" and api.server == "http://127.0.0.1:1"
     (tmp_path / "token").write_text("rotated-1\n")
-    api = KubeAPI.from_kubeconfig(_kubeconfig(tmp_path, {"tokenFile": "token"}))
+    api = KubeAPI.from_kubeconfig(_kubeconfig(tmp_path, {"tokenFile": "token"}), user_agent="tidal-agent")
     assert api._headers(None)["Authorization"] == "Bearer rotated-1"
     (tmp_path / "token").write_text("rotated-2\n")  # re-read on every request
     assert api._headers("application/json") == {"Accept": "application/json", "User-Agent": "tidal-agent",
@@ -29,7 +29,7 @@ def test_token_and_token_file_become_a_bearer_header(tmp_path):
 
 
 @pytest.mark.parametrize("user, current, message", [
-    ({"exec": {"command": "aws"}}, "c", "authenticates with 'exec'; tidal-agent supports client certificates"),
+    ({"exec": {"command": "aws"}}, "c", "authenticates with 'exec'; Tidal supports client certificates"),
     ({"auth-provider": {"name": "gcp"}}, "c", "authenticates with 'auth-provider'"),
     ({}, "missing", "current-context 'missing' is not among its contexts"),
 ])

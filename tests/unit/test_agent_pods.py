@@ -64,7 +64,10 @@ class FakeAPI:
         self.calls.append(("list", path, dict(params or {})))
         return {"metadata": {"resourceVersion": "500"}, "items": []}
 
-    async def watch(self, path, params):
+    async def get(self, path, params=None):
+        return await self.request("GET", path, params=params)
+
+    async def watch(self, path, params, on_open=None):
         import asyncio
         self.calls.append(("watch", path, dict(params)))
         for event in self.scripts.pop(0) if self.scripts else []:

@@ -1,10 +1,9 @@
 """Where each controller finds its cluster in a pod: without --kubeconfig or $KUBECONFIG, the
 in-cluster service account (KUBERNETES_SERVICE_HOST/PORT, the CA and the rotated token of the
-ServiceAccount mount) — for tidal-manager and tidal-console (kubernetes_asyncio), tidal-agent (its
-own aiohttp client) and the NRI plugin's pod lookups."""
+ServiceAccount mount) — for every controller (tidal-manager, tidal-console, tidal-agent and the NRI
+plugin's pod lookups), all through tidal.kube's one client."""
 from __future__ import annotations
 
-import asyncio
 import datetime
 import ssl
 
@@ -16,7 +15,7 @@ from cryptography.x509.oid import NameOID
 
 from tidal.kube.client import KubeAPI, KubeconfigError
 from tidal.agent.nri.main import NO_LOOKUPS, lookup_access
-from tidal.kube import ClusterAccessError, api_client, in_cluster_missing, in_cluster_server, resolve_kubeconfig
+from tidal.kube import ClusterAccessError, connect, in_cluster_missing, in_cluster_server, resolve_kubeconfig
 from tidal.manager.main import cluster_access
 
 POD_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
@@ -77,29 +76,23 @@ def test_in_cluster_server_brackets_ipv6(host, server):
     assert in_cluster_server({"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": "443"}) == server
 
 
-# -- tidal-manager and tidal-console: kubernetes_asyncio -------------------------------------------
+# -- tidal-manager and tidal-console ---------------------------------------------------------------
 
-def test_kubernetes_asyncio_client_uses_the_service_account_and_rereads_a_rotated_token(account, monkeypatch):
-    from kubernetes_asyncio.config import incluster_config
-    monkeypatch.setattr(incluster_config, "TOKEN_REFRESH_PERIOD", datetime.timedelta(0))
-
-    async def run():
-        api = await api_client(None, environ=POD_ENV, account=account)
-        async with api:
-            configuration = api.configuration
-            assert configuration.host == "https://10.96.0.1:443"
-            assert configuration.ssl_ca_cert == str(account / "ca.crt")
-            first = await configuration.get_api_key_with_prefix("BearerToken")
-            (account / "token").write_text("token-2")  # the kubelet rotated it
-            second = await configuration.get_api_key_with_prefix("BearerToken")
-            return first, second
-
-    assert asyncio.run(run()) == ("Bearer token-1", "Bearer token-2")
+def test_controllers_connect_with_the_service_account_and_reread_a_rotated_token(account):
+    api = KubeAPI.from_kubeconfig(None, user_agent="tidal-manager", environ=POD_ENV, account=account)
+    assert api.server == "https://10.96.0.1:443" and api.user_agent == "tidal-manager"
+    assert api._headers(None)["Authorization"] == "Bearer token-1"
+    (account / "token").write_text("token-2")  # the kubelet rotated it
+    assert api._headers(None)["Authorization"] == "Bearer token-2"
+    assert api._headers(None)["User-Agent"] == "tidal-manager"
 
 
-def test_kubernetes_asyncio_client_without_any_configuration_says_why(tmp_path):
+def test_controllers_without_any_configuration_say_why(tmp_path, monkeypatch):
     with pytest.raises(ClusterAccessError, match="KUBERNETES_SERVICE_HOST unset"):
-        asyncio.run(api_client("", environ={}, account=tmp_path))
+        KubeAPI.from_kubeconfig("", environ={}, account=tmp_path)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ClusterAccessError, match="no --kubeconfig .* and no in-cluster configuration"):
+        connect(None, "tidal-console")
 
 
 def test_manager_runs_its_leader_controllers_only_with_cluster_access(account):

@@ -11,7 +11,7 @@ import logging
 import os
 from pathlib import Path
 
-from tidal.kube import ClusterAccessError, api_client, stop_on_signals
+from tidal.kube import ClusterAccessError, connect, stop_on_signals
 from tidal.api.policy import Predictor
 
 #: containerd's default NRI socket (tidal.agent.nri.probe.DEFAULT_SOCKET, not imported: the NRI
@@ -98,7 +98,7 @@ async def _replay(args) -> None:
         metrics, usage_metrics = node_metrics(registry), scheduler_usage_metrics(registry)
         runner = await serve_health(args.metrics_address, args.metrics_port, registry, lambda: True)
     try:
-        async with await api_client(args.kubeconfig) as api:
+        async with connect(args.kubeconfig, "tidal-agent-replay") as api:
             await run_replay(api, trace, [n for n in args.nodes.split(",") if n], speed=args.speed,
                              report_interval=args.report_interval, predictor=args.predictor,
                              window=args.window, stop=stop, metrics=metrics, usage_metrics=usage_metrics,
@@ -112,8 +112,7 @@ async def _run(args) -> None:
     from tidal.agent.collector.cgroups import CgroupDriver
     from tidal.agent.run import run_node_agent
     stop = stop_on_signals()
-    from tidal.kube.client import KubeAPI
-    async with KubeAPI.from_kubeconfig(args.kubeconfig) as api:
+    async with connect(args.kubeconfig, "tidal-agent") as api:
         await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,
                              report_interval=args.report_interval, stop=stop,
                              history_step_seconds=args.history_step_seconds,
@@ -124,9 +123,8 @@ async def _run(args) -> None:
 
 
 async def _restore(args) -> int:
-    from tidal.kube.client import KubeAPI
     from tidal.agent.run import restore_node
-    async with KubeAPI.from_kubeconfig(args.kubeconfig) as api:
+    async with connect(args.kubeconfig, "tidal-agent") as api:
         problems = await restore_node(api, args.node, args.state_dir)
     for file, problem in problems:
         print(f"tidal-agent restore: {file}: {problem}")
@@ -136,7 +134,6 @@ async def _restore(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from tidal.kube.client import KubeconfigError
     from tidal.agent.replay import TraceError
     try:
         if args.command == "restore":
@@ -149,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as err:
         print(f"tidal-agent replay: {err}")
         return 2
-    except (KubeconfigError, ClusterAccessError) as err:
+    except ClusterAccessError as err:  # a KubeconfigError too
         print(f"tidal-agent {args.command}: {err}")
         return 2
     return 0

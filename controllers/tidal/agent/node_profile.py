@@ -2,14 +2,15 @@
 """Writing a node's NodeProfile status (the agent's only write to the API server besides the
 eviction work of its QoS engine).
 
-``request`` is ``KubeAPI.request`` (``tidal-agent run``) or ``tidal.kube.requester(api)`` over a
-kubernetes_asyncio client (``tidal-agent replay``); both raise an error with ``.status``.
+``request`` is ``KubeAPI.request`` (``tidal-agent run`` and ``tidal-agent replay``), which raises
+the typed errors of :mod:`tidal.kube.errors`.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from tidal.api import qos
+from tidal.kube.errors import Conflict, NotFound
 
 PLURAL = "nodeprofiles"
 COLLECTION = f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/{PLURAL}"
@@ -22,13 +23,11 @@ async def write_status(request, node: str, status: dict[str, Any]) -> None:
     try:
         await request(**patch)
         return
-    except Exception as err:
-        if getattr(err, "status", None) != 404:
-            raise
+    except NotFound:
+        pass
     try:
         await request(method="POST", path=COLLECTION, body={
             "apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile", "metadata": {"name": node}})
-    except Exception as err:
-        if getattr(err, "status", None) != 409:
-            raise
+    except Conflict:
+        pass
     await request(**patch)

@@ -27,7 +27,7 @@ from tidal.agent.collector.sampler import PodInfo, PodUsage, usage_list
 from tidal.agent.node_profile import write_status
 from tidal.agent.run import Predictions
 from tidal.api import qos
-from tidal.kube import requester
+from tidal.kube import KubeAPI, ObjectWatch
 from tidal.metrics import NodeMetrics, SchedulerUsageMetrics
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
 from tidal.api.qos import QoSLevel
@@ -174,7 +174,7 @@ def export_scheduler_usage(metrics: SchedulerUsageMetrics, node: ReplayedNode, c
     metrics.observe(node.name, 1 - cpu_cores / cpus, seconds, memory_total, memory)
 
 
-async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 300.0,
+async def run_replay(api: KubeAPI, trace: NodeTrace, nodes: list[str], *, speed: float = 300.0,
                      report_interval: float = 5.0, predictor: str | None = None, window: int | None = None,
                      memory_bytes_per_core: int = 4 * 1024**3, stop: asyncio.Event | None = None,
                      metrics: NodeMetrics | None = None, usage_metrics: SchedulerUsageMetrics | None = None,
@@ -184,9 +184,7 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
     stop = stop or asyncio.Event()
     replayed = [ReplayedNode(name, (i * trace.span / max(1, len(nodes))) % trace.span, trace.step_seconds)
                 for i, name in enumerate(nodes)]
-    from tidal.kube.watch import ObjectWatch
-    from tidal.kube import RequestAPI
-    policy_watch = ObjectWatch(RequestAPI(api), f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
+    policy_watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
     watcher = asyncio.create_task(policy_watch.run())
     try:
@@ -200,7 +198,7 @@ async def run_replay(api, trace: NodeTrace, nodes: list[str], *, speed: float = 
 
 async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
                        memory_bytes_per_core, stop, metrics, policy_watch, usage=(None, 16, 64 << 30)) -> None:
-    request = requester(api)
+    request = api.request
     start_wall = time.monotonic()
     last_report = -report_interval
     reported_generation = None

@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidal.api import qos
+from tidal.kube.client import KubeAPI
 
 __all__ = ["Authorizer", "Permission", "READ_NODES", "READ_POLICY", "User", "WRITE_NODES", "WRITE_POLICY",
            "PERMISSIONS", "bearer_token"]
 
 CACHE_SECONDS = 10.0
 CACHE_ENTRIES = 4096
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 @dataclass(frozen=True)
@@ -85,13 +88,11 @@ class _TTLCache:
 
 
 class Authorizer:
-    """TokenReview and SubjectAccessReview through `api` (a kubernetes_asyncio ApiClient acting
-    as the console's own identity, which needs create on both)."""
+    """TokenReview and SubjectAccessReview through `api` (acting as the console's own identity,
+    which needs create on both)."""
 
-    def __init__(self, api, ttl: float = CACHE_SECONDS, audiences: list[str] | None = None) -> None:
-        from kubernetes_asyncio import client
-        self.authn = client.AuthenticationV1Api(api)
-        self.authz = client.AuthorizationV1Api(api)
+    def __init__(self, api: KubeAPI, ttl: float = CACHE_SECONDS, audiences: list[str] | None = None) -> None:
+        self.api = api
         self.audiences = audiences
         self._users = _TTLCache(ttl, CACHE_ENTRIES)
         self._decisions = _TTLCache(ttl, CACHE_ENTRIES)
@@ -105,13 +106,14 @@ class Authorizer:
         spec: dict[str, Any] = {"token": token}
         if self.audiences:
             spec["audiences"] = self.audiences
-        review = await self.authn.create_token_review({"apiVersion": "authentication.k8s.io/v1",
+        review = await self.api.create(TOKEN_REVIEWS, {"apiVersion": "authentication.k8s.io/v1",
                                                        "kind": "TokenReview", "spec": spec})
-        status = review.status
+        status = (review or {}).get("status") or {}
+        found = status.get("user") or {}
         user = None
-        if status and status.authenticated and status.user and status.user.username:
-            user = User(status.user.username, status.user.uid or "", tuple(status.user.groups or ()),
-                        {k: list(v) for k, v in (status.user.extra or {}).items()})
+        if status.get("authenticated") and found.get("username"):
+            user = User(found["username"], found.get("uid") or "", tuple(found.get("groups") or ()),
+                        {k: list(v) for k, v in (found.get("extra") or {}).items()})
         self._users.put(key, user or False)
         return user
 
@@ -123,10 +125,13 @@ class Authorizer:
         attributes = {"verb": permission.verb, "resource": permission.resource, "group": permission.group}
         if permission.name:
             attributes["name"] = permission.name
-        review = await self.authz.create_subject_access_review({
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": user.username, "uid": user.uid or None, "groups": list(user.groups),
-                     "extra": user.extra or None, "resourceAttributes": attributes}})
-        decision = bool(review.status and review.status.allowed)
+        spec: dict[str, Any] = {"user": user.username, "groups": list(user.groups), "resourceAttributes": attributes}
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = user.extra
+        review = await self.api.create(SUBJECT_ACCESS_REVIEWS, {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+        decision = bool(((review or {}).get("status") or {}).get("allowed"))
         self._decisions.put(key, decision)
         return decision

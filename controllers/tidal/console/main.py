@@ -33,11 +33,11 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _serve(args) -> None:
     from tidal.console.server import ConsoleConfig, serve
-    from tidal.kube import api_client, stop_on_signals
+    from tidal.kube import connect, stop_on_signals
     stop = stop_on_signals()
     config = ConsoleConfig(prometheus_url=args.prometheus_url, web_dir=args.web_dir,
                            address=args.address, port=args.port, auth_cache_seconds=args.auth_cache_seconds)
-    async with await api_client(args.kubeconfig) as api:
+    async with connect(args.kubeconfig, "tidal-console") as api:
         await serve(api, config, stop)
 
 

@@ -29,15 +29,18 @@ from tidal.console.monitoring import (MonitoringError, PrometheusClient, Prometh
                                       series_of, valid_node_name)
 from tidal.console.openapi import openapi_document
 from tidal.console.policy_update import desired_policy
-from tidal.kube import api_status, raw, raw_json
+from tidal.kube import ApiError as KubeApiError
+from tidal.kube import KubeAPI, custom_path
 from tidal.metrics import ConsoleMetrics, console_metrics
 from tidal.api.policy import DEFAULT_POLICY_NAME, POLICY_KIND, ColocationPolicy, PolicyValidationError, \
     cross_field_rules, field_specs
 
 log = logging.getLogger(__name__)
 
-NODE_PROFILES = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
-POLICIES = (qos.API_GROUP, qos.API_VERSION, "colocationpolicies")
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/pods"
+NODE_PROFILES = custom_path("nodeprofiles")
+POLICY = custom_path("colocationpolicies", DEFAULT_POLICY_NAME)
 MAX_BODY_BYTES = 1024 * 1024
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
@@ -71,13 +74,11 @@ def _error_body(code: int, message: str, fields: list[dict] | None = None) -> di
     return {"error": error}
 
 
-def _kube_error(err) -> ApiError:
+def _kube_error(err: KubeApiError) -> ApiError:
     """An API server error answered to the console's own call, for the caller."""
-    status = api_status(err)
-    message = status.get("message") or err.reason or "API server error"
+    message = err.message or err.reason or "API server error"
     if err.status in (404, 409, 422):
-        causes = ((status.get("details") or {}).get("causes")) or []
-        fields = [{"field": c.get("field", ""), "message": c.get("message", "")} for c in causes] or None
+        fields = [{"field": c.get("field", ""), "message": c.get("message", "")} for c in err.causes] or None
         return ApiError(err.status, message, fields)
     if err.status == 403:
         return ApiError(502, f"the console's own identity is not allowed to do this: {message}")
@@ -85,12 +86,9 @@ def _kube_error(err) -> ApiError:
 
 
 class Console:
-    def __init__(self, api, config: ConsoleConfig, session: aiohttp.ClientSession,
+    def __init__(self, api: KubeAPI, config: ConsoleConfig, session: aiohttp.ClientSession,
                  registry: CollectorRegistry | None = None) -> None:
-        from kubernetes_asyncio import client
         self.api, self.config = api, config
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
         self.auth = Authorizer(api, ttl=config.auth_cache_seconds)
         self.prometheus = PrometheusClient(config.prometheus_url, session)
         self.registry = registry or CollectorRegistry()
@@ -120,44 +118,24 @@ class Console:
 
     # -- reads ------------------------------------------------------------------
     async def _nodes(self) -> list[dict]:
-        return (await raw_json(self.core.list_node(_preload_content=False))).get("items", [])
+        return (await self.api.get(NODES)).get("items", [])
 
     async def _node(self, name: str) -> dict | None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-        try:
-            return await raw_json(self.core.read_node(name, _preload_content=False))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        return await self.api.get_optional(f"{NODES}/{name}")
 
     async def _profiles(self) -> dict[str, dict]:
-        from kubernetes_asyncio.client.exceptions import ApiException
-        try:
-            listing = await raw_json(self.custom.list_cluster_custom_object(*NODE_PROFILES, _preload_content=False))
-        except ApiException as err:
-            if err.status == 404:  # CRD not installed: no agent has reported anywhere
-                return {}
-            raise
+        # None: the CRD is not installed, so no agent has reported anywhere
+        listing = await self.api.get_optional(NODE_PROFILES) or {}
         return {item["metadata"]["name"]: item for item in listing.get("items", [])}
 
     async def _pods(self, node: str | None = None) -> list[dict]:
         selector = "status.phase!=Succeeded,status.phase!=Failed"
         if node:
             selector += f",spec.nodeName={node}"
-        listing = await raw_json(self.core.list_pod_for_all_namespaces(field_selector=selector,
-                                                                       _preload_content=False))
-        return listing.get("items", [])
+        return (await self.api.get(PODS, {"fieldSelector": selector})).get("items", [])
 
     async def _policy_object(self) -> dict | None:
-        from kubernetes_asyncio.client.exceptions import ApiException
-        try:
-            return await raw_json(self.custom.get_cluster_custom_object(*POLICIES, DEFAULT_POLICY_NAME,
-                                                                        _preload_content=False))
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        return await self.api.get_optional(POLICY)
 
     # -- handlers ---------------------------------------------------------------
     async def whoami(self, request: web.Request) -> web.Response:
@@ -204,9 +182,7 @@ class Console:
         decision = views.colocation_toggle(name, node, enabled)
         message = decision.message
         if decision.patch is not None:
-            extra = {"dry_run": dry_run} if dry_run else {}
-            await raw(self.core.patch_node(name, decision.patch, _content_type="application/merge-patch+json",
-                                           _preload_content=False, **extra))
+            await self.api.merge_patch(f"{NODES}/{name}", decision.patch, {"dryRun": dry_run})
             if not enabled:
                 be = sum(1 for p in await self._pods(name) if views.pod_level(p) == "BE")
                 message = views.disabled_message(decision, be)
@@ -255,14 +231,12 @@ class Console:
             raise ApiError(422, str(err), [{"field": e.path, "message": e.message} for e in err.errors]) from None
         manifest = {"apiVersion": qos.API_GROUP_VERSION, "kind": POLICY_KIND,
                     "metadata": {"name": DEFAULT_POLICY_NAME}, "spec": policy.to_spec()}
-        extra = {"dry_run": dry_run} if dry_run else {}
+        params = {"dryRun": dry_run}
         if current is None:
-            written = await raw_json(self.custom.create_cluster_custom_object(*POLICIES, manifest,
-                                                                              _preload_content=False, **extra))
+            written = await self.api.create(custom_path("colocationpolicies"), manifest, params)
         else:
             manifest["metadata"]["resourceVersion"] = version or current["metadata"]["resourceVersion"]
-            written = await raw_json(self.custom.replace_cluster_custom_object(
-                *POLICIES, DEFAULT_POLICY_NAME, manifest, _preload_content=False, **extra))
+            written = await self.api.replace(POLICY, manifest, params)
         changed = current is None or current.get("metadata", {}).get("generation") != \
             written.get("metadata", {}).get("generation")
         self.metrics.writes.labels("policy", "changed" if changed else "unchanged").inc()
@@ -337,14 +311,13 @@ class Console:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
-        from kubernetes_asyncio.client.exceptions import ApiException
         started = time.perf_counter()
         route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
         try:
             response = await handler(request)
         except ApiError as err:
             response = _json(_error_body(err.code, err.message, err.fields), status=err.code, headers=err.headers)
-        except ApiException as err:
+        except KubeApiError as err:
             mapped = _kube_error(err)
             response = _json(_error_body(mapped.code, mapped.message, mapped.fields), status=mapped.code)
         except web.HTTPException as err:
@@ -435,7 +408,7 @@ def policy_schema() -> dict:
     return {"fields": fields, "rules": rules}
 
 
-async def serve(api, config: ConsoleConfig, stop: asyncio.Event) -> None:
+async def serve(api: KubeAPI, config: ConsoleConfig, stop: asyncio.Event) -> None:
     async with aiohttp.ClientSession() as session:
         console = Console(api, config, session)
         runner = web.AppRunner(console.app(), access_log=None)

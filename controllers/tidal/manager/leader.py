@@ -13,20 +13,9 @@ import datetime
 import logging
 from typing import Awaitable, Callable
 
-from tidal.kube import api_status
+from tidal.kube import Conflict, KubeAPI, NotFound, error_summary
 
 log = logging.getLogger(__name__)
-
-
-def api_error_summary(err: BaseException) -> str:
-    """One line for an API error: the status and the server's message (a missing namespace
-    reads 'namespaces "tidal-system" not found'), not the whole response with its headers."""
-    status = getattr(err, "status", None)
-    body = getattr(err, "body", None)
-    if status is None or not body:
-        return str(err) or type(err).__name__
-    message = api_status(err).get("message") or body
-    return f"{status} {getattr(err, 'reason', '') or ''}: {message}".replace("\n", " ")[:500]
 
 
 def _now() -> datetime.datetime:
@@ -43,59 +32,68 @@ def lease_expired(renew_time: datetime.datetime | None, duration_seconds: int | 
     return now > renew_time + datetime.timedelta(seconds=duration_seconds)
 
 
+def _parse_time(text: str | None) -> datetime.datetime | None:
+    """A Lease's MicroTime (``2026-11-25T14:00:00.123456Z``), None when unset or unreadable."""
+    if not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _micro_time(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class LeaderElector:
-    def __init__(self, api, name: str, namespace: str, identity: str, *, lease_seconds: int = 15,
+    def __init__(self, api: KubeAPI, name: str, namespace: str, identity: str, *, lease_seconds: int = 15,
                  renew_deadline: float = 10.0, retry_seconds: float = 2.0) -> None:
-        from kubernetes_asyncio import client
-        self.leases = client.CoordinationV1Api(api)
-        self.client = client
+        self.api = api
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_seconds, self.renew_deadline, self.retry_seconds = lease_seconds, renew_deadline, retry_seconds
         self.is_leader = False
         self.transitions = 0
 
+    @property
+    def _leases(self) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+
     async def try_acquire_or_renew(self) -> bool:
-        from kubernetes_asyncio.client.exceptions import ApiException
         now = _now()
         try:
-            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            body = self.client.V1Lease(
-                metadata=self.client.V1ObjectMeta(name=self.name, namespace=self.namespace),
-                spec=self.client.V1LeaseSpec(holder_identity=self.identity, lease_duration_seconds=self.lease_seconds,
-                                             acquire_time=now, renew_time=now, lease_transitions=0))
+            lease = await self.api.get(f"{self._leases}/{self.name}")
+        except NotFound:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.lease_seconds,
+                             "acquireTime": _micro_time(now), "renewTime": _micro_time(now), "leaseTransitions": 0}}
             try:
-                await self.leases.create_namespaced_lease(self.namespace, body)
+                await self.api.create(self._leases, body)
                 return True
-            except ApiException as create_err:
-                if create_err.status == 409:
-                    return False
-                raise
-        spec = lease.spec
-        mine = spec.holder_identity == self.identity
-        if not mine and not lease_expired(spec.renew_time, spec.lease_duration_seconds, now):
+            except Conflict:
+                return False
+        spec = lease.setdefault("spec", {})
+        mine = spec.get("holderIdentity") == self.identity
+        if not mine and not lease_expired(_parse_time(spec.get("renewTime")), spec.get("leaseDurationSeconds"), now):
             return False
         if not mine:
-            spec.lease_transitions = (spec.lease_transitions or 0) + 1
-            spec.acquire_time = now
-            spec.holder_identity = self.identity
-        spec.renew_time = now
-        spec.lease_duration_seconds = self.lease_seconds
+            spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
+            spec["acquireTime"] = _micro_time(now)
+            spec["holderIdentity"] = self.identity
+        spec["renewTime"] = _micro_time(now)
+        spec["leaseDurationSeconds"] = self.lease_seconds
         try:  # resourceVersion in metadata makes this fail with 409 if someone else wrote first
-            await self.leases.replace_namespaced_lease(self.name, self.namespace, lease)
-        except ApiException as err:
-            if err.status == 409:
-                return False
-            raise
+            await self.api.replace(f"{self._leases}/{self.name}", lease)
+        except Conflict:
+            return False
         return True
 
     async def _attempt(self) -> bool:
         try:
             return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.retry_seconds * 2)
         except Exception as err:  # the API server is unreachable, or refuses: not renewed
-            log.warning("lease %s/%s not acquired or renewed: %s", self.namespace, self.name, api_error_summary(err))
+            log.warning("lease %s/%s not acquired or renewed: %s", self.namespace, self.name, error_summary(err))
             return False
 
     async def run(self, work: Callable[[], Awaitable[None]], stop: asyncio.Event | None = None) -> None:

@@ -49,7 +49,7 @@ async def _leader_work(args, stop: asyncio.Event, metrics) -> None:
     """The leader-elected controllers (oversell master, policy reconciler): every replica
     competes, one works."""
     from tidal.api import qos
-    from tidal.kube import api_client
+    from tidal.kube import connect
     from tidal.manager.leader import LeaderElector
     from tidal.manager.oversell.loop import run_batch_requested, run_master
     from tidal.manager.policy.reconciler import run_policy_reconciler
@@ -70,7 +70,7 @@ async def _leader_work(args, stop: asyncio.Event, metrics) -> None:
             metrics.batch_allocatable.clear()
             metrics.batch_requested.clear()
 
-    async with await api_client(args.kubeconfig) as api:
+    async with connect(args.kubeconfig, "tidal-manager") as api:
         elector = LeaderElector(api, args.lease_name, qos.NAMESPACE, args.identity)
         await elector.run(work, stop)
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from tidal.kube import SERVICE_ACCOUNT, api_client, in_cluster_missing, resolve_kubeconfig, stop_on_signals
+from tidal.kube import SERVICE_ACCOUNT, connect, in_cluster_missing, resolve_kubeconfig, stop_on_signals
 
 from .plugin import TidalNRIPlugin
 
@@ -64,7 +64,7 @@ async def run_nri(args) -> None:
         lookups, kubeconfig = lookup_access(args.kubeconfig, args.in_cluster)
         if lookups:
             from .pod_lookup import ApiServerPods
-            api = await stack.enter_async_context(await api_client(kubeconfig))
+            api = await stack.enter_async_context(connect(kubeconfig, "tidal-agent-nri"))
             lookup = ApiServerPods(api)
         try:
             plugin = TidalNRIPlugin(args.socket, name=args.plugin_name, index=args.plugin_index, pod_lookup=lookup)

@@ -7,24 +7,20 @@ namespace and name, and checks its uid (a pod recreated under the same name is a
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from tidal.api.pod_resources import BatchRequest, batch_by_container
+from tidal.kube.client import KubeAPI
 
 __all__ = ["ApiServerPods"]
 
 
 class ApiServerPods:
-    """``PodLookup`` over a kubernetes_asyncio ApiClient (one GET per BE pod lacking the annotation)."""
+    """``PodLookup`` over a KubeAPI (one GET per BE pod lacking the annotation)."""
 
-    def __init__(self, api) -> None:
-        from kubernetes_asyncio import client
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: KubeAPI) -> None:
+        self.api = api
 
     async def __call__(self, namespace: str, name: str, uid: str) -> dict[str, BatchRequest] | None:
-        from tidal.kube import raw_json
-        pod = await raw_json(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+        pod = await self.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
         if uid and (pod.get("metadata") or {}).get("uid") != uid:
             return None
         return batch_by_container(pod)

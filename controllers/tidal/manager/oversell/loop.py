@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The oversell master's loop: read the policy, run one cycle, sleep; only while leading."""
+"""The oversell master's loop: read the policy, run one cycle on the watch caches, sleep; only
+while leading. Beside it, the count of what BE pods request per node, from a watch cache of the
+live BE pods (re-listed, paged, every few minutes)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +10,7 @@ import logging
 import time
 
 from tidal.api import qos
-from tidal.kube import raw_json, read_policy
+from tidal.kube import KubeAPI, Watcher, read_policy
 from tidal.api.pod_resources import batch_requested
 from tidal.manager.oversell.master import CycleResult, OversellMaster
 from tidal.metrics import ManagerMetrics
@@ -38,49 +40,69 @@ def export_cycle(metrics: ManagerMetrics, result: CycleResult, now: float) -> No
     metrics.last_cycle.set(now)
 
 
-async def run_master(api, interval_seconds: float, metrics: ManagerMetrics | None = None) -> None:
-    while True:
-        try:
-            result = await OversellMaster(api, await read_settings(api)).cycle()
-            log.info("oversell cycle: %d nodes, %d node patches", result.nodes, result.node_patches)
-            if metrics is not None:
-                export_cycle(metrics, result, time.time())
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # one bad cycle must not end the leader's work
-            log.exception("oversell cycle failed")
-            if metrics is not None:
-                metrics.cycles.labels("error").inc()
-        await asyncio.sleep(interval_seconds)
+async def run_master(api: KubeAPI, interval_seconds: float, metrics: ManagerMetrics | None = None) -> None:
+    master = OversellMaster(api, OversellSettings())
+    try:
+        while True:
+            try:
+                master.settings = await read_settings(api)
+                if not master.running:  # the first cycle (or the first after a failed start) starts the caches
+                    await master.start()
+                result = await master.cycle()
+                log.info("oversell cycle: %d nodes, %d node patches", result.nodes, result.node_patches)
+                if metrics is not None:
+                    export_cycle(metrics, result, time.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad cycle must not end the leader's work
+                log.exception("oversell cycle failed")
+                if metrics is not None:
+                    metrics.cycles.labels("error").inc()
+            await asyncio.sleep(interval_seconds)
+    finally:
+        await master.close()
 
 
-#: seconds between two counts of what BE pods request: a paged list of every live pod, so
-#: slower than the master's cycle (the console's charts are 30-second resolution anyway).
+#: seconds between two exports of what BE pods request (the console's charts are 30-second
+#: resolution); the watch cache behind them is current within a second
 BATCH_REQUESTED_INTERVAL = 30.0
+#: seconds between two full (paged) re-lists of the live pods behind the cache
+PODS_RESYNC_SECONDS = 300.0
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 _PAGE = 500
 
 
-def batch_requested_by_node(pods, totals: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
-    """node -> {"cpu": batch millicores, "memory": batch bytes} requested by the BE pods bound
-    to it and not finished, added to ``totals`` (one page of pods at a time). Pure: raw pod
-    JSON in, sums out."""
+def be_pod_request(pod) -> tuple[str, int, int] | None:
+    """(node, batch millicores, batch bytes) a live BE pod bound to a node requests; None for
+    any other pod (not BE, not bound, finished). Pure: raw pod JSON in."""
+    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+    node = spec.get("nodeName")
+    if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    try:
+        level = qos.qos_level_of(meta.get("annotations"))
+    except qos.AnnotationError:
+        return None
+    if level is not qos.QoSLevel.BE:
+        return None
+    cpu, memory = batch_requested(pod)
+    return node, cpu, memory
+
+
+def sum_by_node(requests, totals: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+    """node -> {"cpu", "memory"}: the (node, cpu, memory) of `be_pod_request` summed, into ``totals``."""
     totals = {} if totals is None else totals
-    for pod in pods:
-        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-        node = spec.get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        try:
-            level = qos.qos_level_of(meta.get("annotations"))
-        except qos.AnnotationError:
-            continue
-        if level is not qos.QoSLevel.BE:
-            continue
-        cpu, memory = batch_requested(pod)
+    for node, cpu, memory in requests:
         node_totals = totals.setdefault(node, {"cpu": 0, "memory": 0})
         node_totals["cpu"] += cpu
         node_totals["memory"] += memory
     return totals
+
+
+def batch_requested_by_node(pods, totals: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+    """node -> {"cpu": batch millicores, "memory": batch bytes} requested by the BE pods bound
+    to it and not finished, added to ``totals``. Pure: raw pod JSON in, sums out."""
+    return sum_by_node((r for r in map(be_pod_request, pods) if r is not None), totals)
 
 
 def export_batch_requested(metrics: ManagerMetrics, totals: dict[str, dict[str, int]]) -> None:
@@ -91,28 +113,25 @@ def export_batch_requested(metrics: ManagerMetrics, totals: dict[str, dict[str, 
             metrics.batch_requested.labels(node, resource).set(value)
 
 
-async def _count_live_pods(api) -> dict[str, dict[str, int]]:
-    """Page through every pod that is not finished, keeping only the sums (not the pods)."""
-    from kubernetes_asyncio import client
-    core, totals, token = client.CoreV1Api(api), {}, None
-    while True:
-        page = await raw_json(core.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed", limit=_PAGE,
-            _continue=token, _preload_content=False))
-        batch_requested_by_node(page.get("items") or [], totals)
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return totals
+def be_pods_watch(api: KubeAPI, resync_seconds: float = PODS_RESYNC_SECONDS) -> Watcher:
+    """A watch cache of the live BE pods bound to nodes, each reduced to `be_pod_request`'s
+    (node, cpu, memory): pods are listed in pages and never kept whole."""
+    return Watcher(api, "/api/v1/pods", "live pods (batch requests)", field_selector=LIVE_PODS,
+                   transform=be_pod_request, page_size=_PAGE, resync_seconds=resync_seconds)
 
 
-async def run_batch_requested(api, metrics: ManagerMetrics,
+async def run_batch_requested(api: KubeAPI, metrics: ManagerMetrics,
                               interval_seconds: float = BATCH_REQUESTED_INTERVAL) -> None:
     """Keep ``tidal_node_batch_requested`` current while leading."""
-    while True:
-        try:
-            export_batch_requested(metrics, await _count_live_pods(api))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the metric goes stale, the master goes on
-            log.exception("counting BE pods' batch requests failed")
-        await asyncio.sleep(interval_seconds)
+    pods = be_pods_watch(api)
+    watcher = asyncio.create_task(pods.run())
+    try:
+        while True:
+            if pods.synced.is_set() and not pods.failing:
+                export_batch_requested(metrics, sum_by_node(pods.objects.values()))
+            elif pods.failing:  # the metric goes stale, the master goes on
+                log.warning("BE pods' batch requests not counted: %s", pods.last_error)
+            await asyncio.sleep(interval_seconds if pods.synced.is_set() else 1.0)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)

@@ -1,6 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The oversell master's I/O: one cycle reads nodes and NodeProfiles, decides (pure, in
+"""The oversell master's I/O: one cycle takes the nodes and NodeProfiles, decides (pure, in
 `node_decision`), and writes only what changed beyond the threshold.
+
+Inputs: once :meth:`OversellMaster.start` ran (the manager's loop), watch caches — every node
+that is labelled for overselling or still carries batch amounts (the others are dropped as their
+events arrive, so a node labelled later shows up at once), and every NodeProfile — re-listed every
+:data:`RESYNC_SECONDS` as a safety net. A cycle then makes no reads at all. Without ``start`` (a
+one-off cycle) it lists both afresh. Either way a profile's age is judged against the clock at
+each cycle, so a profile its agent stopped updating still drives its node to 0.
 
 Writes per node, only when `should_write` says so for either resource:
 - mode ``extendedResources``: a JSON patch of the Node's status (capacity and allocatable
@@ -21,16 +28,21 @@ from typing import Any
 
 from tidal.api import qos
 from tidal.api.json_patch import escape as _escape
-from tidal.kube import raw, raw_json
+from tidal.kube import KubeAPI, NotFound, Watcher, custom_path, error_summary
 from tidal.manager.oversell.arithmetic import should_write
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_MEMORY_ANNOTATION,
                                                   VOLCANO_OVERSUBSCRIPTION_LABEL, NodeDecision,
                                                   OversellSettings, current_amounts, decide_node)
 
 log = logging.getLogger(__name__)
-NODE_PROFILES = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
+NODES = "/api/v1/nodes"
+NODE_PROFILES = custom_path("nodeprofiles")
+EVENTS = "/api/v1/namespaces/default/events"
 LARGE_DROP_FRACTION = 0.5
 MAX_CONCURRENT_WRITES = 32
+#: seconds between two full re-lists of the watched nodes and NodeProfiles
+RESYNC_SECONDS = 60.0
+REPORTING_MODES = ("extendedResources", "volcanoAnnotations")
 
 
 @dataclass
@@ -61,26 +73,97 @@ def volcano_patch(amounts: dict[str, int]) -> dict[str, Any]:
                         VOLCANO_MEMORY_ANNOTATION: str(amounts[qos.BATCH_MEMORY_RESOURCE])}}}
 
 
-class OversellMaster:
-    """Run `cycle()` periodically while leading; `api` is a kubernetes_asyncio ApiClient."""
+def master_node(node: dict) -> dict | None:
+    """What the master keeps of a node: None for a node it has nothing to do with (not labelled
+    for overselling, no batch amounts in any reporting mode); else the node without its image
+    list and managed fields, which no decision reads and which make most of a real node's size."""
+    meta = node.get("metadata") or {}
+    labelled = (meta.get("labels") or {}).get(qos.OVERSUBSCRIPTION_NODE_LABEL) == "true"
+    if not labelled and not any(any(current_amounts(node, mode).values()) for mode in REPORTING_MODES):
+        return None
+    status = node.get("status") or {}
+    slim = dict(node)
+    slim["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if "images" in status:
+        slim["status"] = {k: v for k, v in status.items() if k != "images"}
+    return slim
 
-    def __init__(self, api, settings: OversellSettings, clock=lambda: datetime.datetime.now(datetime.timezone.utc)):
-        from kubernetes_asyncio import client
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+
+def _profile(obj: dict) -> dict:
+    meta = obj.get("metadata") or {}
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}} if "managedFields" in meta \
+        else obj
+
+
+class OversellMaster:
+    """`cycle()` periodically while leading, after `start()` (watch caches) and until `close()`;
+    or a one-off `cycle()` (fresh lists)."""
+
+    def __init__(self, api: KubeAPI, settings: OversellSettings,
+                 clock=lambda: datetime.datetime.now(datetime.timezone.utc),
+                 resync_seconds: float = RESYNC_SECONDS):
         self.api = api
         self.settings = settings
         self.clock = clock
+        self.nodes = Watcher(api, NODES, "nodes (oversell)", transform=master_node, page_size=500,
+                             resync_seconds=resync_seconds)
+        self.profiles = Watcher(api, NODE_PROFILES, "NodeProfiles (oversell)", transform=_profile, page_size=500,
+                                resync_seconds=resync_seconds)
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        """List both inputs once and keep them current by watching, until `close()`."""
+        await self.nodes.relist()
+        await self._relist_profiles()
+        self._tasks = [asyncio.create_task(w.run()) for w in (self.nodes, self.profiles)]
+
+    @property
+    def running(self) -> bool:
+        """Whether the watch caches run (`start()` was called, `close()` not yet)."""
+        return bool(self._tasks)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def __aenter__(self) -> OversellMaster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _relist_profiles(self) -> None:
+        try:
+            await self.profiles.relist()
+        except Exception as err:  # CRD missing: every node degrades to 0, which is safe
+            self.profiles.objects = {}
+            log.warning("cannot list NodeProfiles (%s): every oversold node goes to 0", error_summary(err))
+
+    async def _inputs(self) -> tuple[list[dict], dict[str, dict]]:
+        """The nodes to decide and the NodeProfiles by name: the caches when started, else fresh lists."""
+        if not self.running:
+            await self.nodes.relist()
+            await self._relist_profiles()
+        elif self.nodes.failing:  # as a failed list did: no cycle on nodes the master cannot see
+            raise RuntimeError(f"watch of nodes failing: {error_summary(self.nodes.last_error)}")
+        elif self.profiles.failing and isinstance(self.profiles.last_error, NotFound):
+            log.warning("no NodeProfiles (%s): every oversold node goes to 0",
+                        error_summary(self.profiles.last_error))
+        profiles = {}
+        for item in self.profiles.objects.values():
+            profiles[item["metadata"]["name"]] = item
+        return list(self.nodes.objects.values()), profiles
 
     async def _patch_node_status(self, name: str, ops: list[dict]) -> None:
-        # A list body is sent as application/json-patch+json; the answer is not needed.
-        await raw(self.core.patch_node_status(name, ops, _preload_content=False))
+        await self.api.json_patch(f"{NODES}/{name}/status", ops)
 
     async def cycle(self) -> CycleResult:
         now = self.clock()
         result = CycleResult()
-        raw_nodes = await self._list_nodes()
-        profiles = await self._list_profiles()
+        raw_nodes, profiles = await self._inputs()
         writes = []
         for node in raw_nodes:
             meta = node.get("metadata") or {}
@@ -113,7 +196,7 @@ class OversellMaster:
                      now: datetime.datetime, result: CycleResult) -> None:
         name, desired = decision.node, decision.amounts
         if self.settings.reporting_mode == "volcanoAnnotations":
-            await self.core.patch_node(name, volcano_patch(desired))
+            await self.api.strategic_patch(f"{NODES}/{name}", volcano_patch(desired))
         else:
             await self._patch_node_status(name, node_status_patch(node, desired))
         result.node_patches += 1
@@ -121,37 +204,22 @@ class OversellMaster:
                  current[qos.BATCH_CPU_RESOURCE], desired[qos.BATCH_CPU_RESOURCE],
                  current[qos.BATCH_MEMORY_RESOURCE], desired[qos.BATCH_MEMORY_RESOURCE])
         if has_profile:
-            await raw(self.custom.patch_cluster_custom_object_status(
-                *NODE_PROFILES, name, {"status": {"oversell": decision.to_status(now)}},
-                _content_type="application/merge-patch+json", _preload_content=False))
+            await self.api.merge_patch(f"{NODE_PROFILES}/{name}/status",
+                                       {"status": {"oversell": decision.to_status(now)}})
             result.profile_patches += 1
         if any(current[k] and desired[k] <= current[k] * (1 - LARGE_DROP_FRACTION) for k in desired):
             await self._event(name, decision, current, now)
             result.events += 1
 
-    async def _list_nodes(self) -> list[dict]:
-        # Raw JSON, not the generated models: a 5,000-node list deserialises several times faster.
-        return (await raw_json(self.core.list_node(_preload_content=False))).get("items", [])
-
-    async def _list_profiles(self) -> dict[str, dict]:
-        try:
-            listing = await raw_json(self.custom.list_cluster_custom_object(*NODE_PROFILES,
-                                                                             _preload_content=False))
-        except Exception as err:  # CRD missing: every node degrades to 0, which is safe
-            log.warning("cannot list NodeProfiles (%s): every oversold node goes to 0", err)
-            return {}
-        return {item["metadata"]["name"]: item for item in listing.get("items", [])}
-
     async def _event(self, name: str, decision: NodeDecision, current: dict, now: datetime.datetime) -> None:
-        from kubernetes_asyncio import client
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         message = (f"batch resources dropped: cpu {current[qos.BATCH_CPU_RESOURCE]} -> {decision.cpu.result} m, "
                    f"memory {current[qos.BATCH_MEMORY_RESOURCE]} -> {decision.memory.result} bytes; "
                    + "; ".join(decision.notes or (decision.cpu.reason,)))
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{name}.tidal-oversell.", namespace="default"),
-            involved_object=client.V1ObjectReference(kind="Node", name=name, uid=name, api_version="v1"),
-            reason="BatchResourcesDropped", message=message[:1024], type="Warning",
-            source=client.V1EventSource(component="tidal-manager"),
-            first_timestamp=stamp, last_timestamp=stamp, count=1)
-        await self.core.create_namespaced_event("default", body)
+        await self.api.create(EVENTS, {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{name}.tidal-oversell.", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": name, "uid": name, "apiVersion": "v1"},
+            "reason": "BatchResourcesDropped", "message": message[:1024], "type": "Warning",
+            "source": {"component": "tidal-manager"},
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1})

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tidal.api import qos
-from tidal.kube.watch import ObjectWatch, Watcher
-from tidal.kube import RequestAPI
+from tidal.kube import KubeAPI, ObjectWatch, Watcher
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 
 from .rollout import NodeReport, rollout_status
@@ -33,17 +32,16 @@ def _name(obj) -> str:
     return obj["metadata"]["name"]
 
 
-async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event | None = None,
+async def run_policy_reconciler(api: KubeAPI, interval: float = 0.5, stop: asyncio.Event | None = None,
                                 volcano=None, metrics: dict[str, str] | None = None) -> None:
-    """Run until cancelled (or ``stop``); ``api`` is a kubernetes_asyncio ApiClient; ``volcano``
-    a target of ``volcano_target`` (None: leave Volcano alone); ``metrics`` the Prometheus
-    source to put in Volcano's configuration (None: leave it alone)."""
+    """Run until cancelled (or ``stop``); ``volcano`` a target of ``volcano_target`` (None: leave
+    Volcano alone); ``metrics`` the Prometheus source to put in Volcano's configuration (None:
+    leave it alone)."""
     stop = stop or asyncio.Event()
-    rest = RequestAPI(api)
-    policy = ObjectWatch(rest, POLICIES, DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
-    nodes = Watcher(rest, "/api/v1/nodes", "colocation nodes", transform=_name,
+    policy = ObjectWatch(api, POLICIES, DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
+    nodes = Watcher(api, "/api/v1/nodes", "colocation nodes", transform=_name,
                     label_selector=f"{qos.COLOCATION_NODE_LABEL}={qos.NODE_LABEL_ENABLED_VALUE}")
-    profiles = Watcher(rest, PROFILES, "NodeProfiles",
+    profiles = Watcher(api, PROFILES, "NodeProfiles",
                        transform=lambda obj: (_name(obj), NodeReport.from_profile(obj)))
     watchers = [asyncio.create_task(w.run()) for w in (policy, nodes, profiles)]
     seen: Any = None
@@ -55,8 +53,8 @@ async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event 
             if obj is not None and key != seen:
                 seen = key
                 try:
-                    scheduler = await _configure_volcano(rest, volcano, obj, metrics)
-                    await _reconcile(rest, obj, nodes.objects.values(), dict(profiles.objects.values()), scheduler)
+                    scheduler = await _configure_volcano(api, volcano, obj, metrics)
+                    await _reconcile(api, obj, nodes.objects.values(), dict(profiles.objects.values()), scheduler)
                 except Exception as err:  # retried at the next change or within 30 s
                     log.warning("ColocationPolicy status not updated: %s", err)
                     seen = None
@@ -69,19 +67,19 @@ async def run_policy_reconciler(api, interval: float = 0.5, stop: asyncio.Event 
             w.cancel()
 
 
-async def _configure_volcano(rest: RequestAPI, target, obj, metrics) -> tuple[bool, str] | None:
+async def _configure_volcano(api: KubeAPI, target, obj, metrics) -> tuple[bool, str] | None:
     """Render the policy's load-aware scheduling into Volcano's configuration; (ok, message)."""
     if target is None:
         return None
     try:
         policy = ColocationPolicy.from_spec(obj.get("spec") or {})
-        text, version = await target.read(rest)
+        text, version = await target.read(api)
         rendered = render(text, policy.load_aware_scheduling, metrics)
         las = policy.load_aware_scheduling
         summary = (f"usage plugin {'on' if las.enabled else 'predicate off'}, thresholds cpu "
                    f"{las.cpu_threshold_percent}% memory {las.memory_threshold_percent}%")
         if rendered != text:
-            await target.write(rest, rendered, version)
+            await target.write(api, rendered, version)
             log.info("Volcano scheduler configuration (%s): %s", target.describe(), summary)
         return True, f"{target.describe()}: {summary}"
     except Exception as err:
@@ -89,16 +87,14 @@ async def _configure_volcano(rest: RequestAPI, target, obj, metrics) -> tuple[bo
         return False, f"{target.describe()}: {err}"
 
 
-async def _reconcile(rest: RequestAPI, obj, node_names, reports, scheduler=None) -> None:
+async def _reconcile(api: KubeAPI, obj, node_names, reports, scheduler=None) -> None:
     generation = int(obj["metadata"].get("generation") or 0)
     current = obj.get("status") or {}
     status = rollout_status(generation, node_names, reports, datetime.now(UTC), current, scheduler)
     if status == current:
         return
-    await rest.request("PATCH", f"{POLICIES}/{DEFAULT_POLICY_NAME}/status",
-                       body={"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                             "status": status},
-                       content_type="application/merge-patch+json")
+    await api.merge_patch(f"{POLICIES}/{DEFAULT_POLICY_NAME}/status",
+                           {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status})
     if status["appliedNodes"] != current.get("appliedNodes") or generation != current.get("observedGeneration"):
         log.info("ColocationPolicy generation %d: %d/%d colocation nodes applied", generation,
                  status["appliedNodes"], status["totalNodes"])

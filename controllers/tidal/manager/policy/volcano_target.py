@@ -19,10 +19,10 @@ class FileTarget:
     def describe(self) -> str:
         return f"file {self.path}"
 
-    async def read(self, rest) -> tuple[str, object]:
+    async def read(self, api) -> tuple[str, object]:
         return self.path.read_text(), None
 
-    async def write(self, rest, text: str, version: object) -> None:
+    async def write(self, api, text: str, version: object) -> None:
         tmp = self.path.with_name(self.path.name + ".tidal.tmp")
         tmp.write_text(text)
         os.replace(tmp, self.path)  # one atomic change for Volcano's file watch
@@ -41,14 +41,12 @@ class ConfigMapTarget:
     def path(self) -> str:
         return f"/api/v1/namespaces/{self.namespace}/configmaps/{self.name}"
 
-    async def read(self, rest) -> tuple[str, object]:
-        cm = await rest.request("GET", self.path)
+    async def read(self, api) -> tuple[str, object]:
+        cm = await api.get(self.path)
         return (cm.get("data") or {}).get(self.key, ""), cm["metadata"]["resourceVersion"]
 
-    async def write(self, rest, text: str, version: object) -> None:
-        await rest.request("PATCH", self.path, body={"metadata": {"resourceVersion": version},
-                                                     "data": {self.key: text}},
-                           content_type="application/merge-patch+json")
+    async def write(self, api, text: str, version: object) -> None:
+        await api.merge_patch(self.path, {"metadata": {"resourceVersion": version}, "data": {self.key: text}})
 
 
 def parse_target(spec: str) -> FileTarget | ConfigMapTarget | None:

@@ -107,7 +107,7 @@ def main() -> int:
     consoles = []
     try:
         log(f"starting a private lab in {lab.dir}")
-        lab.up(nodes=0)
+        lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
         with lab.api_client() as api:
             create_or_replace_all(api, crd_manifests() + cluster_roles(), wait_established=True)
             core = client.CoreV1Api(api)

@@ -231,7 +231,7 @@ def main() -> int:
     results: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
     try:
         log(f"starting a private lab in {lab.dir}")
-        lab.up(nodes=0)
+        lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
         with lab.api_client() as api:
             create_or_replace_all(api, crd_manifests(), wait_established=True)
             core = client.CoreV1Api(api)

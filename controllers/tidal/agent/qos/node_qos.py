@@ -31,6 +31,7 @@ from tidal.api.policy import ColocationPolicy, PolicyValidationError
 from tidal.api.qos import QoSLevel
 
 from .engine import QoSEngine, colocation_enabled
+from .feature import Context
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
@@ -203,10 +204,14 @@ class NodeQoS:
                           capabilities=self.capabilities, layout=self.layout,
                           cpu_controller_root=self.cpu_controller_root)
         enabled = self.enabled
-        result, changed = self.engine.reconcile(state, enabled)
+        usage = usage_percent(sampler, self.node_cpus)
+        ctx = Context(state, enabled, self.clock(), self.engine.options, usage, sampler, self._annotations)
+        outcome = self.engine.run(ctx)
+        result, changed = outcome.result, outcome.changed
         for write, problem in result.errors:
             log.warning("cgroup write failed: %s", problem)
-        usage = usage_percent(sampler, self.node_cpus)
+        for name, file, problem in outcome.problems:
+            log.warning("%s: %s: %s", name, file, problem)
         reclaim_round(self, sampler, usage, enabled)
         numa_round(self, enabled)
         resctrl_round(self, online, enabled)

@@ -20,7 +20,6 @@ from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.qos.egress_bandwidth import EgressActuator
 from tidal.agent.nri.probe import nri_capability
 from tidal.agent.qos.engine import QoSEngine, colocation_enabled
-from tidal.agent.qos.memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
 from tidal.agent.qos.numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
@@ -279,7 +278,6 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     """Uninstall / colocation off for good: put back every cgroup value the agent changed and
     remove the offline-evicting taint. Returns the files that could not be restored."""
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
-    problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
     problems += restore(RestoreJournal(Path(state_dir) / NUMA_JOURNAL))  # NUMA affinity
     problems += remove_groups()  # resctrl groups (threads go back to the default group)
     problems += [("tc", p) for p in EgressActuator(None).undo()]  # BE egress shaping (tfb* IFB devices)

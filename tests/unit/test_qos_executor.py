@@ -1,0 +1,56 @@
+"""The executor: one journal (older agents' journals merged into it), the safety check on every
+write, and the registry's features in one round."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tidal.agent.executor import Executor
+from tidal.agent.executor.cgroupfs import CgroupTrigger, CgroupWrite, RestoreJournal, UnsafeWriteError
+from tidal.agent.qos import registry
+from tidal.agent.qos.engine import QoSEngine
+
+
+def test_older_journals_are_merged_once_and_the_one_journal_wins(tmp_path):
+    (tmp_path / "qos-journal.json").write_text(json.dumps({"originals": {"/a": "1"}}))
+    (tmp_path / "memory-reclaim-journal.json").write_text(json.dumps({"originals": {"/a": "9", "/b": "2"}}))
+    legacy = [tmp_path / "memory-reclaim-journal.json", tmp_path / "numa-journal.json"]  # the second absent
+    journal = RestoreJournal(tmp_path / "qos-journal.json", legacy)
+    assert journal.originals == {"/a": "1", "/b": "2"}
+    assert json.loads((tmp_path / "qos-journal.json").read_text()) == {"originals": {"/a": "1", "/b": "2"}}
+    assert json.loads(legacy[0].read_text()) == {"originals": {}} and not legacy[1].exists()
+    assert RestoreJournal(tmp_path / "qos-journal.json", legacy).originals == {"/a": "1", "/b": "2"}
+
+
+def test_the_engine_reads_the_older_journals_beside_its_own(tmp_path):
+    names = registry.LEGACY_JOURNALS
+    assert "memory-reclaim-journal.json" in names
+    (tmp_path / names[0]).write_text(json.dumps({"originals": {"/x/memory.high": "max"}}))
+    assert QoSEngine(tmp_path / "qos-journal.json").journal.originals == {"/x/memory.high": "max"}
+
+
+def test_every_write_and_request_is_checked(tmp_path):
+    root = tmp_path / "kubepods"
+    (root / "pod").mkdir(parents=True)
+    (root / "pod" / "memory.reclaim").write_text("")
+    executor = Executor(tmp_path / "j.json")
+    for write in ([CgroupWrite(tmp_path / "other", "cpu.shares", "2")],):
+        with pytest.raises(UnsafeWriteError):
+            executor.execute(write, [], [root])
+    with pytest.raises(UnsafeWriteError):
+        executor.execute([], [CgroupTrigger(root / "pod" / "..", "memory.reclaim", "1")], [root])
+    out = executor.execute([], [CgroupTrigger(root / "pod", "memory.reclaim", "4096"),
+                                CgroupTrigger(root / "gone", "memory.reclaim", "4096")], [root])
+    assert out.done == {f"{root}/pod/memory.reclaim"} and out.problems == []
+    assert (root / "pod" / "memory.reclaim").read_text() == "4096"
+    assert executor.journal.originals == {}  # requests are never journalled
+
+
+def test_one_module_per_feature_with_unique_names():
+    features = registry.features()
+    names = [f.name for f in features]
+    assert len(set(names)) == len(names)
+    assert names[:4] == ["be-cpu-suppression", "be-cpu-priority", "be-batch-resources", "cpu-burst"]
+    for feature in features:
+        assert callable(feature.enabled) and callable(feature.plan) and callable(feature.undo)

@@ -89,7 +89,7 @@ class QoSEngine:
             self._roots = (key, tuple(sorted(roots)))
         return self._roots[1]
 
-    def _plans(self, ctx: Context) -> dict[str, Plan]:
+    def _plans(self, ctx: Context) -> tuple[Context, dict[str, Plan]]:
         """Plans of the features switched on, undo plans of the others. Features that read no
         usage are recomputed only when their inputs (pods, policy, capabilities, layout) change."""
         state = ctx.state
@@ -101,7 +101,8 @@ class QoSEngine:
         on = [f for f in self.features if f.enabled(ctx)]
         sensing = [f for f in on if hasattr(f, "sense")]
         if sensing:
-            ctx = replace(ctx, observed={f.name: f.sense(ctx) for f in sensing})
+            ctx = replace(ctx, journaled=self.executor.journal.originals.keys())
+            ctx = replace(ctx, observed={**ctx.observed, **{f.name: f.sense(ctx) for f in sensing}})
         plans: dict[str, Plan] = {}
         for feature in self.features:
             if feature not in on:
@@ -113,13 +114,13 @@ class QoSEngine:
                 if plan is None:
                     plan = cached[feature.name] = feature.plan(ctx)
                 plans[feature.name] = plan
-        return plans
+        return ctx, plans
 
     def run(self, ctx: Context) -> RoundOutcome:
         """One round (``ctx.enabled``: the node is labelled for colocation)."""
         if not ctx.enabled:
             return self._undo(ctx, self.roots(ctx.state) if ctx.state is not None else ())
-        plans = self._plans(ctx)
+        ctx, plans = self._plans(ctx)
         cgroup_plans = []
         others: list = []
         reread: list[str] = []

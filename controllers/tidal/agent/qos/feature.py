@@ -34,7 +34,7 @@ The :class:`Plan` a feature returns holds intents, nothing is done by the featur
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -112,6 +112,9 @@ class Context:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: what features' ``sense`` read this round, by feature name
     observed: Mapping[str, Any] = field(default_factory=dict)
+    #: files whose originals the executor's journal holds (set for ``sense``: a restarted agent
+    #: recognises its own earlier changes)
+    journaled: Collection[str] = frozenset()
 
     @property
     def policy(self) -> ColocationPolicy:

@@ -36,8 +36,6 @@ from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction,
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
 from .egress_bandwidth import EgressActuator, egress_round
-from .numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
-from .numa_affinity import NUMAAffinityActuator, numa_round
 from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
 from .resctrl import ResctrlActuator, resctrl_round
 from .policy_status import policy_status
@@ -113,7 +111,6 @@ class NodeQoS:
         self.clock = clock
         self.eviction = WatermarkEviction()
         self.interference = PSIInterferenceEviction()
-        self.numa = NUMAAffinityActuator(layout, engine.journal_path.with_name(NUMA_JOURNAL))
         self.resctrl = ResctrlActuator(layout)
         self.egress = EgressActuator(layout)
         self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
@@ -209,7 +206,6 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
-        numa_round(self, enabled)
         resctrl_round(self, online, enabled)
         egress_round(self, enabled)
         decisions: list[Decision] = []

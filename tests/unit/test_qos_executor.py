@@ -54,3 +54,17 @@ def test_one_module_per_feature_with_unique_names():
     assert names[:4] == ["be-cpu-suppression", "be-cpu-priority", "be-batch-resources", "cpu-burst"]
     for feature in features:
         assert callable(feature.enabled) and callable(feature.plan) and callable(feature.undo)
+
+
+def test_resctrl_intents_touch_only_the_agents_groups(tmp_path):
+    from tidal.agent.executor.resctrl import ResctrlExecutor, ResctrlGroup, ResctrlRemoveGroups, UnsafeGroupError
+    (tmp_path / "other").mkdir()
+    (tmp_path / "tidal-be").mkdir()
+    executor, problems = ResctrlExecutor(remove=Path.rmdir), []
+    for name in ("other", "tidal-../x", "../tidal-x"):
+        with pytest.raises(UnsafeGroupError):
+            executor.execute([ResctrlGroup(tmp_path, name, {})], set(), problems)
+    done: set[str] = set()
+    executor.execute([ResctrlRemoveGroups(tmp_path)], done, problems)
+    assert problems == [] and sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+    assert done == {f"{tmp_path}/tidal-*"}

@@ -23,7 +23,6 @@ from tidal.agent.qos.engine import QoSEngine, colocation_enabled
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
-from tidal.agent.qos.resctrl import remove_groups
 from tidal.kube.watch import ObjectWatch
 from tidal.metrics import node_metrics, scheduler_usage_metrics
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
@@ -276,7 +275,6 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     """Uninstall / colocation off for good: put back every cgroup value the agent changed and
     remove the offline-evicting taint. Returns the files that could not be restored."""
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
-    problems += remove_groups()  # resctrl groups (threads go back to the default group)
     problems += [("tc", p) for p in EgressActuator(None).undo()]  # BE egress shaping (tfb* IFB devices)
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)

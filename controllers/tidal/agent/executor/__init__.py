@@ -6,16 +6,20 @@ Features plan intents (:class:`~tidal.agent.qos.feature.Plan`); the executor car
   original journalled first in the one :class:`~.cgroupfs.RestoreJournal`
   (``qos-journal.json``), only differing values written; and write-only requests
   (``memory.reclaim``);
+* :mod:`.resctrl`: the agent's resctrl groups (``tidal-*`` only), their schemata and members;
 
 It reads only what it needs to write correctly (current values, existing groups and devices).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cgroupfs import ApplyResult, CgroupTrigger, CgroupWrite, RestoreJournal, apply, restore, trigger
+from .resctrl import ResctrlExecutor, ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups
+
+RESCTRL = (ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups)
 
 __all__ = ["Executor", "Outcome"]
 
@@ -54,8 +58,9 @@ class Executor:
     """
 
     def __init__(self, journal_path: Path | str, *, legacy: Iterable[Path | str] = (),
-                 verify_every: int = 5) -> None:
+                 verify_every: int = 5, resctrl_remove: Callable[[Path], None] = Path.rmdir) -> None:
         self.journal = RestoreJournal(journal_path, legacy)
+        self.resctrl = ResctrlExecutor(resctrl_remove)
         self.verify_every = verify_every
         self.known: dict[str, str] = {}
         self._rounds = 0
@@ -87,8 +92,11 @@ class Executor:
             done, problems = trigger(requests, roots)
             out.done.update(r.key for r in done)
             out.problems += problems
-        rest = [i for i in intents if not isinstance(i, CgroupTrigger)]
-        if rest:
+        resctrl = [i for i in intents if isinstance(i, RESCTRL)]
+        if resctrl:
+            self.resctrl.execute(resctrl, out.done, out.problems)
+        if len(requests) + len(resctrl) != len(intents):
+            rest = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL))]
             raise TypeError(f"no executor for {rest[0]!r}")
 
     def undo(self, others: Sequence[object], roots: Sequence[Path]) -> Outcome:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,7 +43,7 @@ from tidal.api.policy import ColocationPolicy
 
 from .strategy import NodeState, Strategy
 
-__all__ = ["Context", "EMPTY", "Feature", "Gauge", "Options", "Plan", "Report", "StrategyFeature"]
+__all__ = ["Context", "EMPTY", "Feature", "Gauge", "Options", "Plan", "Report", "StrategyFeature", "run_alone"]
 
 log = logging.getLogger(__name__)
 
@@ -160,3 +160,14 @@ class StrategyFeature:
 
     def undo(self, ctx: Context) -> Plan:
         return EMPTY
+
+
+def run_alone(feature: Feature, ctx: Context) -> Plan:
+    """One feature's plan for a round, as the engine would ask it (tests and tools driving one
+    feature without the node's engine)."""
+    if ctx.enabled and feature.enabled(ctx):
+        sense = getattr(feature, "sense", None)
+        if sense is not None:
+            ctx = replace(ctx, observed={**ctx.observed, feature.name: sense(ctx)})
+        return feature.plan(ctx)
+    return feature.undo(ctx)

@@ -37,7 +37,6 @@ from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
 from .egress_bandwidth import EgressActuator, egress_round
 from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
-from .resctrl import ResctrlActuator, resctrl_round
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
 
@@ -111,7 +110,6 @@ class NodeQoS:
         self.clock = clock
         self.eviction = WatermarkEviction()
         self.interference = PSIInterferenceEviction()
-        self.resctrl = ResctrlActuator(layout)
         self.egress = EgressActuator(layout)
         self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
                                        node_psi=self.capabilities.get("psi", False))
@@ -206,7 +204,6 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
-        resctrl_round(self, online, enabled)
         egress_round(self, enabled)
         decisions: list[Decision] = []
         self._refresh_watermarks()

@@ -68,3 +68,27 @@ def test_resctrl_intents_touch_only_the_agents_groups(tmp_path):
     executor.execute([ResctrlRemoveGroups(tmp_path)], done, problems)
     assert problems == [] and sorted(p.name for p in tmp_path.iterdir()) == ["other"]
     assert done == {f"{tmp_path}/tidal-*"}
+
+
+def test_tc_intents_name_only_host_veths_and_their_ifb_devices():
+    from tidal.agent.executor.tc import TcExecutor, TcShape, TcShapeOnly, UnsafeShapeError
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def shape(self, veth, ifindex, bps):
+            self.calls.append((veth, ifindex, bps))
+
+        def shaped(self):
+            return {}
+
+    shaper = Recorder()
+    executor = TcExecutor(shaper)
+    for bad in (TcShape("tfb12", 12, 1000), TcShape("eth0; rm", 3, 1000), TcShape("veth1", 0, 1000)):
+        with pytest.raises(UnsafeShapeError):
+            executor.execute([TcShapeOnly((bad,))], set(), [])
+    done: set[str] = set()
+    executor.execute([TcShapeOnly((TcShape("veth1", 7, 1000),))], done, [])
+    executor.execute([TcShapeOnly((TcShape("veth1", 7, 1000),))], done, [])  # same rate: not again
+    assert shaper.calls == [("veth1", 7, 8000)] and done == {"tc:tfb7"}

@@ -17,7 +17,6 @@ from tidal.agent.node_profile import write_status
 from tidal.agent.prediction import STATISTICS, online_peak, system_usage
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
-from tidal.agent.qos.egress_bandwidth import EgressActuator
 from tidal.agent.nri.probe import nri_capability
 from tidal.agent.qos.engine import QoSEngine, colocation_enabled
 from tidal.agent.qos.node_actions import NodeActions
@@ -275,7 +274,6 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     """Uninstall / colocation off for good: put back every cgroup value the agent changed and
     remove the offline-evicting taint. Returns the files that could not be restored."""
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
-    problems += [("tc", p) for p in EgressActuator(None).undo()]  # BE egress shaping (tfb* IFB devices)
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)
     return problems

@@ -7,6 +7,7 @@ Features plan intents (:class:`~tidal.agent.qos.feature.Plan`); the executor car
   (``qos-journal.json``), only differing values written; and write-only requests
   (``memory.reclaim``);
 * :mod:`.resctrl`: the agent's resctrl groups (``tidal-*`` only), their schemata and members;
+* :mod:`.tc`: BE pods' egress shaping (``tfb*`` IFB devices and their veths' ingress qdisc).
 
 It reads only what it needs to write correctly (current values, existing groups and devices).
 """
@@ -18,8 +19,10 @@ from pathlib import Path
 
 from .cgroupfs import ApplyResult, CgroupTrigger, CgroupWrite, RestoreJournal, apply, restore, trigger
 from .resctrl import ResctrlExecutor, ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups
+from .tc import TcExecutor, TcShaper, TcShapeOnly, TcUnshapeAll
 
 RESCTRL = (ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups)
+TC = (TcShapeOnly, TcUnshapeAll)
 
 __all__ = ["Executor", "Outcome"]
 
@@ -58,9 +61,11 @@ class Executor:
     """
 
     def __init__(self, journal_path: Path | str, *, legacy: Iterable[Path | str] = (),
-                 verify_every: int = 5, resctrl_remove: Callable[[Path], None] = Path.rmdir) -> None:
+                 verify_every: int = 5, resctrl_remove: Callable[[Path], None] = Path.rmdir,
+                 shaper: TcShaper | None = None) -> None:
         self.journal = RestoreJournal(journal_path, legacy)
         self.resctrl = ResctrlExecutor(resctrl_remove)
+        self.tc = TcExecutor(shaper)
         self.verify_every = verify_every
         self.known: dict[str, str] = {}
         self._rounds = 0
@@ -95,8 +100,11 @@ class Executor:
         resctrl = [i for i in intents if isinstance(i, RESCTRL)]
         if resctrl:
             self.resctrl.execute(resctrl, out.done, out.problems)
-        if len(requests) + len(resctrl) != len(intents):
-            rest = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL))]
+        tc = [i for i in intents if isinstance(i, TC)]
+        if tc:
+            self.tc.execute(tc, out.done, out.problems)
+        if len(requests) + len(resctrl) + len(tc) != len(intents):
+            rest = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL, *TC))]
             raise TypeError(f"no executor for {rest[0]!r}")
 
     def undo(self, others: Sequence[object], roots: Sequence[Path]) -> Outcome:

@@ -35,7 +35,6 @@ from .feature import Context
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
-from .egress_bandwidth import EgressActuator, egress_round
 from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
@@ -110,7 +109,6 @@ class NodeQoS:
         self.clock = clock
         self.eviction = WatermarkEviction()
         self.interference = PSIInterferenceEviction()
-        self.egress = EgressActuator(layout)
         self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
                                        node_psi=self.capabilities.get("psi", False))
         self.policy = ColocationPolicy()
@@ -204,7 +202,6 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
-        egress_round(self, enabled)
         decisions: list[Decision] = []
         self._refresh_watermarks()
         eviction_usage = eviction_usage_percent(sampler, self.node_cpus,

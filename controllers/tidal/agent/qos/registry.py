@@ -6,7 +6,10 @@ their own decision state: a reclaim level, NUMA placements), configured with ``o
 """
 from __future__ import annotations
 
-from . import be_batch_resources, be_cpu_priority, be_cpu_suppression, cpu_burst, memory_reclaim, numa_affinity, resctrl
+from . import (
+    be_batch_resources, be_cpu_priority, be_cpu_suppression, cpu_burst,
+    egress_bandwidth, memory_reclaim, numa_affinity, resctrl,
+)
 from .feature import DEFAULT_OPTIONS, Feature, Options
 
 __all__ = ["features"]
@@ -21,6 +24,7 @@ def features(options: Options = DEFAULT_OPTIONS) -> list[Feature]:
         memory_reclaim.MemoryReclaim(),
         numa_affinity.NUMAAffinity(options),
         resctrl.CacheLimitsFeature(options),
+        egress_bandwidth.EgressBandwidthFeature(options),
     ]
 
 #: journals of agents before the executor (merged into the one journal on start)

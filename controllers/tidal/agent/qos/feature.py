@@ -34,7 +34,7 @@ The :class:`Plan` a feature returns holds intents, nothing is done by the featur
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -112,6 +112,11 @@ class Context:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: what features' ``sense`` read this round, by feature name
     observed: Mapping[str, Any] = field(default_factory=dict)
+    #: eviction candidates of this round (pods on the node with their usage, minus those whose
+    #: eviction a PodDisruptionBudget refused lately)
+    candidates: Sequence[Any] = ()
+    #: pods the watermark eviction already chose (not to be chosen twice)
+    evicting: Collection[str] = frozenset()
     #: files whose originals the executor's journal holds (set for ``sense``: a restarted agent
     #: recognises its own earlier changes)
     journaled: Collection[str] = frozenset()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import (
     be_batch_resources, be_cpu_priority, be_cpu_suppression, cpu_burst,
-    egress_bandwidth, memory_reclaim, numa_affinity, resctrl,
+    egress_bandwidth, memory_reclaim, numa_affinity, psi_interference, resctrl,
 )
 from .feature import DEFAULT_OPTIONS, Feature, Options
 
@@ -25,6 +25,7 @@ def features(options: Options = DEFAULT_OPTIONS) -> list[Feature]:
         numa_affinity.NUMAAffinity(options),
         resctrl.CacheLimitsFeature(options),
         egress_bandwidth.EgressBandwidthFeature(options),
+        psi_interference.PSIInterference(options),
     ]
 
 #: journals of agents before the executor (merged into the one journal on start)

@@ -271,8 +271,9 @@ async def _report(api, node: str, status: dict, generation: int, reported: list)
 
 
 async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]:
-    """Uninstall / colocation off for good: put back every cgroup value the agent changed and
-    remove the offline-evicting taint. Returns the files that could not be restored."""
+    """Uninstall / colocation off for good: every feature's undo (registry order) and every
+    journalled cgroup value put back — older agents' journals included — then the
+    offline-evicting taint removed. Returns the files that could not be restored."""
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)

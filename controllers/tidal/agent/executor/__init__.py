@@ -39,15 +39,21 @@ class Outcome:
     problems: list[tuple[str, str]] = field(default_factory=list)
 
     def applied(self, keys: Iterable[str]) -> bool:
-        ok = self._applied_keys()
-        return all(k in ok for k in keys)
+        """Every one of ``keys`` is at its planned value (written now, or found there)."""
+        if self._applied is None:
+            result = self.result
+            self._applied = {w.key for w in (*result.written, *result.unchanged)} | self.done
+        return all(k in self._applied for k in keys)
 
     def written(self, keys: Iterable[str]) -> bool:
-        ok = {w.key for w in self.result.written} | self.done
-        return any(k in ok for k in keys)
+        """At least one of ``keys`` was changed (or carried out) now."""
+        if self._written is None:
+            self._written = {w.key for w in self.result.written} | self.done
+        return any(k in self._written for k in keys)
 
-    def _applied_keys(self) -> set[str]:
-        return {w.key for w in (*self.result.written, *self.result.unchanged)} | self.done
+    # computed on first use (most rounds ask neither)
+    _applied: set[str] | None = field(default=None, repr=False)
+    _written: set[str] | None = field(default=None, repr=False)
 
 
 class Executor:

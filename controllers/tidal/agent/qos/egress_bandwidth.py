@@ -129,6 +129,9 @@ class EgressBandwidthFeature:
         self._problem: str | None = None
         #: devices may be shaped (by this run, or left by a previous one): undo has work to do
         self._maybe_shaped = True
+        #: veth ifindex -> the rate last reported (a report is prepared only for a new rate)
+        self._reported: dict[int, int] = {}
+        self._pending: tuple[TcShape, ...] = ()
 
     def enabled(self, ctx: Context) -> bool:
         return ctx.policy.features.egress_bandwidth.enabled and ctx.capabilities.get("tc", False)
@@ -202,11 +205,23 @@ class EgressBandwidthFeature:
         self.cap_mbps = be_cap_mbps(seen.node_mbps, ctx.policy.features.egress_bandwidth, self.online_mbps)
         rate = int(per_pod_mbps(self.cap_mbps, len(seen.be)) * 1e6)
         shapes = tuple(TcShape(veth, ifindex, rate) for _, (veth, ifindex) in seen.be)
+        reported = self._reported
         decisions += tuple(
             Report(f"egress of BE pod {pod.namespace}/{pod.name} capped at {rate / 1e6:.1f} Mbit/s "
                    f"(online egress {self.online_mbps:.1f} Mbit/s)", logging.INFO, __name__, written=(shape.key,))
-            for (pod, _), shape in zip(seen.be, shapes))
+            for (pod, _), shape in zip(seen.be, shapes) if reported.get(shape.ifindex) != rate)
+        self._pending = shapes if decisions else ()
         return Plan((TcShapeOnly(shapes),), decisions)
+
+    def settle(self, ctx: Context, outcome) -> None:
+        if self._pending:
+            for shape in self._pending:
+                if shape.key in outcome.done:
+                    self._reported[shape.ifindex] = shape.bits_per_second
+            self._pending = ()
+        if len(self._reported) > len(self.veths):  # veths gone
+            live = {ifindex for _, ifindex in self.veths.values()}
+            self._reported = {i: r for i, r in self._reported.items() if i in live}
 
     def undo(self, ctx: Context) -> Plan:
         """Off: undo what this run shaped, and once at start what a previous run may have left;
@@ -214,6 +229,7 @@ class EgressBandwidthFeature:
         if ctx.state is not None and not ctx.capabilities.get("tc", False):
             return EMPTY
         self._rx.clear()
+        self._reported.clear()
         self.cap_mbps = None
         if not self._maybe_shaped:
             return EMPTY
@@ -254,4 +270,5 @@ class EgressActuator:
         for report in plan.decisions:
             if not report.written or outcome.written(report.written):
                 logging.getLogger(report.logger).log(report.level, "%s", report.message)
+        self.feature.settle(Context(state, enabled, now), outcome)
         return [f"{where}: {problem}" if where != "tc" else problem for where, problem in outcome.problems]

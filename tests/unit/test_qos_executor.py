@@ -92,3 +92,20 @@ def test_tc_intents_name_only_host_veths_and_their_ifb_devices():
     executor.execute([TcShapeOnly((TcShape("veth1", 7, 1000),))], done, [])
     executor.execute([TcShapeOnly((TcShape("veth1", 7, 1000),))], done, [])  # same rate: not again
     assert shaper.calls == [("veth1", 7, 8000)] and done == {"tc:tfb7"}
+
+
+def test_restore_is_every_features_undo_and_the_journal(tmp_path):
+    from tidal.agent.qos.feature import Options
+    from tidal.agent.qos.resctrl import CacheLimitsFeature
+    resctrl = tmp_path / "resctrl"
+    (resctrl / "tidal-be").mkdir(parents=True)
+    (resctrl / "mine").mkdir()
+    value = tmp_path / "kubepods" / "cpu.idle"
+    value.parent.mkdir()
+    value.write_text("1")
+    (tmp_path / "qos-journal.json").write_text(json.dumps({"originals": {str(value): "0"}}))
+    options = Options(resctrl_root=resctrl)
+    engine = QoSEngine(tmp_path / "qos-journal.json", options=options, features=[CacheLimitsFeature(options)])
+    assert engine.restore() == []
+    assert value.read_text() == "0" and sorted(p.name for p in resctrl.iterdir()) == ["mine"]
+    assert engine.journal.originals == {}

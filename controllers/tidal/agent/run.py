@@ -274,7 +274,7 @@ async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]
     """Uninstall / colocation off for good: every feature's undo (registry order) and every
     journalled cgroup value put back — older agents' journals included — then the
     offline-evicting taint removed. Returns the files that could not be restored."""
-    problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
+    problems = QoSEngine(Path(state_dir) / "qos-journal.json").restore()
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)
     return problems

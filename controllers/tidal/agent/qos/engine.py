@@ -181,7 +181,12 @@ class QoSEngine:
         return out.result, out.changed
 
     def disable(self) -> list[tuple[str, str]]:
-        """Everything off: every feature's undo, every journalled value put back (also for
-        ``tidal-agent restore``, which knows no pods or layout: features undo without them)."""
+        """Put back every journalled cgroup value (the features' other state is left alone)."""
+        self._static = None
+        return self.executor.restore()
+
+    def restore(self) -> list[tuple[str, str]]:
+        """Everything off for good (``tidal-agent restore``, which knows no pods or layout):
+        every feature's undo, in registry order, and every journalled value put back."""
         out = self._undo(Context(None, False), ())  # type: ignore[arg-type]
         return [*out.result.restore_problems, *((key, problem) for _, key, problem in out.problems)]

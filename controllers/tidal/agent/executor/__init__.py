@@ -35,8 +35,8 @@ class Outcome:
     result: ApplyResult = field(default_factory=ApplyResult)
     #: keys of the other intents (requests, resctrl, tc) carried out
     done: set[str] = field(default_factory=set)
-    #: (file or object, problem) of the other intents
-    problems: list[tuple[str, str]] = field(default_factory=list)
+    #: (module of the intents' executor, file or object, problem) of the other intents
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
 
     def applied(self, keys: Iterable[str]) -> bool:
         """Every one of ``keys`` is at its planned value (written now, or found there)."""
@@ -102,14 +102,14 @@ class Executor:
         if requests:
             done, problems = trigger(requests, roots)
             out.done.update(r.key for r in done)
-            out.problems += problems
-        resctrl = [i for i in intents if isinstance(i, RESCTRL)]
-        if resctrl:
-            self.resctrl.execute(resctrl, out.done, out.problems)
-        tc = [i for i in intents if isinstance(i, TC)]
-        if tc:
-            self.tc.execute(tc, out.done, out.problems)
-        if len(requests) + len(resctrl) + len(tc) != len(intents):
+            out.problems += [(CgroupTrigger.__module__, *p) for p in problems]
+        for kinds, executor in ((RESCTRL, self.resctrl), (TC, self.tc)):
+            mine = [i for i in intents if isinstance(i, kinds)]
+            if mine:
+                problems: list[tuple[str, str]] = []
+                executor.execute(mine, out.done, problems)
+                out.problems += [(kinds[0].__module__, *p) for p in problems]
+        if any(not isinstance(i, (CgroupTrigger, *RESCTRL, *TC)) for i in intents):
             rest = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL, *TC))]
             raise TypeError(f"no executor for {rest[0]!r}")
 

@@ -265,10 +265,10 @@ class EgressActuator:
         state = NodeState(tuple(pods), 1.0, 0, policy, {"tc": True} if capabilities is None else capabilities,
                           self.layout)
         plan = run_alone(self.feature, Context(state, enabled, now, annotations=annotations))
-        outcome = Outcome()
-        self.executor.execute(plan.writes, outcome.done, outcome.problems)
+        outcome, problems = Outcome(), []
+        self.executor.execute(plan.writes, outcome.done, problems)
         for report in plan.decisions:
             if not report.written or outcome.written(report.written):
                 logging.getLogger(report.logger).log(report.level, "%s", report.message)
         self.feature.settle(Context(state, enabled, now), outcome)
-        return [f"{where}: {problem}" if where != "tc" else problem for where, problem in outcome.problems]
+        return [f"{where}: {problem}" if where != "tc" else problem for where, problem in problems]

@@ -153,9 +153,9 @@ class QoSEngine:
         return out
 
     def _finish(self, ctx: Context, plans: Mapping[str, Plan], outcome: Outcome, out: RoundOutcome) -> None:
-        if outcome.problems:
-            owner = {getattr(w, "key", None): name for name, plan in plans.items() for w in plan.writes}
-            out.problems = [(owner.get(key, "executor"), key, problem) for key, problem in outcome.problems]
+        if outcome.problems:  # attributed by the executor that met them (one feature per kind)
+            owner = {type(w).__module__: name for name, plan in plans.items() for w in plan.writes}
+            out.problems = [(owner.get(source, source), file, problem) for source, file, problem in outcome.problems]
         for feature in self.features:
             plan = plans[feature.name]
             for decision in plan.decisions:

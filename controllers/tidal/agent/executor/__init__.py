@@ -98,6 +98,9 @@ class Executor:
         return out
 
     def _other(self, intents: Sequence[object], roots: Sequence[Path], out: Outcome) -> None:
+        unknown = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL, *TC))]
+        if unknown:  # before anything is done
+            raise TypeError(f"no executor for {unknown[0]!r}")
         requests = [i for i in intents if isinstance(i, CgroupTrigger)]
         if requests:
             done, problems = trigger(requests, roots)
@@ -109,9 +112,6 @@ class Executor:
                 problems: list[tuple[str, str]] = []
                 executor.execute(mine, out.done, problems)
                 out.problems += [(kinds[0].__module__, *p) for p in problems]
-        if any(not isinstance(i, (CgroupTrigger, *RESCTRL, *TC)) for i in intents):
-            rest = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL, *TC))]
-            raise TypeError(f"no executor for {rest[0]!r}")
 
     def undo(self, others: Sequence[object], roots: Sequence[Path]) -> Outcome:
         """Everything off: restore every journalled file, carry out the features' undo intents."""

@@ -8,19 +8,24 @@ limits, egress bandwidth, PSI interference) is a :class:`Feature`:
   node is labelled for colocation: off the label, every feature is off;
 * ``plan(ctx) -> Plan``: while on, what the node should look like. **No I/O**: a plan reads only
   the :class:`Context` (and the feature's own decision state, e.g. a reclaim level);
-* ``undo(ctx) -> Plan``: while off, what must go (and on ``tidal-agent restore``). cgroup files
-  need nothing here: the executor's journal puts back every file no plan wants any more.
-  Features whose state is not in cgroup files (resctrl groups, tc devices) return removals.
+* ``undo(ctx) -> Plan``: asked every round while off, and by ``tidal-agent restore`` (with
+  ``ctx.state`` None: no pods, no layout). No I/O either. cgroup files need nothing here: the
+  executor's journal puts back every file no plan wants any more. Features whose state is not in
+  cgroup files (resctrl groups, tc devices) return removals — only when there may be something
+  to remove, so an idle feature costs no I/O.
 
-Two optional members, for features that need the node beyond the context's state:
+Optional members, for features that need more than that:
 
-* ``sense(ctx) -> object``: reads (files, netlink) the plan needs; called right before ``plan``
-  while the feature is on, its result is ``ctx.observed[name]``. Reads, never writes;
-* ``settle(ctx, outcome)``: what the executor did with the plan (e.g. log a placement once it
-  is applied, count requests that went through).
-
-And ``uses_usage`` (default True): False when the plan depends only on pods, policy,
-capabilities and layout, so the engine recomputes it only when those change.
+* ``sense(ctx) -> object``: the reads the plan needs (files, ``ip`` output); called right before
+  ``plan`` while the feature is on, its result is ``ctx.observed[name]``. Reads, never writes;
+* ``settle(ctx, outcome)``: what the executor did with the plan, after every round (e.g. log a
+  placement once it is applied, count requests that went through);
+* ``uses_usage`` (default True): False when the plan depends only on pods, policy,
+  capabilities and layout, so the engine recomputes it only when those change;
+* ``reread`` (default False): True to have the executor read the feature's cgroup files back
+  every round instead of every few rounds;
+* ``roots(layout) -> paths``: cgroup trees the feature writes below besides the cpu and memory
+  ``kubepods`` trees (NUMA: the cpuset one); every cgroup write is checked against them.
 
 The :class:`Plan` a feature returns holds intents, nothing is done by the feature itself:
 

@@ -203,11 +203,8 @@ class FakeShaper:
 
 
 def test_egress_round_shapes_be_pods_shares_the_cap_and_undoes_once_off(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
     from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
     from tidal.agent.qos import egress_bandwidth
-    from tidal.agent.qos.egress_bandwidth import egress_round
     layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path), CgroupDriver.CGROUPFS)
     pods = []
     for n, level in ((1, QoSLevel.BE), (2, QoSLevel.BE), (3, QoSLevel.LS)):
@@ -221,17 +218,18 @@ def test_egress_round_shapes_be_pods_shares_the_cap_and_undoes_once_off(tmp_path
     monkeypatch.setattr(egress_bandwidth.Path, "exists", lambda self: False)  # no /sys/class/net here
     actuator = EgressActuator(layout, shaper)
     policy = ColocationPolicy.from_spec({"features": {"egressBandwidth": {"enabled": True, "nodeBandwidthMbps": 1000}}})
-    node_qos = SimpleNamespace(policy=policy, capabilities={"tc": True}, egress=actuator, clock=lambda: 0.0,
-                               _states={p.uid: p for p in pods}, _annotations={})
-    egress_round(node_qos, True)
+
+    def egress_round():  # one agent round of the feature (capability tc, no node annotations)
+        assert actuator.round(0.0, True, policy.features.egress_bandwidth, pods, {}, {"tc": True}) == []
+    egress_round()
     # no online traffic measured: 40 % of 1000 Mbit/s, shared by the two BE pods; the LS pod is not shaped
     assert [c for c in shaper.calls if c[0] == "shape"] == [("shape", "veth1", 200_000_000), ("shape", "veth2", 200_000_000)]
     shaper.calls.clear()
-    egress_round(node_qos, True)
+    egress_round()
     assert [c for c in shaper.calls if c[0] == "shape"] == []  # unchanged rate: no tc call
-    node_qos.policy = ColocationPolicy()  # switched off (the default)
-    egress_round(node_qos, True)
+    policy = ColocationPolicy()  # switched off (the default)
+    egress_round()
     assert sorted(c for c in shaper.calls if c[0] == "unshape") == [("unshape", 11), ("unshape", 12)]
     shaper.calls.clear()
-    egress_round(node_qos, True)
+    egress_round()
     assert shaper.calls == []  # off and nothing left: no I/O at all

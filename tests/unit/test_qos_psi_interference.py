@@ -120,3 +120,20 @@ def test_reader_online_pods_on_v2(tmp_path):
     assert reader.read(["cpu", "memory"], [ls, be, gone]) == {"web/api": {"cpu": 22.0, "memory": 1.0}}
     assert "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1111_2222.slice" in str(
         layout.cpu_dir(layout.pod_relpath(ls.uid, ls.qos_class)))
+
+
+def test_the_feature_leaves_out_pods_the_watermarks_chose_and_reports_node_pressure(tmp_path):
+    from tidal.agent.qos.feature import Context, Gauge
+    from tidal.agent.qos.psi_interference import PSIInterference
+    from tidal.agent.qos.strategy import NodeState
+
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V1, tmp_path / "cpu", tmp_path / "memory"), CgroupDriver.CGROUPFS)
+    policy = ColocationPolicy.from_spec({"features": {"psiInterference": {"enabled": True}}})
+    feature = PSIInterference()
+    ctx = Context(NodeState((), 4, 0, policy, {"psi": True}, layout), now=100.0, candidates=[BE_BIG, BE_FAT, LS],
+                  evicting={"be-big"}, observed={"psi-interference": {"node": {"cpu": 30.0, "memory": 1.0}}})
+    assert feature.enabled(ctx)
+    plan = feature.plan(ctx)
+    assert plan.writes == () and set(plan.decisions) == {Gauge("psi", ("cpu",), 30.0), Gauge("psi", ("memory",), 1.0)}
+    (decision,) = plan.effects
+    assert decision.pod_uid == "be-fat" and decision.kind == "psi"  # be-big is the watermarks' already

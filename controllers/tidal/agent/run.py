@@ -18,16 +18,11 @@ from tidal.agent.node_profile import write_status
 from tidal.agent.prediction import STATISTICS, online_peak, system_usage
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
-from tidal.agent.qos.egress_bandwidth import EgressActuator
 from tidal.agent.nri.probe import nri_capability
 from tidal.agent.qos.engine import QoSEngine, colocation_enabled
-from tidal.agent.qos.memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
-from tidal.agent.qos.numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
-from tidal.agent.qos.resctrl import remove_groups
-from tidal.agent.qos.strategy import RestoreJournal, restore
 from tidal.kube.watch import ObjectWatch
 from tidal.metrics import node_metrics, scheduler_usage_metrics
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
@@ -277,13 +272,10 @@ async def _report(api, node: str, status: dict, generation: int, reported: list)
 
 
 async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]:
-    """Uninstall / colocation off for good: put back every cgroup value the agent changed and
-    remove the offline-evicting taint. Returns the files that could not be restored."""
-    problems = QoSEngine(Path(state_dir) / "qos-journal.json").disable()
-    problems += restore(RestoreJournal(Path(state_dir) / RECLAIM_JOURNAL))  # memory reclaim
-    problems += restore(RestoreJournal(Path(state_dir) / NUMA_JOURNAL))  # NUMA affinity
-    problems += remove_groups()  # resctrl groups (threads go back to the default group)
-    problems += [("tc", p) for p in EgressActuator(None).undo()]  # BE egress shaping (tfb* IFB devices)
+    """Uninstall / colocation off for good: every feature's undo (registry order) and every
+    journalled cgroup value put back — older agents' journals included — then the
+    offline-evicting taint removed. Returns the files that could not be restored."""
+    problems = QoSEngine(Path(state_dir) / "qos-journal.json").restore()
     if api is not None and await NodeActions(api, node).set_offline_taint(False):
         log.info("node %s: offline-evicting taint removed", node)
     return problems

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The agent's node QoS engine: capability probe, cgroup strategies and watermark eviction.
 
-Strategies are pure (:meth:`Strategy.plan` turns a :class:`NodeState` into desired cgroup file
-values); :func:`apply` and :func:`restore` are the only code that writes to the kernel.
+Every node feature has one shape (:class:`~.feature.Feature`: ``enabled``, a pure ``plan`` and
+``undo`` returning intents); :mod:`.registry` lists them in order, :class:`~.engine.QoSEngine`
+loops over them each round, and the executor (:mod:`tidal.agent.executor`) is the only code
+that writes to the kernel, with one restore journal.
 """

@@ -26,9 +26,11 @@ import os
 
 from tidal.agent.collector.cgroups import CgroupVersion
 
+from .feature import StrategyFeature
 from .strategy import CgroupWrite, NodeState, cpu_dir, memory_dir
 
 __all__ = [
+    "feature",
     "BEBatchResources",
     "CFS_PERIOD_US",
     "MIN_QUOTA_US",
@@ -103,3 +105,9 @@ class BEBatchResources:
                 if container.batch_memory_bytes > 0:
                     writes.append(self._memory(state, memory_dir(state, rel), container.batch_memory_bytes))
         return writes
+
+
+def feature() -> StrategyFeature:
+    """``beIsolation.batchResources``."""
+    return StrategyFeature(BEBatchResources.name, lambda p: p.be_isolation.batch_resources.enabled,
+                           lambda p: BEBatchResources(), uses_usage=BEBatchResources.uses_usage)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 
+from .feature import StrategyFeature
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
-__all__ = ["BECPUPriority", "MIN_SHARES", "MIN_WEIGHT", "OPENEULER_OFFLINE_QOS_LEVEL"]
+__all__ = ["feature", "BECPUPriority", "MIN_SHARES", "MIN_WEIGHT", "OPENEULER_OFFLINE_QOS_LEVEL"]
 
 MIN_SHARES = 2
 MIN_WEIGHT = 1
@@ -47,3 +48,9 @@ class BECPUPriority:
             if state.supports("openeuler.cpu.qos_level"):
                 writes.append(CgroupWrite(path, "cpu.qos_level", str(OPENEULER_OFFLINE_QOS_LEVEL)))
         return writes
+
+
+def feature() -> StrategyFeature:
+    """``beIsolation.cpuPriority``."""
+    return StrategyFeature(BECPUPriority.name, lambda p: p.be_isolation.cpu_priority.enabled,
+                           lambda p: BECPUPriority(), uses_usage=BECPUPriority.uses_usage)

@@ -22,9 +22,10 @@ from __future__ import annotations
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 
 from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
+from .feature import StrategyFeature
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
-__all__ = ["BECPUSuppression", "suppressed_millicores"]
+__all__ = ["feature", "BECPUSuppression", "suppressed_millicores"]
 
 
 def suppressed_millicores(
@@ -60,3 +61,12 @@ class BECPUSuppression:
                 CgroupWrite(path, "cpu.cfs_quota_us", str(quota)),
             ]
         return [CgroupWrite(path, "cpu.max", f"{quota} {CFS_PERIOD_US}")]
+
+
+def feature() -> StrategyFeature:
+    """``beIsolation.cpuSuppression``, recomputed every round (it follows online usage)."""
+    def build(policy):
+        s = policy.be_isolation.cpu_suppression
+        return BECPUSuppression(threshold=s.threshold_percent / 100, floor_millicores=s.floor_millicores)
+    return StrategyFeature(BECPUSuppression.name, lambda p: p.be_isolation.cpu_suppression.enabled, build,
+                           uses_usage=BECPUSuppression.uses_usage)

@@ -25,10 +25,11 @@ from tidal.agent.collector.cgroups import CgroupVersion
 from tidal.api.qos import QoSLevel
 
 from .be_batch_resources import milli_cpu_to_quota
+from .feature import StrategyFeature
 from .pod_features import FeaturePodState
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
-__all__ = ["CPUBurst", "burst_factor", "burst_us", "burst_file"]
+__all__ = ["feature", "CPUBurst", "burst_factor", "burst_us", "burst_file"]
 
 STEP = 0.05
 
@@ -101,3 +102,12 @@ class CPUBurst:
                 writes.insert(len(writes) - len(quotas), CgroupWrite(
                     cpu_dir(state, layout.pod_relpath(pod.uid, pod.qos_class)), file, str(total)))
         return writes
+
+
+def feature() -> StrategyFeature:
+    """``features.cpuBurst``, recomputed every round (it follows online load)."""
+    def build(policy):
+        burst = policy.features.cpu_burst
+        return CPUBurst(burst.load_high_percent, burst.load_alert_percent)
+    return StrategyFeature(CPUBurst.name, lambda p: p.features.cpu_burst.enabled, build,
+                           uses_usage=CPUBurst.uses_usage)

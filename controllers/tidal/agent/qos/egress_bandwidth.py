@@ -12,13 +12,13 @@ host side of their veths, sampled every round (pods on the host network are not 
 
 shared equally by the BE pods that have a veth (so the BE total never exceeds the cap).
 
-How (:class:`TcShaper`, on the host side of each BE pod's veth, the same on cgroup v1 and v2,
-needing neither net_cls nor the pod's cooperation): traffic the pod sends arrives on the host
-veth's *ingress*; an ``ingress`` qdisc there redirects it (u32 match-all, ``mirred``) to an IFB
-device ``tfb<veth ifindex>`` whose root TBF qdisc holds it to the rate — the way the CNI
-bandwidth plugin shapes pod egress. Switched off, or the node leaving colocation: every ``tfb*``
-device and the ingress qdisc on its veth are removed (the state is in the device names, so a
-restarted agent or ``tidal-agent restore`` finds it).
+How: the feature (:class:`EgressBandwidthFeature`, ``egress-bandwidth``) senses the node
+bandwidth, the online egress and the BE pods' veths, and plans the rates; the executor
+(:mod:`tidal.agent.executor.tc`) shapes on the host side of each BE pod's veth (ingress qdisc,
+u32/mirred redirect to an IFB device ``tfb<veth ifindex>`` with a TBF root qdisc), the same on
+cgroup v1 and v2. Switched off, or the node leaving colocation: every ``tfb*`` device and the
+ingress qdisc on its veth are removed (the state is in the device names, so a restarted agent or
+``tidal-agent restore`` finds it). :class:`EgressActuator` drives the feature alone.
 
 Finding a pod's host veth: a process of the pod (first PID of a container cgroup) gives the
 pod's network namespace; ``ip -o link`` inside it shows ``eth0@ifN``, ``N`` being the host-side
@@ -27,28 +27,37 @@ peer's ifindex.
 from __future__ import annotations
 
 import logging
-import re
-import subprocess
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout
-from tidal.api.policy import EgressBandwidth
 from tidal.api import qos
+from tidal.agent.executor import Outcome
+from tidal.agent.executor.tc import (  # noqa: F401  (re-exported)
+    IFB_PREFIX,
+    TcExecutor,
+    TcShape,
+    TcShaper,
+    TcShapeOnly,
+    TcUnshapeAll,
+    parse_link_indexes,
+    parse_link_peers,
+)
+from tidal.api.policy import ColocationPolicy, EgressBandwidth
 from tidal.api.qos import QoSLevel
 
-from .strategy import PodState
+from .feature import DEFAULT_OPTIONS, EMPTY, Context, Options, Plan, Report, run_alone
+from .strategy import NodeState, PodState
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BANDWIDTH_ANNOTATION", "EgressActuator", "TcShaper", "be_cap_mbps", "node_bandwidth_mbps",
+    "BANDWIDTH_ANNOTATION", "EgressActuator", "EgressBandwidthFeature", "TcShaper", "be_cap_mbps", "node_bandwidth_mbps",
     "parse_link_peers", "per_pod_mbps",
 ]
 
 BANDWIDTH_ANNOTATION = qos.EGRESS_BANDWIDTH_ANNOTATION
-IFB_PREFIX = "tfb"
 ONLINE = (QoSLevel.HLS, QoSLevel.LS)
 
 
@@ -86,97 +95,6 @@ def node_bandwidth_mbps(config: EgressBandwidth, annotations: Mapping[str, str],
                   "interface is unknown: set the policy field or the node annotation " + BANDWIDTH_ANNOTATION)
 
 
-_LINK = re.compile(r"^\d+:\s+([^:@\s]+)(?:@if(\d+))?:")
-
-
-def parse_link_peers(text: str) -> dict[str, int]:
-    """``ip -o link`` inside a pod: interface -> host-side peer ifindex (veths only)."""
-    out = {}
-    for line in text.splitlines():
-        m = _LINK.match(line)
-        if m and m[2] and m[1] != "lo":
-            out[m[1]] = int(m[2])
-    return out
-
-
-def parse_link_indexes(text: str) -> dict[int, str]:
-    """``ip -o link`` on the host: ifindex -> name (``veth1@if2`` -> ``veth1``)."""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"^(\d+):\s+([^:@\s]+)", line)
-        if m:
-            out[int(m[1])] = m[2]
-    return out
-
-
-def _run(*args: str) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=10)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip() or done.returncode}")
-    return done.stdout
-
-
-@dataclass
-class TcShaper:
-    """tc and ip on the host (the I/O of this feature)."""
-
-    def rate_of(self, ifb: str) -> int | None:
-        """The TBF rate on an IFB device (bits/s), None when it has none."""
-        try:
-            text = _run("tc", "-j", "qdisc", "show", "dev", ifb)
-        except RuntimeError:
-            return None
-        import json
-        for q in json.loads(text or "[]"):
-            if q.get("kind") == "tbf":
-                return int((q.get("options") or {}).get("rate", 0)) * 8 or None
-        return None
-
-    def shape(self, veth: str, ifindex: int, bits_per_second: int) -> None:
-        ifb = f"{IFB_PREFIX}{ifindex}"
-        if not Path(f"/sys/class/net/{ifb}").exists():
-            _run("ip", "link", "add", ifb, "type", "ifb")
-        _run("ip", "link", "set", ifb, "up")
-        burst = max(32 * 1024, bits_per_second // 8 // 50)  # 20 ms at the rate, at least 32 KiB
-        _run("tc", "qdisc", "replace", "dev", ifb, "root", "tbf", "rate", f"{bits_per_second}bit",
-             "burst", str(burst), "latency", "100ms")
-        qdiscs = _run("tc", "qdisc", "show", "dev", veth)
-        if "ingress ffff:" not in qdiscs:
-            _run("tc", "qdisc", "add", "dev", veth, "handle", "ffff:", "ingress")
-        filters = _run("tc", "filter", "show", "dev", veth, "parent", "ffff:")
-        if f"Egress Redirect to device {ifb}" not in filters:
-            _run("tc", "filter", "replace", "dev", veth, "parent", "ffff:", "protocol", "all", "prio", "1",
-                 "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb)
-
-    def shaped(self) -> dict[int, str]:
-        """veth ifindex -> IFB device, for every ``tfb<N>`` device on the host."""
-        out = {}
-        for dev in Path("/sys/class/net").iterdir():
-            if dev.name.startswith(IFB_PREFIX) and dev.name[len(IFB_PREFIX):].isdigit():
-                out[int(dev.name[len(IFB_PREFIX):])] = dev.name
-        return out
-
-    def unshape(self, ifindex: int) -> None:
-        names = parse_link_indexes(_run("ip", "-o", "link", "show"))
-        veth = names.get(ifindex)
-        if veth is not None:
-            subprocess.run(["tc", "qdisc", "del", "dev", veth, "handle", "ffff:", "ingress"],
-                           capture_output=True, timeout=10)
-        subprocess.run(["ip", "link", "del", f"{IFB_PREFIX}{ifindex}"], capture_output=True, timeout=10)
-
-    def host_veth(self, pid: int) -> tuple[str, int] | None:
-        """(host-side veth name, its ifindex) of the network namespace of ``pid``."""
-        try:
-            peers = parse_link_peers(_run("nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-o", "link", "show"))
-        except (RuntimeError, OSError):
-            return None
-        if not peers:
-            return None
-        ifindex = peers.get("eth0") or sorted(peers.values())[0]
-        name = parse_link_indexes(_run("ip", "-o", "link", "show")).get(ifindex)
-        return None if name is None else (name, ifindex)
-
-
 def link_speed_mbps(sys_net: Path = Path("/sys/class/net"), route: Path = Path("/proc/net/route")) -> int | None:
     try:
         for line in route.read_text().splitlines()[1:]:
@@ -189,22 +107,42 @@ def link_speed_mbps(sys_net: Path = Path("/sys/class/net"), route: Path = Path("
     return None
 
 
-@dataclass
-class EgressActuator:
-    layout: CgroupLayout
-    shaper: TcShaper = field(default_factory=TcShaper)
-    #: pod uid -> (veth name, ifindex), resolved once per pod (re-resolved when the veth goes)
-    veths: dict[str, tuple[str, int]] = field(default_factory=dict)
-    _rx: dict[str, tuple[float, int]] = field(default_factory=dict)
-    applied: dict[int, int] = field(default_factory=dict)  # veth ifindex -> bits/s
+@dataclass(frozen=True)
+class Sensed:
+    node_mbps: float | None
+    problem: str | None
     online_mbps: float = 0.0
-    cap_mbps: float | None = None
-    leftovers_checked: bool = False
-    _problem: str | None = None
+    #: BE pods with a host veth: (pod, (veth name, ifindex))
+    be: tuple[tuple[PodState, tuple[str, int]], ...] = ()
 
-    def _pid(self, pod: PodState) -> int | None:
+
+class EgressBandwidthFeature:
+    """``features.egressBandwidth`` where tc is offered (capability ``tc``)."""
+
+    name = "egress-bandwidth"
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS, net: TcShaper | None = None) -> None:
+        self.net = net or TcShaper()  # reads only: a pod's host veth
+        #: pod uid -> (veth name, ifindex), resolved once per pod (re-resolved when the veth goes)
+        self.veths: dict[str, tuple[str, int]] = {}
+        self._rx: dict[str, tuple[float, int]] = {}
+        self.online_mbps = 0.0
+        self.cap_mbps: float | None = None
+        self._problem: str | None = None
+        #: devices may be shaped (by this run, or left by a previous one): undo has work to do
+        self._maybe_shaped = True
+        #: veth ifindex -> the rate last reported (a report is prepared only for a new rate)
+        self._reported: dict[int, int] = {}
+        self._pending: tuple[TcShape, ...] = ()
+
+    def enabled(self, ctx: Context) -> bool:
+        return ctx.policy.features.egress_bandwidth.enabled and ctx.capabilities.get("tc", False)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _pid(self, layout, pod: PodState) -> int | None:
         for c in pod.containers:
-            d = self.layout.cpu_dir(self.layout.container_relpath(pod.uid, pod.qos_class, c.id))
+            d = layout.cpu_dir(layout.container_relpath(pod.uid, pod.qos_class, c.id))
             try:
                 pids = (d / "cgroup.procs").read_text().split()
             except OSError:
@@ -213,23 +151,23 @@ class EgressActuator:
                 return int(pids[0])
         return None
 
-    def veth_of(self, pod: PodState) -> tuple[str, int] | None:
+    def veth_of(self, layout, pod: PodState) -> tuple[str, int] | None:
         known = self.veths.get(pod.uid)
         if known is not None and Path(f"/sys/class/net/{known[0]}").exists():
             return known
-        pid = self._pid(pod)
-        found = None if pid is None else self.shaper.host_veth(pid)
+        pid = self._pid(layout, pod)
+        found = None if pid is None else self.net.host_veth(pid)
         if found is None:
             self.veths.pop(pod.uid, None)
         else:
             self.veths[pod.uid] = found
         return found
 
-    def measure_online(self, now: float, pods: Sequence[PodState]) -> float:
+    def measure_online(self, now: float, layout, pods: Iterable[PodState]) -> float:
         total = 0.0
         seen = set()
         for pod in pods:
-            veth = self.veth_of(pod)
+            veth = self.veth_of(layout, pod)
             if veth is None:
                 continue
             try:
@@ -244,64 +182,95 @@ class EgressActuator:
         self._rx = {uid: v for uid, v in self._rx.items() if uid in seen}
         return total
 
-    def round(self, now: float, enabled: bool, config: EgressBandwidth, pods: Iterable[PodState],
-              annotations: Mapping[str, str]) -> list[str]:
-        if not (enabled and config.enabled):
-            return self.undo()
-        pods = list(pods)
-        node_mbps, problem = node_bandwidth_mbps(config, annotations, link_speed_mbps())
-        if problem != self._problem:
-            self._problem = problem
-            if problem:
-                log.error("egress bandwidth: %s", problem)
+    def sense(self, ctx: Context) -> Sensed:
+        config, state = ctx.policy.features.egress_bandwidth, ctx.state
+        node_mbps, problem = node_bandwidth_mbps(config, ctx.annotations, link_speed_mbps())
         if node_mbps is None:
-            return self.undo()
-        self.online_mbps = self.measure_online(now, [p for p in pods if p.tidal_level in ONLINE])
-        self.cap_mbps = be_cap_mbps(node_mbps, config, self.online_mbps)
-        be = [(p, v) for p in pods if p.is_be and (v := self.veth_of(p)) is not None]
-        rate = int(per_pod_mbps(self.cap_mbps, len(be)) * 1e6)
-        problems = []
-        wanted = set()
-        for pod, (veth, ifindex) in be:
-            wanted.add(ifindex)
-            if self.applied.get(ifindex) == rate:
-                continue
-            try:
-                self.shaper.shape(veth, ifindex, max(rate, 8000))
-                self.applied[ifindex] = rate
-                log.info("egress of BE pod %s/%s capped at %.1f Mbit/s (online egress %.1f Mbit/s)",
-                         pod.namespace, pod.name, rate / 1e6, self.online_mbps)
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-                problems.append(f"{veth}: {err}")
-        for ifindex in set(self.shaper.shaped()) - wanted:
-            self.shaper.unshape(ifindex)
-            self.applied.pop(ifindex, None)
-        return problems
+            return Sensed(None, problem)
+        online = self.measure_online(ctx.now, state.layout, (p for p in state.pods if p.tidal_level in ONLINE))
+        be = tuple((p, v) for p in state.pods if p.is_be and (v := self.veth_of(state.layout, p)) is not None)
+        return Sensed(node_mbps, problem, online, be)
 
-    def undo(self) -> list[str]:
-        problems = []
-        for ifindex in self.shaper.shaped():
-            try:
-                self.shaper.unshape(ifindex)
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-                problems.append(str(err))
-        self.applied.clear()
+    # -- plan --------------------------------------------------------------------------------
+
+    def plan(self, ctx: Context) -> Plan:
+        seen: Sensed = ctx.observed[self.name]
+        decisions: tuple = ()
+        if seen.problem != self._problem:
+            self._problem = seen.problem
+            if seen.problem:
+                decisions = (Report(f"egress bandwidth: {seen.problem}", logging.ERROR, __name__),)
+        self._maybe_shaped = True
+        if seen.node_mbps is None:
+            return Plan((TcUnshapeAll(),), decisions)
+        self.online_mbps = seen.online_mbps
+        self.cap_mbps = be_cap_mbps(seen.node_mbps, ctx.policy.features.egress_bandwidth, self.online_mbps)
+        rate = int(per_pod_mbps(self.cap_mbps, len(seen.be)) * 1e6)
+        shapes = tuple(TcShape(veth, ifindex, rate) for _, (veth, ifindex) in seen.be)
+        reported = self._reported
+        decisions += tuple(
+            Report(f"egress of BE pod {pod.namespace}/{pod.name} capped at {rate / 1e6:.1f} Mbit/s "
+                   f"(online egress {self.online_mbps:.1f} Mbit/s)", logging.INFO, __name__, written=(shape.key,))
+            for (pod, _), shape in zip(seen.be, shapes) if reported.get(shape.ifindex) != rate)
+        self._pending = shapes if decisions else ()
+        return Plan((TcShapeOnly(shapes),), decisions)
+
+    def settle(self, ctx: Context, outcome) -> None:
+        if self._pending:
+            for shape in self._pending:
+                if shape.key in outcome.done:
+                    self._reported[shape.ifindex] = shape.bits_per_second
+            self._pending = ()
+        if len(self._reported) > len(self.veths):  # veths gone
+            live = {ifindex for _, ifindex in self.veths.values()}
+            self._reported = {i: r for i, r in self._reported.items() if i in live}
+
+    def undo(self, ctx: Context) -> Plan:
+        """Off: undo what this run shaped, and once at start what a previous run may have left;
+        no I/O at all otherwise (nor where tc is not offered)."""
+        if ctx.state is not None and not ctx.capabilities.get("tc", False):
+            return EMPTY
         self._rx.clear()
+        self._reported.clear()
         self.cap_mbps = None
-        return problems
+        if not self._maybe_shaped:
+            return EMPTY
+        self._maybe_shaped = False
+        return Plan((TcUnshapeAll(),))
 
 
-def egress_round(node_qos, enabled: bool) -> None:
-    """One round for :class:`~.node_qos.NodeQoS`; no I/O while the feature is off, except once to
-    remove ``tfb*`` devices a previous run left."""
-    config = node_qos.policy.features.egress_bandwidth
-    on = enabled and config.enabled and node_qos.capabilities.get("tc", False)
-    if not on:
-        # off: undo what this run shaped, and once at start what a previous run may have left
-        if not node_qos.capabilities.get("tc", False) or (node_qos.egress.leftovers_checked
-                                                          and not node_qos.egress.applied):
-            return
-        node_qos.egress.leftovers_checked = True
-    for problem in node_qos.egress.round(node_qos.clock(), on, config, node_qos._states.values(),
-                                         node_qos._annotations):
-        log.warning("egress bandwidth: %s", problem)
+class EgressActuator:
+    """The feature alone with its own tc executor: ``round`` is one agent round (tests, tools)."""
+
+    def __init__(self, layout: CgroupLayout | None, shaper: TcShaper | None = None) -> None:
+        self.layout = layout
+        shaper = shaper or TcShaper()
+        self.feature = EgressBandwidthFeature(net=shaper)
+        self.executor = TcExecutor(shaper)
+
+    @property
+    def cap_mbps(self) -> float | None:
+        return self.feature.cap_mbps
+
+    @property
+    def online_mbps(self) -> float:
+        return self.feature.online_mbps
+
+    @property
+    def applied(self) -> dict[int, int]:
+        return self.executor.applied
+
+    def round(self, now: float, enabled: bool, config: EgressBandwidth, pods: Iterable[PodState],
+              annotations: Mapping[str, str], capabilities: Mapping[str, bool] | None = None) -> list[str]:
+        policy = ColocationPolicy()
+        policy = replace(policy, features=replace(policy.features, egress_bandwidth=config))
+        state = NodeState(tuple(pods), 1.0, 0, policy, {"tc": True} if capabilities is None else capabilities,
+                          self.layout)
+        plan = run_alone(self.feature, Context(state, enabled, now, annotations=annotations))
+        outcome, problems = Outcome(), []
+        self.executor.execute(plan.writes, outcome.done, problems)
+        for report in plan.decisions:
+            if not report.written or outcome.written(report.written):
+                logging.getLogger(report.logger).log(report.level, "%s", report.message)
+        self.feature.settle(Context(state, enabled, now), outcome)
+        return [f"{where}: {problem}" if where != "tc" else problem for where, problem in problems]

@@ -1,42 +1,41 @@
 # SPDX-License-Identifier: Apache-2.0
-"""One reconcile round of the cgroup strategies, and switching them off (restoring).
+"""One reconcile round of the node's features, and switching them off (restoring).
 
-The engine runs only on nodes labelled ``colocation.tidal.io/colocation=true``. Which strategies
-run, and with which parameters, comes from the ColocationPolicy's ``beIsolation`` section
-(:func:`strategies_for`). Every round is level-triggered:
+The engine runs only on nodes labelled ``colocation.tidal.io/colocation=true``. Which features
+run, and with which parameters, comes from the ColocationPolicy (each feature's ``enabled``);
+the features are the registry's (:mod:`.registry`), in its order. Every round is
+level-triggered:
 
-* the plans of the active strategies are composed and applied (only differing values written,
-  originals journalled first);
-* every journalled file that no active plan mentions any more (strategy switched off, pod no
-  longer BE, pod gone) gets its original value back;
-* when the label goes, :meth:`QoSEngine.disable` restores every value the agent changed.
+* each feature switched on plans (``plan(ctx)``, pure), each switched off says what must go
+  (``undo(ctx)``);
+* the executor (:mod:`tidal.agent.executor`, the only writer) applies the composed cgroup
+  writes (only differing values written, originals journalled first in the one journal), puts
+  back every journalled file that no plan mentions any more (feature switched off, pod no
+  longer BE, pod gone), and carries out the other intents (requests, resctrl, tc);
+* reports are logged when their condition holds, gauges and effects (evictions) are handed to
+  the caller (:class:`~.node_qos.NodeQoS`);
+* when the label goes, every feature's undo runs and every journalled value is restored.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tidal.agent.executor import Executor, Outcome
+from tidal.agent.executor.cgroupfs import CgroupWrite
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import COLOCATION_NODE_LABEL, NODE_LABEL_ENABLED_VALUE
 
-from .be_batch_resources import BEBatchResources
-from .be_cpu_priority import BECPUPriority
-from .be_cpu_suppression import BECPUSuppression
-from .cpu_burst import CPUBurst
-from .strategy import (
-    ApplyResult,
-    NodeState,
-    RestoreJournal,
-    Strategy,
-    allowed_roots,
-    apply,
-    compose,
-    restore,
-)
+from . import registry
+from .feature import DEFAULT_OPTIONS, Context, Feature, Gauge, Options, Plan, Report
+from .strategy import ApplyResult, NodeState, Strategy, allowed_roots, compose
 
-__all__ = ["QoSEngine", "colocation_enabled", "strategies_for"]
+__all__ = ["QoSEngine", "RoundOutcome", "colocation_enabled", "strategies_for"]
+
+log = logging.getLogger(__name__)
 
 
 def colocation_enabled(node_labels: Mapping[str, str] | None) -> bool:
@@ -44,81 +43,151 @@ def colocation_enabled(node_labels: Mapping[str, str] | None) -> bool:
 
 
 def strategies_for(policy: ColocationPolicy) -> list[Strategy]:
-    """The strategies the policy switches on, configured from it (pure)."""
-    iso = policy.be_isolation
-    strategies: list[Strategy] = []
-    # Order matters only for readability: compose() resolves overlaps and v1 quota nesting.
-    if iso.cpu_suppression.enabled:
-        strategies.append(
-            BECPUSuppression(
-                threshold=iso.cpu_suppression.threshold_percent / 100,
-                floor_millicores=iso.cpu_suppression.floor_millicores,
-            )
-        )
-    if iso.cpu_priority.enabled:
-        strategies.append(BECPUPriority())
-    if iso.batch_resources.enabled:
-        strategies.append(BEBatchResources())
-    features = policy.features
-    if features.cpu_burst.enabled:
-        strategies.append(CPUBurst(features.cpu_burst.load_high_percent,
-                                   features.cpu_burst.load_alert_percent))
-    return strategies
+    """The cgroup strategies the policy switches on, configured from it (pure)."""
+    ctx = Context(NodeState((), 0, 0, policy, {}, None))  # type: ignore[arg-type]
+    return [f.strategy(policy) for f in registry.features() if hasattr(f, "strategy") and f.enabled(ctx)]
 
 
 @dataclass
+class RoundOutcome:
+    result: ApplyResult = field(default_factory=ApplyResult)
+    #: per feature name, how many cgroup files it changed
+    changed: dict[str, int] = field(default_factory=dict)
+    gauges: list[Gauge] = field(default_factory=list)
+    #: evictions and other API work, for the node's worker
+    effects: list = field(default_factory=list)
+    #: (feature name, file or object, problem) of intents other than cgroup files
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
+
+
 class QoSEngine:
-    journal_path: Path
-    #: every this many rounds every planned file is read back from the kernel (drift made by
-    #: others, e.g. a kubelet resetting a value, is repaired within this many rounds); in
-    #: between, a file whose planned value was already seen or written is not read again.
-    verify_every: int = 5
+    def __init__(self, journal_path: Path, verify_every: int = 5, *, options: Options = DEFAULT_OPTIONS,
+                 features: list[Feature] | None = None, legacy_journals: tuple[Path, ...] | None = None) -> None:
+        self.journal_path = Path(journal_path)
+        self.options = options
+        self.features = registry.features(options) if features is None else features
+        if legacy_journals is None:
+            legacy_journals = tuple(self.journal_path.with_name(n) for n in registry.LEGACY_JOURNALS)
+        self.executor = Executor(self.journal_path, legacy=legacy_journals, verify_every=verify_every)
+        self._static: tuple[object, dict[str, Plan]] | None = None
+        self._roots: tuple[object, tuple[Path, ...]] | None = None
 
-    def __post_init__(self) -> None:
-        self.journal = RestoreJournal(self.journal_path)
-        self.known: dict[str, str] = {}
-        self._rounds = 0
-        self._static: tuple[object, dict[str, list]] | None = None
+    @property
+    def journal(self):
+        return self.executor.journal
 
-    def _plans(self, state: NodeState) -> dict[str, list]:
-        """Plans of the active strategies. Those that read no usage are recomputed only when
-        their inputs (pods, policy, capabilities, layout) change."""
+    @property
+    def known(self) -> dict[str, str]:
+        return self.executor.known
+
+    def roots(self, state: NodeState) -> tuple[Path, ...]:
+        """Where cgroup writes may go: the kubepods trees of the node's hierarchies."""
+        key = (state.layout, state.cpu_controller_root)
+        if self._roots is None or self._roots[0] != key:
+            roots = set(allowed_roots(state.layout, state.cpu_controller_root))
+            for feature in self.features:
+                roots.update(getattr(feature, "roots", lambda layout: ())(state.layout))
+            self._roots = (key, tuple(sorted(roots)))
+        return self._roots[1]
+
+    def _plans(self, ctx: Context) -> tuple[Context, dict[str, Plan]]:
+        """Plans of the features switched on, undo plans of the others. Features that read no
+        usage are recomputed only when their inputs (pods, policy, capabilities, layout) change."""
+        state = ctx.state
         key = (state.pods, state.policy, tuple(sorted(state.capabilities.items())), state.layout,
                state.cpu_controller_root)
-        strategies = strategies_for(state.policy)
         if self._static is None or self._static[0] != key:
-            self._static = (key, {s.name: s.plan(state) for s in strategies if not s.uses_usage})
+            self._static = (key, {})
         cached = self._static[1]
-        return {s.name: s.plan(state) if s.uses_usage else cached[s.name] for s in strategies}
+        on = [f for f in self.features if f.enabled(ctx)]
+        sensing = [f for f in on if hasattr(f, "sense")]
+        if sensing:
+            ctx = replace(ctx, journaled=self.executor.journal.originals.keys())
+            ctx = replace(ctx, observed={**ctx.observed, **{f.name: f.sense(ctx) for f in sensing}})
+        plans: dict[str, Plan] = {}
+        for feature in self.features:
+            if feature not in on:
+                plans[feature.name] = feature.undo(ctx)
+            elif getattr(feature, "uses_usage", True):
+                plans[feature.name] = feature.plan(ctx)
+            else:
+                plan = cached.get(feature.name)
+                if plan is None:
+                    plan = cached[feature.name] = feature.plan(ctx)
+                plans[feature.name] = plan
+        return ctx, plans
+
+    def run(self, ctx: Context) -> RoundOutcome:
+        """One round (``ctx.enabled``: the node is labelled for colocation)."""
+        if not ctx.enabled:
+            return self._undo(ctx, self.roots(ctx.state) if ctx.state is not None else ())
+        ctx, plans = self._plans(ctx)
+        cgroup_plans = []
+        others: list = []
+        reread: list[str] = []
+        for name, plan in plans.items():
+            writes = [w for w in plan.writes if type(w) is CgroupWrite]
+            if len(writes) != len(plan.writes):
+                others += [w for w in plan.writes if type(w) is not CgroupWrite]
+            cgroup_plans.append(writes)
+        for feature in self.features:
+            if getattr(feature, "reread", False):
+                reread += [w.key for w in plans[feature.name].writes if type(w) is CgroupWrite]
+        composed = compose(cgroup_plans, ctx.state.layout.version)
+        outcome = self.executor.execute(composed, others, self.roots(ctx.state), reread)
+        out = RoundOutcome(outcome.result)
+        if outcome.result.written:
+            owner = {w.key: name for (name, _), writes in zip(plans.items(), cgroup_plans) for w in writes}
+            for write in outcome.result.written:
+                name = owner.get(write.key, "compose")
+                out.changed[name] = out.changed.get(name, 0) + 1
+        self._finish(ctx, plans, outcome, out)
+        return out
+
+    def _undo(self, ctx: Context, roots) -> RoundOutcome:
+        self._static = None
+        plans = {f.name: f.undo(ctx) for f in self.features}
+        others = [w for plan in plans.values() for w in plan.writes]
+        outcome = self.executor.undo(others, roots)
+        out = RoundOutcome(outcome.result)
+        self._finish(ctx, plans, outcome, out)
+        return out
+
+    def _finish(self, ctx: Context, plans: Mapping[str, Plan], outcome: Outcome, out: RoundOutcome) -> None:
+        if outcome.problems:  # attributed by the executor that met them (one feature per kind)
+            owner = {type(w).__module__: name for name, plan in plans.items() for w in plan.writes}
+            out.problems = [(owner.get(source, source), file, problem) for source, file, problem in outcome.problems]
+        for feature in self.features:
+            plan = plans[feature.name]
+            for decision in plan.decisions:
+                if isinstance(decision, Report):
+                    if (not decision.applied or outcome.applied(decision.applied)) and \
+                            (not decision.written or outcome.written(decision.written)):
+                        logging.getLogger(decision.logger).log(decision.level, "%s", decision.message)
+                elif isinstance(decision, Gauge):
+                    out.gauges.append(decision)
+            out.effects += plan.effects
+            settle = getattr(feature, "settle", None)
+            if settle is not None:
+                settle(ctx, outcome)
+
+    # -- the former API, kept for its callers ------------------------------------------------
 
     def reconcile(self, state: NodeState, enabled: bool) -> tuple[ApplyResult, dict[str, int]]:
-        """Apply the policy's strategies, or restore everything when colocation is off here.
+        """Apply the policy's features, or restore everything when colocation is off here.
 
-        Returns the apply result and, per strategy name, how many files it changed.
+        Returns the apply result and, per feature name, how many files it changed.
         """
-        if not enabled:
-            return ApplyResult(restore_problems=self.disable()), {}
-        self._rounds += 1
-        if self._rounds % self.verify_every == 0:
-            self.known.clear()
-        plans = self._plans(state)
-        plan = compose(plans.values(), state.layout.version)
-        result = apply(plan, self.journal, allowed_roots(state.layout, state.cpu_controller_root),
-                       self.known)
-        wanted = {w.key for w in plan}
-        stale = [k for k in self.journal.originals if k not in wanted]
-        result.restore_problems = restore(self.journal, stale)
-        for key in stale:
-            self.known.pop(key, None)
-        changed: dict[str, int] = {}
-        if result.written:
-            owner = {w.key: name for name, writes in plans.items() for w in writes}
-            for write in result.written:
-                name = owner.get(write.key, "compose")
-                changed[name] = changed.get(name, 0) + 1
-        return result, changed
+        out = self.run(Context(state, enabled))
+        return out.result, out.changed
 
     def disable(self) -> list[tuple[str, str]]:
-        self.known.clear()
+        """Put back every journalled cgroup value (the features' other state is left alone)."""
         self._static = None
-        return restore(self.journal)
+        return self.executor.restore()
+
+    def restore(self) -> list[tuple[str, str]]:
+        """Everything off for good (``tidal-agent restore``, which knows no pods or layout):
+        every feature's undo, in registry order, and every journalled value put back."""
+        out = self._undo(Context(None, False), ())  # type: ignore[arg-type]
+        return [*out.result.restore_problems, *((key, problem) for _, key, problem in out.problems)]

@@ -20,28 +20,30 @@ Pure plan (:func:`reclaim_plan`): at level ``n`` every BE pod with a memory limi
 At level 0 nothing is planned and every value is restored. BE pods without a memory limit are left
 alone: there is nothing to scale a ceiling from. Online pods are never touched.
 
-I/O: :class:`MemoryReclaimer` applies the plan with the engine's :func:`apply` into its own
-:class:`RestoreJournal` (``memory-reclaim-journal.json`` next to the engine's), writes the
-``memory.reclaim`` requests, and restores everything when the feature is switched off or the node
-leaves colocation.
+The feature (:class:`MemoryReclaim`, ``memory-reclaim``) plans the ceilings (journalled and
+restored by the executor, re-read every round) and the ``memory.reclaim`` requests (written by the
+executor, never restored); switched off, or the node leaving colocation, the ceilings go back.
+:class:`MemoryReclaimer` drives the feature alone with its own journal (tests and tools).
 """
 from __future__ import annotations
 
-import errno
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
-from tidal.api.policy import MemoryReclaim
+from tidal.agent.executor.cgroupfs import CgroupTrigger
+from tidal.api.policy import ColocationPolicy
+from tidal.api.policy import MemoryReclaim as MemoryReclaimConfig
 
 from .be_batch_resources import PAGE_SIZE
-from .strategy import CgroupWrite, PodState, RestoreJournal, allowed_roots, apply, restore
+from .feature import EMPTY, Context, Plan, Report
+from .strategy import CgroupWrite, NodeState, PodState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MemoryReclaimer", "ReclaimLevel", "ceiling_bytes", "reclaim_plan", "reclaim_requests"]
+__all__ = ["JOURNAL_NAME", "MemoryReclaim", "MemoryReclaimer", "ReclaimLevel", "ceiling_bytes", "reclaim_plan", "reclaim_requests"]
 
 
 @dataclass
@@ -49,7 +51,7 @@ class ReclaimLevel:
     level: int = 0
     last_step: float | None = None
 
-    def step(self, now: float, memory_percent: float | None, config: MemoryReclaim) -> int:
+    def step(self, now: float, memory_percent: float | None, config: MemoryReclaimConfig) -> int:
         """Move the level at most once per interval; no sample keeps it as it is."""
         if memory_percent is None:
             return self.level
@@ -74,7 +76,7 @@ def _limited_be(pods: Iterable[PodState]) -> list[PodState]:
     return [p for p in pods if p.is_be and p.containers and all(c.batch_memory_bytes > 0 for c in p.containers)]
 
 
-def reclaim_plan(level: int, config: MemoryReclaim, pods: Iterable[PodState], layout: CgroupLayout) -> list[CgroupWrite]:
+def reclaim_plan(level: int, config: MemoryReclaimConfig, pods: Iterable[PodState], layout: CgroupLayout) -> list[CgroupWrite]:
     if level <= 0:
         return []
     file = "memory.soft_limit_in_bytes" if layout.version is CgroupVersion.V1 else "memory.high"
@@ -85,7 +87,7 @@ def reclaim_plan(level: int, config: MemoryReclaim, pods: Iterable[PodState], la
     return writes
 
 
-def reclaim_requests(level: int, config: MemoryReclaim, pods: Iterable[PodState], layout: CgroupLayout,
+def reclaim_requests(level: int, config: MemoryReclaimConfig, pods: Iterable[PodState], layout: CgroupLayout,
                      usage: Mapping[str, int]) -> list[tuple[Path, int]]:
     """v2 proactive reclaim: (pod memory cgroup, bytes to write to ``memory.reclaim``)."""
     if level <= 0 or layout.version is not CgroupVersion.V2:
@@ -99,70 +101,94 @@ def reclaim_requests(level: int, config: MemoryReclaim, pods: Iterable[PodState]
     return out
 
 
-@dataclass
-class MemoryReclaimer:
-    """The adapter: ``round`` once per agent round."""
+class MemoryReclaim:
+    """``features.memoryReclaim`` on the node's BE pods."""
 
-    layout: CgroupLayout
-    journal_path: Path
-    level: ReclaimLevel = field(default_factory=ReclaimLevel)
+    name = "memory-reclaim"
+    #: the ceilings are read back every round (not only every few rounds)
+    reread = True
 
-    def __post_init__(self) -> None:
-        self.journal = RestoreJournal(self.journal_path)
+    def __init__(self) -> None:
+        self.level = ReclaimLevel()
         self._last_reclaim: float | None = None
+        self._requested: tuple[str, ...] = ()
         self.reclaimed_requests = 0
 
-    def round(self, now: float, enabled: bool, config: MemoryReclaim, memory_percent: float | None,
+    def enabled(self, ctx: Context) -> bool:
+        return ctx.policy.features.memory_reclaim.enabled
+
+    def plan(self, ctx: Context) -> Plan:
+        config = ctx.policy.features.memory_reclaim
+        state = ctx.state
+        level = self.level.step(ctx.now, ctx.usage.get("memory"), config)
+        writes: list = reclaim_plan(level, config, state.pods, state.layout)
+        decisions = ()
+        if writes:
+            decisions = (Report(
+                f"memory reclaim level {level}: BE soft ceilings at "
+                f"{max(config.step_percent, 100 - level * config.step_percent)}% of their limits ({len(writes)} pods)",
+                logger=__name__, written=tuple(w.key for w in writes)),)
+        self._requested = ()
+        if self._last_reclaim is None or ctx.now - self._last_reclaim >= config.interval_seconds:
+            self._last_reclaim = ctx.now
+            requests = [CgroupTrigger(path, "memory.reclaim", str(amount))
+                        for path, amount in reclaim_requests(level, config, state.pods, state.layout,
+                                                             _pod_memory(ctx, state.pods))]
+            self._requested = tuple(r.key for r in requests)
+            writes += requests
+        return Plan(tuple(writes), decisions)
+
+    def undo(self, ctx: Context) -> Plan:
+        self.level = ReclaimLevel()
+        self._requested = ()
+        return EMPTY  # the ceilings are journalled: the executor puts them back
+
+    def settle(self, ctx: Context, outcome) -> None:
+        if self._requested:
+            self.reclaimed_requests += sum(1 for key in self._requested if key in outcome.done)
+
+
+def _pod_memory(ctx: Context, pods: Iterable[PodState]) -> Mapping[str, int]:
+    """uid -> memory bytes of the pods, from the round's sample (or ``ctx.observed``)."""
+    given = ctx.observed.get(MemoryReclaim.name)
+    if given is not None:
+        return given
+    usage = {}
+    if ctx.sampler is not None:
+        for pod in pods:
+            measured = ctx.sampler.pod_usage(pod.uid)
+            if measured is not None and measured.memory_bytes:
+                usage[pod.uid] = measured.memory_bytes
+    return usage
+
+
+class MemoryReclaimer:
+    """The feature alone, on its own journal: ``round`` is one agent round of memory reclaim."""
+
+    def __init__(self, layout: CgroupLayout, journal_path: Path) -> None:
+        from .engine import QoSEngine
+        self.layout = layout
+        self.feature = MemoryReclaim()
+        self.engine = QoSEngine(journal_path, features=[self.feature], legacy_journals=())
+
+    @property
+    def journal(self):
+        return self.engine.journal
+
+    @property
+    def level(self) -> ReclaimLevel:
+        return self.feature.level
+
+    def round(self, now: float, enabled: bool, config: MemoryReclaimConfig, memory_percent: float | None,
               pods: Iterable[PodState], usage: Mapping[str, int]) -> list[tuple[str, str]]:
         """Returns (file, problem) for writes that failed."""
-        if not (enabled and config.enabled):
-            self.level = ReclaimLevel()
-            return restore(self.journal)
-        pods = list(pods)
-        level = self.level.step(now, memory_percent, config)
-        plan = reclaim_plan(level, config, pods, self.layout)
-        result = apply(plan, self.journal, allowed_roots(self.layout))
-        wanted = {w.key for w in plan}
-        problems = [(str(w.target), p) for w, p in result.errors]
-        problems += restore(self.journal, [k for k in self.journal.originals if k not in wanted])
-        if result.written:
-            log.info("memory reclaim level %d: BE soft ceilings at %d%% of their limits (%d pods)", level,
-                     max(config.step_percent, 100 - level * config.step_percent), len(plan))
-        if self._last_reclaim is None or now - self._last_reclaim >= config.interval_seconds:
-            self._last_reclaim = now
-            for path, amount in reclaim_requests(level, config, pods, self.layout, usage):
-                problem = write_reclaim(path, amount)
-                if problem:
-                    problems.append((str(path / "memory.reclaim"), problem))
-                else:
-                    self.reclaimed_requests += 1
-        return problems
-
-
-def write_reclaim(path: Path, amount: int) -> str | None:
-    """Ask the kernel to reclaim ``amount`` bytes from the cgroup. EAGAIN (could not reclaim that
-    much) is normal under pressure; a missing file (old kernel, pod gone) is skipped."""
-    try:
-        (path / "memory.reclaim").write_text(str(amount))
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        if err.errno == errno.EAGAIN:
-            return None
-        return err.strerror or str(err)
-    return None
+        policy = ColocationPolicy()
+        policy = replace(policy, features=replace(policy.features, memory_reclaim=config))
+        state = NodeState(tuple(pods), 0, 0, policy, {}, self.layout)
+        out = self.engine.run(Context(state, enabled, now, usage={} if memory_percent is None else
+                                      {"memory": memory_percent}, observed={MemoryReclaim.name: usage}))
+        return [*((str(w.target), p) for w, p in out.result.errors), *out.result.restore_problems,
+                *((file, p) for _, file, p in out.problems)]
 
 
 JOURNAL_NAME = "memory-reclaim-journal.json"
-
-
-def reclaim_round(node_qos, sampler, usage_percent: Mapping[str, float], enabled: bool) -> None:
-    """One round for :class:`~.node_qos.NodeQoS` (its reclaimer, policy, pods and clock)."""
-    usage = {}
-    for uid in node_qos._states:
-        measured = sampler.pod_usage(uid)
-        if measured is not None and measured.memory_bytes:
-            usage[uid] = measured.memory_bytes
-    for file, problem in node_qos.reclaimer.round(node_qos.clock(), enabled, node_qos.policy.features.memory_reclaim,
-                                                  usage_percent.get("memory"), node_qos._states.values(), usage):
-        log.warning("memory reclaim: %s: %s", file, problem)

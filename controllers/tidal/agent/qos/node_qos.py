@@ -5,11 +5,14 @@ Inputs are what the agent last knew — pods of this node, this Node object, the
 (all kept by watches, so an unreachable API server leaves the last known values in force) — and
 the sampler's fresh usage. Each round:
 
-1. cgroups: the policy's strategies are applied (or everything restored when the node is not
-   labelled for colocation) — synchronously, so enforcement never waits for the API server;
-2. watermark eviction: the pure state machine decides taint / untaint / evict, with the node's
+1. watermark eviction: the pure state machine decides taint / untaint / evict, with the node's
    annotation overrides applied to the policy's watermarks, on node usage or — with the policy's
    ``overselling.includeSystemUsage`` false — on the pods' usage only (:func:`eviction_usage_percent`);
+2. the features (:mod:`.registry`, run by :class:`~.engine.QoSEngine` with a :class:`~.feature.Context`
+   built here — they never look into this object): cgroups, requests, resctrl and tc applied by
+   the executor (or everything undone when the node is not labelled for colocation) —
+   synchronously, so enforcement never waits for the API server; their effects (PSI evictions,
+   never a pod the watermark machine chose) join the watermark decisions;
 3. API work (taint, evictions, Events) is handed to one background worker, so a slow or absent
    API server never delays the cgroup work. The taint is level-triggered: the worker makes the
    node's taint match the state machine, so a restarted agent or a lost patch converges.
@@ -32,16 +35,10 @@ from tidal.api.policy import ColocationPolicy, PolicyValidationError
 from tidal.api.qos import QoSLevel
 
 from .engine import QoSEngine, colocation_enabled
+from .feature import Context
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import effective_watermarks
-from .egress_bandwidth import EgressActuator, egress_round
-from .memory_reclaim import JOURNAL_NAME as RECLAIM_JOURNAL
-from .memory_reclaim import MemoryReclaimer, reclaim_round
-from .numa_affinity import JOURNAL_NAME as NUMA_JOURNAL
-from .numa_affinity import NUMAAffinityActuator, numa_round
-from .psi_interference import PressureReader, PSIInterferenceEviction, interference_decisions
-from .resctrl import ResctrlActuator, resctrl_round
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
 
@@ -114,13 +111,6 @@ class NodeQoS:
         self.cpu_controller_root = cpu_controller_root
         self.clock = clock
         self.eviction = WatermarkEviction()
-        self.interference = PSIInterferenceEviction()
-        self.reclaimer = MemoryReclaimer(layout, engine.journal_path.with_name(RECLAIM_JOURNAL))
-        self.numa = NUMAAffinityActuator(layout, engine.journal_path.with_name(NUMA_JOURNAL))
-        self.resctrl = ResctrlActuator(layout)
-        self.egress = EgressActuator(layout)
-        self.pressure = PressureReader(layout, cgroup_psi=self.capabilities.get("psi.cgroup", False),
-                                       node_psi=self.capabilities.get("psi", False))
         self.policy = ColocationPolicy()
         self._policy_key: Any = object()
         self._override_problems: list[str] = []
@@ -204,34 +194,37 @@ class NodeQoS:
                           capabilities=self.capabilities, layout=self.layout,
                           cpu_controller_root=self.cpu_controller_root)
         enabled = self.enabled
-        result, changed = self.engine.reconcile(state, enabled)
-        for write, problem in result.errors:
-            log.warning("cgroup write failed: %s", problem)
         usage = usage_percent(sampler, self.node_cpus)
-        reclaim_round(self, sampler, usage, enabled)
-        numa_round(self, enabled)
-        resctrl_round(self, online, enabled)
-        egress_round(self, enabled)
+        now = self.clock()
+        # Watermark eviction decides first (pure, in memory): the features see the pods it chose.
         decisions: list[Decision] = []
         self._refresh_watermarks()
         eviction_usage = eviction_usage_percent(sampler, self.node_cpus,
                                                 self.policy.overselling.include_system_usage)
+        pods: list[Candidate] = []
         if enabled:
-            now = self.clock()
             self.blocked = {uid: t for uid, t in self.blocked.items() if t > now and uid in self._states}
             pods = [c for c in candidates(self._states.values(), sampler) if c.uid not in self.blocked]
             decisions = self.eviction.step(now, eviction_usage, pods)
-            decisions += interference_decisions(self, now, pods)
         else:
             self.eviction = WatermarkEviction(config=self.eviction.config)
             self.blocked.clear()
+        ctx = Context(state, enabled, now, self.engine.options, usage, sampler, self._annotations,
+                      candidates=pods, evicting=self.eviction.evicted)
+        outcome = self.engine.run(ctx)
+        result, changed = outcome.result, outcome.changed
+        for write, problem in result.errors:
+            log.warning("cgroup write failed: %s", problem)
+        for name, file, problem in outcome.problems:
+            log.warning("%s: %s: %s", name, file, problem)
+        decisions += outcome.effects
         for decision in decisions:
             log.info("%s: %s", decision.action, decision.reason)
             if decision.action is Action.EVICT:
                 self._queue(decision, self._states.get(decision.pod_uid or ""))
         if self._wake is not None and self.node_tainted is not None and self.node_tainted != self.want_taint:
             self._wake.set()
-        self._export(sampler, usage, changed, result, enabled, state)
+        self._export(sampler, usage, changed, result, enabled, state, outcome.gauges)
         return Round(enabled, usage, result, changed, decisions, eviction_usage)
 
     def policy_status(self, capabilities) -> dict[str, Any]:
@@ -244,11 +237,13 @@ class NodeQoS:
     def want_taint(self) -> bool:
         return self.enabled and self.eviction.tainted
 
-    def _export(self, sampler: Sampler, usage, changed, result, enabled, state: NodeState) -> None:
+    def _export(self, sampler: Sampler, usage, changed, result, enabled, state: NodeState, gauges=()) -> None:
         m = self.metrics
         if m is None:
             return
         n = self.node
+        for gauge in gauges:  # the features' (e.g. tidal_psi_some_avg10_percent)
+            getattr(m, gauge.metric).labels(n, *gauge.labels).set(gauge.value)
         if sampler.node_cpu_millicores is not None:
             m.node_cpu.labels(n).set(sampler.node_cpu_millicores)
         if sampler.node_memory_bytes is not None:

@@ -14,32 +14,36 @@ Pure core:
 * :func:`numa_plan` turns assignments into ``cpuset.cpus`` / ``cpuset.mems`` writes on the
   containers' cgroups (v1: the ``cpuset`` hierarchy; v2: the unified one).
 
-I/O: :func:`read_topology` (``/sys/devices/system/node``) and :class:`NUMAAffinityActuator`, which
-applies the plan through :func:`apply` into its own journal (only below the cpuset ``kubepods``
-trees), logs ``applied NUMA affinity for LS pod <ns>/<name> on NUMA node N`` once per container,
-and restores everything when the feature is switched off or the node leaves colocation. With the
+The feature (:class:`NUMAAffinity`, ``numa-affinity``) reads in ``sense`` (the topology under
+``/sys/devices/system/node`` once, the kubelet's ``cpu_manager_state`` every round), plans the
+cpusets, which the executor applies into the one journal (only below the cpuset ``kubepods``
+tree) and puts back when the feature is switched off or the node leaves colocation; it logs
+``applied NUMA affinity for LS pod <ns>/<name> on NUMA node N`` once per container. With the
 kubelet's static CPU manager the kubelet may rewrite shared containers' cpusets in its reconcile
-loop; the actuator re-reads its files every few rounds and puts the confinement back.
+loop; the executor re-reads the files every few rounds and puts the confinement back.
+:class:`NUMAAffinityActuator` drives the feature alone with its own journal.
 """
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
+from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import QoSLevel
 
 from .capabilities import parse_cpu_list
+from .feature import DEFAULT_OPTIONS, EMPTY, Context, Options, Plan
 from .pod_features import FeaturePodState
-from .strategy import CgroupWrite, RestoreJournal, apply, restore
+from .strategy import CgroupWrite, NodeState
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CPUManagerState", "NUMAAffinityActuator", "Placement", "assign", "format_cpu_list", "numa_plan",
+    "CPUManagerState", "JOURNAL_NAME", "NUMAAffinity", "NUMAAffinityActuator", "Placement", "assign", "format_cpu_list", "numa_plan",
     "parse_cpu_manager_state", "read_topology",
 ]
 
@@ -174,21 +178,38 @@ def ls_containers(pods: Iterable) -> list[tuple[str, str, int]]:
     return out
 
 
-@dataclass
-class NUMAAffinityActuator:
-    layout: CgroupLayout
-    journal_path: Path
-    sys_root: Path = Path("/sys")
-    cpu_manager_state: Path = DEFAULT_CPU_MANAGER_STATE
-    verify_every: int = 5
-    placements: dict[str, Placement] = field(default_factory=dict)
+@dataclass(frozen=True)
+class Sensed:
+    """What the NUMA feature read this round: the pods by uid, the LS containers (pod uid,
+    container id, CPU request), the shareable CPUs per NUMA node, and the placements an
+    earlier run of the agent made (recognised in the journal)."""
 
-    def __post_init__(self) -> None:
-        self.journal = RestoreJournal(self.journal_path)
+    pods: Mapping[str, FeaturePodState]
+    containers: list[tuple[str, str, int]]
+    free: Mapping[int, frozenset[int]]
+    recovered: Mapping[str, Placement]
+
+
+class NUMAAffinity:
+    """``features.numaAffinity`` on nodes with several NUMA nodes (capability ``numa``)."""
+
+    name = "numa-affinity"
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
+        self.sys_root = options.sys_root
+        self.cpu_manager_state = options.cpu_manager_state
+        self.placements: dict[str, Placement] = {}
         self._topology: dict[int, frozenset[int]] | None = None
-        self._rounds = 0
-        self._known: dict[str, str] = {}
         self._logged: set[str] = set()
+
+    def roots(self, layout: CgroupLayout) -> tuple[Path, ...]:
+        """The cpuset ``kubepods`` tree: where this feature's writes may go."""
+        return (cpuset_root(layout) / layout.kubepods_relpath(),)
+
+    def enabled(self, ctx: Context) -> bool:
+        return ctx.policy.features.numa_affinity.enabled and ctx.capabilities.get("numa", False)
+
+    # -- reads -------------------------------------------------------------------------------
 
     def topology(self) -> dict[int, frozenset[int]]:
         if self._topology is None:
@@ -201,7 +222,8 @@ class NUMAAffinityActuator:
         except FileNotFoundError:
             return CPUManagerState()
 
-    def recovered(self, containers: Iterable[tuple[str, str, int]], pods: Mapping) -> dict[str, Placement]:
+    def recovered(self, containers: Iterable[tuple[str, str, int]], pods: Mapping, layout: CgroupLayout,
+                  journaled: Collection[str]) -> dict[str, Placement]:
         """Placements made by an earlier run of the agent (restart-safe: no container moves to
         another NUMA node because the agent restarted): an LS container not placed yet whose
         ``cpuset.mems`` this agent changed (it is in the journal) keeps the nodes it has now."""
@@ -210,8 +232,8 @@ class NUMAAffinityActuator:
             if cid in self.placements:
                 continue
             pod = pods[uid]
-            mems = cpuset_root(self.layout) / self.layout.container_relpath(pod.uid, pod.qos_class, cid) / "cpuset.mems"
-            if str(mems) not in self.journal.originals:
+            mems = cpuset_root(layout) / layout.container_relpath(pod.uid, pod.qos_class, cid) / "cpuset.mems"
+            if str(mems) not in journaled:
                 continue
             try:
                 nodes = tuple(parse_cpu_list(mems.read_text()))
@@ -219,45 +241,72 @@ class NUMAAffinityActuator:
                 continue
             if nodes:
                 out[cid] = Placement(uid, cid, nodes, request)
-                self._logged.add(cid)
         return out
 
-    def round(self, enabled: bool, pods: Iterable) -> list[tuple[str, str]]:
-        if not enabled:
-            self.placements.clear()
-            self._known.clear()
-            self._logged.clear()
-            return restore(self.journal)
-        pods = {p.uid: p for p in pods}
-        free = shareable(self.topology(), self.read_cpu_state())
+    def sense(self, ctx: Context) -> Sensed:
+        pods = {p.uid: p for p in ctx.state.pods}
         containers = ls_containers(pods.values())
-        self.placements.update(self.recovered(containers, pods))
-        self.placements = assign(free, self.placements, containers)
-        plan = numa_plan(self.placements.values(), free, pods, self.layout)
-        self._rounds += 1
-        if self._rounds % self.verify_every == 0:
-            self._known.clear()
-        root = cpuset_root(self.layout) / self.layout.kubepods_relpath()
-        result = apply(plan, self.journal, [root], self._known)
-        wanted = {w.key for w in plan}
-        problems = [(str(w.target), p) for w, p in result.errors]
-        problems += restore(self.journal, [k for k in self.journal.originals if k not in wanted])
-        applied = {str(w.path) for w in (*result.written, *result.unchanged)}
-        for p in self.placements.values():
-            pod = pods[p.pod_uid]
-            path = str(cpuset_root(self.layout) / self.layout.container_relpath(pod.uid, pod.qos_class, p.container_id))
-            if path in applied and p.container_id not in self._logged:
-                self._logged.add(p.container_id)
-                log.info("applied NUMA affinity for LS pod %s/%s on NUMA node %s", pod.namespace, pod.name,
-                         ",".join(map(str, p.nodes)))
-        self._logged &= set(self.placements)
-        return problems
+        free = shareable(self.topology(), self.read_cpu_state())
+        return Sensed(pods, containers, free, self.recovered(containers, pods, ctx.state.layout, ctx.journaled))
+
+    # -- plan --------------------------------------------------------------------------------
+
+    def plan(self, ctx: Context) -> Plan:
+        seen: Sensed = ctx.observed[self.name]
+        self.placements.update(seen.recovered)
+        self._logged.update(seen.recovered)  # placed by an earlier run: logged then
+        self.placements = assign(seen.free, self.placements, seen.containers)
+        return Plan(tuple(numa_plan(self.placements.values(), seen.free, seen.pods, ctx.state.layout)))
+
+    def undo(self, ctx: Context) -> Plan:
+        self.placements.clear()
+        self._logged.clear()
+        return EMPTY  # the cpusets are journalled: the executor puts them back
+
+    def settle(self, ctx: Context, outcome) -> None:
+        """Log each container's placement once, when its cpuset is in place."""
+        if not self.placements:
+            self._logged.clear()
+            return
+        pending = [p for p in self.placements.values() if p.container_id not in self._logged]
+        if pending:
+            result = outcome.result
+            applied = {str(w.path) for w in (*result.written, *result.unchanged)}
+            pods, layout = ctx.observed[self.name].pods, ctx.state.layout
+            for p in pending:
+                pod = pods[p.pod_uid]
+                path = str(cpuset_root(layout) / layout.container_relpath(pod.uid, pod.qos_class, p.container_id))
+                if path in applied:
+                    self._logged.add(p.container_id)
+                    log.info("applied NUMA affinity for LS pod %s/%s on NUMA node %s", pod.namespace, pod.name,
+                             ",".join(map(str, p.nodes)))
+        if len(self._logged) > len(self.placements):
+            self._logged &= set(self.placements)
 
 
-def numa_round(node_qos, enabled: bool) -> None:
-    """One round for :class:`~.node_qos.NodeQoS` (only on nodes with several NUMA nodes)."""
-    on = enabled and node_qos.policy.features.numa_affinity.enabled and node_qos.capabilities.get("numa", False)
-    if not on and not node_qos.numa.journal.originals and not node_qos.numa.placements:
-        return
-    for file, problem in node_qos.numa.round(on, node_qos._states.values()):
-        log.warning("NUMA affinity: %s: %s", file, problem)
+class NUMAAffinityActuator:
+    """The feature alone, on its own journal: ``round`` is one agent round (tests and tools)."""
+
+    def __init__(self, layout: CgroupLayout, journal_path: Path, sys_root: Path = Path("/sys"),
+                 cpu_manager_state: Path = DEFAULT_CPU_MANAGER_STATE, verify_every: int = 5) -> None:
+        from .engine import QoSEngine
+        self.layout = layout
+        self.feature = NUMAAffinity(Options(sys_root=sys_root, cpu_manager_state=cpu_manager_state))
+        self.engine = QoSEngine(journal_path, verify_every, features=[self.feature], legacy_journals=())
+        self._policy = ColocationPolicy.from_spec({"features": {"numaAffinity": {"enabled": True}}})
+
+    @property
+    def journal(self):
+        return self.engine.journal
+
+    @property
+    def placements(self) -> dict[str, Placement]:
+        return self.feature.placements
+
+    def read_cpu_state(self) -> CPUManagerState:
+        return self.feature.read_cpu_state()
+
+    def round(self, enabled: bool, pods: Iterable) -> list[tuple[str, str]]:
+        state = NodeState(tuple(pods), 0, 0, self._policy, {"numa": True}, self.layout)
+        out = self.engine.run(Context(state, enabled))
+        return [*((str(w.target), p) for w, p in out.result.errors), *out.result.restore_problems]

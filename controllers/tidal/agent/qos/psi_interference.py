@@ -18,7 +18,10 @@ chosen again. Decisions are :class:`PSIDecision`\\ s, carried out by
 the node's API worker like watermark evictions (Event ``TidalEvicted`` with the figures, metric
 ``tidal_evictions_total{reason="psi"}``).
 
-I/O: :func:`parse_some_avg10` (pure) and :class:`PressureReader` (reads the files).
+The feature (:class:`PSIInterference`, ``psi-interference``) reads pressure in ``sense``
+(:class:`PressureReader`; :func:`parse_some_avg10` is pure), steps the decision state in ``plan``
+and returns the evictions as effects (pods the watermark machine chose this round are left out)
+and the node's pressure as gauges.
 """
 from __future__ import annotations
 
@@ -28,13 +31,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
-from tidal.api.policy import PSIInterference
+from tidal.api.policy import PSIInterference as PSIInterferenceConfig
 from tidal.api.qos import QoSLevel
 
 from .eviction import Action, Candidate, Decision
+from .feature import DEFAULT_OPTIONS, EMPTY, Context, Gauge, Options, Plan
 from .strategy import PodState
 
-__all__ = ["NODE_SCOPE", "PSIDecision", "PSIInterferenceEviction", "PressureReader", "parse_some_avg10"]
+__all__ = ["NODE_SCOPE", "PSIDecision", "PSIInterference", "PSIInterferenceEviction", "PressureReader", "parse_some_avg10"]
 
 NODE_SCOPE = "node"
 ONLINE = (QoSLevel.HLS, QoSLevel.LS)
@@ -44,7 +48,7 @@ ONLINE = (QoSLevel.HLS, QoSLevel.LS)
 MIN_FORGET_SECONDS = 120.0
 
 
-def forget_after(config: PSIInterference) -> float:
+def forget_after(config: PSIInterferenceConfig) -> float:
     return max(2.0 * config.cooldown_seconds, MIN_FORGET_SECONDS)
 
 
@@ -77,7 +81,7 @@ class PSIInterferenceEviction:
     last_eviction: float | None = None
     evicted: dict[str, float] = field(default_factory=dict)
 
-    def step(self, now: float, config: PSIInterference,
+    def step(self, now: float, config: PSIInterferenceConfig,
              pressure: Mapping[str, Mapping[str, float]], pods: Sequence[Candidate]) -> list[PSIDecision]:
         """``pressure`` maps scope (``node`` or an online pod's label) -> resource -> some avg10."""
         present = {p.uid for p in pods}
@@ -153,16 +157,41 @@ class PressureReader:
         return values
 
 
-def interference_decisions(node_qos, now: float, pods: Sequence[Candidate]) -> list[PSIDecision]:
-    """One round of PSI interference for :class:`~.node_qos.NodeQoS` (reads pressure only when the
-    policy switches the feature on; pods the watermark machine already chose are left out)."""
-    config = node_qos.policy.features.psi_interference
-    if not config.enabled:
-        node_qos.interference.step(now, config, {}, pods)
-        return []
-    pressure = node_qos.pressure.read([r.value for r in config.resources], node_qos._states.values())
-    if node_qos.metrics is not None and NODE_SCOPE in pressure:
-        for resource, avg10 in pressure[NODE_SCOPE].items():
-            node_qos.metrics.psi.labels(node_qos.node, resource).set(avg10)
-    chosen = node_qos.eviction.evicted
-    return node_qos.interference.step(now, config, pressure, [p for p in pods if p.uid not in chosen])
+class PSIInterference:
+    """``features.psiInterference``: effects are :class:`PSIDecision` evictions, decisions the
+    node's ``tidal_psi_some_avg10_percent`` gauges."""
+
+    name = "psi-interference"
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
+        self.proc_root = options.proc_root
+        self.machine = PSIInterferenceEviction()
+        self._reader: tuple[object, PressureReader] | None = None
+
+    def enabled(self, ctx: Context) -> bool:
+        return ctx.policy.features.psi_interference.enabled
+
+    def reader(self, ctx: Context) -> PressureReader:
+        caps = ctx.capabilities
+        key = (ctx.state.layout, caps.get("psi.cgroup", False), caps.get("psi", False))
+        if self._reader is None or self._reader[0] != key:
+            self._reader = (key, PressureReader(ctx.state.layout, self.proc_root, cgroup_psi=key[1], node_psi=key[2]))
+        return self._reader[1]
+
+    def sense(self, ctx: Context) -> dict[str, dict[str, float]]:
+        """some avg10 of the watched scopes (only while the feature is on)."""
+        config = ctx.policy.features.psi_interference
+        return self.reader(ctx).read([r.value for r in config.resources], ctx.state.pods)
+
+    def plan(self, ctx: Context) -> Plan:
+        pressure = ctx.observed[self.name]
+        gauges = tuple(Gauge("psi", (resource,), avg10) for resource, avg10 in pressure.get(NODE_SCOPE, {}).items())
+        chosen = ctx.evicting
+        pods = [p for p in ctx.candidates if p.uid not in chosen]
+        evict = self.machine.step(ctx.now, ctx.policy.features.psi_interference, pressure, pods)
+        return Plan(decisions=gauges, effects=tuple(evict))
+
+    def undo(self, ctx: Context) -> Plan:
+        if ctx.enabled:  # switched off in the policy: forget pods asked to go that are gone
+            self.machine.step(ctx.now, ctx.policy.features.psi_interference, {}, ctx.candidates)
+        return EMPTY

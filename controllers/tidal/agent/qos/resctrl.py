@@ -16,28 +16,34 @@ threads, not processes; threads created later inherit the group). Switched off, 
 leaving colocation: the ``tidal-*`` groups are removed, and the kernel moves their threads back
 to the default group. ``tidal-agent restore`` does the same.
 
-Pure parts: :func:`group_for`, :func:`dynamic_level`, :func:`desired_groups` (and the schemata
-arithmetic in :mod:`.resctrl_schemata`); I/O in :class:`ResctrlActuator`.
+The feature (:class:`CacheLimitsFeature`, ``cache-limits``) reads the resctrl ``info`` and the
+root schemata in ``sense``; its plan (:func:`group_for`, :func:`dynamic_level`,
+:func:`desired_groups`, the schemata arithmetic in :mod:`.resctrl_schemata`) is intents for the
+executor (:mod:`tidal.agent.executor.resctrl`): each group with its schemata, each BE pod's
+containers' threads in its group; its undo removes the groups. :class:`ResctrlActuator` drives
+the feature alone (tests and tools).
 """
 from __future__ import annotations
 
-import errno
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
-from tidal.api.policy import CacheLimits
+from tidal.agent.executor.resctrl import ResctrlExecutor, ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups
+from tidal.agent.executor.resctrl import remove_groups as _remove_groups
+from tidal.api.policy import CacheLimits, ColocationPolicy
 from tidal.api.qos import CacheLimit
 
+from .feature import DEFAULT_OPTIONS, EMPTY, Context, Options, Plan, run_alone
 from .pod_features import FeaturePodState
-from .resctrl_schemata import ResctrlInfo, Schemata, parse_schemata, render, satisfied, share_lines
-from .strategy import PodState
+from .resctrl_schemata import ResctrlInfo, Schemata, parse_schemata, share_lines
+from .strategy import NodeState, PodState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DYNAMIC_GROUP", "GROUP_PREFIX", "ResctrlActuator", "desired_groups", "dynamic_level", "group_for",
+__all__ = ["CacheLimitsFeature", "DYNAMIC_GROUP", "GROUP_PREFIX", "ResctrlActuator", "desired_groups", "dynamic_level", "group_for",
            "remove_groups"]
 
 DEFAULT_ROOT = Path("/sys/fs/resctrl")
@@ -97,85 +103,75 @@ def read_info(root: Path) -> ResctrlInfo:
 
 
 def remove_groups(root: Path = DEFAULT_ROOT, remove: Callable[[Path], None] = Path.rmdir) -> list[tuple[str, str]]:
-    """Remove every ``tidal-*`` group (its threads return to the default group). ``remove`` is
-    ``rmdir`` (a resctrl group directory goes with its files); tests of recorded trees pass
-    ``shutil.rmtree``."""
-    problems = []
-    try:
-        groups = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(GROUP_PREFIX)]
-    except OSError:
-        return []
-    for group in groups:
-        try:
-            remove(group)
-            log.info("resctrl group %s removed", group.name)
-        except OSError as err:
-            problems.append((str(group), err.strerror or str(err)))
-    return problems
+    """Remove every ``tidal-*`` group (the executor's :func:`~tidal.agent.executor.resctrl.remove_groups`)."""
+    return _remove_groups(root, GROUP_PREFIX, remove)
 
 
-@dataclass
+class CacheLimitsFeature:
+    """``features.cacheLimits`` where resctrl offers L3 or MBA (capabilities ``resctrl.l3``,
+    ``resctrl.mba``)."""
+
+    name = "cache-limits"
+
+    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
+        self.root = options.resctrl_root
+
+    @staticmethod
+    def _offered(ctx: Context) -> tuple[bool, bool]:
+        caps = ctx.capabilities
+        return caps.get("resctrl.l3", False), caps.get("resctrl.mba", False)
+
+    def enabled(self, ctx: Context) -> bool:
+        return ctx.policy.features.cache_limits.enabled and any(self._offered(ctx))
+
+    def sense(self, ctx: Context) -> tuple[ResctrlInfo, Schemata]:
+        return read_info(self.root), parse_schemata(_read(self.root / "schemata") or "")
+
+    def plan(self, ctx: Context) -> Plan:
+        info, root_schemata = ctx.observed[self.name]
+        state = ctx.state
+        l3, mba = self._offered(ctx)
+        online_percent = state.online_usage_millicores / (state.node_cpus * 1000) * 100
+        config = ctx.policy.features.cache_limits
+        writes: list = [ResctrlGroup(self.root, name, lines, GROUP_PREFIX) for name, lines in
+                        desired_groups(config, info, root_schemata, online_percent, l3, mba).items()]
+        layout = state.layout
+        threads = "tasks" if layout.version is CgroupVersion.V1 else "cgroup.threads"
+        for pod in state.pods:
+            name = group_for(pod)
+            if name is not None and pod.containers:
+                files = tuple(layout.cpu_dir(layout.container_relpath(pod.uid, pod.qos_class, c.id)) / threads
+                              for c in pod.containers)
+                writes.append(ResctrlMembers(self.root, name, files, GROUP_PREFIX))
+        return Plan(tuple(writes))
+
+    def undo(self, ctx: Context) -> Plan:
+        """Off: the groups go (every round while resctrl is offered: whoever made them)."""
+        if ctx.state is not None and not any(self._offered(ctx)):
+            return EMPTY  # no resctrl here: no I/O at all
+        return Plan((ResctrlRemoveGroups(self.root, GROUP_PREFIX),))
+
+
 class ResctrlActuator:
-    layout: CgroupLayout
-    root: Path = DEFAULT_ROOT
-    remove: Callable[[Path], None] = Path.rmdir
+    """The feature alone: ``round`` is one agent round of cache limits (tests and tools)."""
 
-    def __post_init__(self) -> None:
-        self.moved = 0
+    def __init__(self, layout: CgroupLayout, root: Path = DEFAULT_ROOT,
+                 remove: Callable[[Path], None] = Path.rmdir) -> None:
+        self.layout = layout
+        self.root = root
+        self.feature = CacheLimitsFeature(Options(resctrl_root=root))
+        self.executor = ResctrlExecutor(remove)
 
-    def threads(self, pod: PodState) -> set[str]:
-        name = "tasks" if self.layout.version is CgroupVersion.V1 else "cgroup.threads"
-        out: set[str] = set()
-        for c in pod.containers:
-            text = _read(self.layout.cpu_dir(self.layout.container_relpath(pod.uid, pod.qos_class, c.id)) / name)
-            out.update((text or "").split())
-        return out
+    @property
+    def moved(self) -> int:
+        return self.executor.moved
 
     def round(self, enabled: bool, config: CacheLimits, pods: Iterable[PodState], online_percent: float,
               capabilities: Mapping[str, bool]) -> list[tuple[str, str]]:
-        l3, mba = capabilities.get("resctrl.l3", False), capabilities.get("resctrl.mba", False)
-        if not (enabled and config.enabled and (l3 or mba)):
-            return remove_groups(self.root, self.remove)
-        info = read_info(self.root)
-        root_schemata = parse_schemata(_read(self.root / "schemata") or "")
-        problems = []
-        for name, lines in desired_groups(config, info, root_schemata, online_percent, l3, mba).items():
-            group = self.root / name
-            try:
-                group.mkdir(exist_ok=True)
-                if not satisfied(parse_schemata(_read(group / "schemata") or ""), lines):
-                    (group / "schemata").write_text(render(lines))
-                    log.info("resctrl group %s: %s", name, render(lines).strip().replace("\n", " "))
-            except (OSError, ValueError) as err:
-                problems.append((str(group / "schemata"), str(getattr(err, "strerror", None) or err)))
-        members: dict[str, set[str]] = {}
-        for pod in pods:
-            name = group_for(pod)
-            if name is None:
-                continue
-            wanted = self.threads(pod)
-            if not wanted:
-                continue
-            if name not in members:
-                members[name] = set((_read(self.root / name / "tasks") or "").split())
-            for tid in sorted(wanted - members[name], key=int):
-                try:
-                    with open(self.root / name / "tasks", "a", encoding="ascii") as f:
-                        f.write(tid)
-                    members[name].add(tid)
-                    self.moved += 1
-                except OSError as err:
-                    if err.errno != errno.ESRCH:  # thread exited meanwhile: nothing to move
-                        problems.append((str(self.root / name / "tasks"), err.strerror or str(err)))
+        policy = ColocationPolicy()
+        policy = replace(policy, features=replace(policy.features, cache_limits=config))
+        state = NodeState(tuple(pods), 1.0, online_percent * 10, policy, dict(capabilities), self.layout)
+        plan = run_alone(self.feature, Context(state, enabled))
+        problems: list[tuple[str, str]] = []
+        self.executor.execute(plan.writes, set(), problems)
         return problems
-
-
-def resctrl_round(node_qos, online_millicores: float, enabled: bool) -> None:
-    """One round for :class:`~.node_qos.NodeQoS`; no I/O at all where resctrl is not mounted."""
-    caps = node_qos.capabilities
-    if not (caps.get("resctrl.l3") or caps.get("resctrl.mba")):
-        return
-    online_percent = online_millicores / (node_qos.node_cpus * 1000) * 100
-    for file, problem in node_qos.resctrl.round(enabled, node_qos.policy.features.cache_limits,
-                                                node_qos._states.values(), online_percent, caps):
-        log.warning("resctrl: %s: %s", file, problem)

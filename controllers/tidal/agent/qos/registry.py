@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The node's features, in the order they run: one module per feature.
+
+Order matters where plans meet: :func:`~.strategy.compose` lets a later write to the same file
+win and clamps v1 quotas to their ancestors'. Each call returns fresh instances (features keep
+their own decision state: a reclaim level, NUMA placements), configured with ``options``.
+"""
+from __future__ import annotations
+
+from . import (
+    be_batch_resources, be_cpu_priority, be_cpu_suppression, cpu_burst,
+    egress_bandwidth, memory_reclaim, numa_affinity, psi_interference, resctrl,
+)
+from .feature import DEFAULT_OPTIONS, Feature, Options
+
+__all__ = ["features"]
+
+
+def features(options: Options = DEFAULT_OPTIONS) -> list[Feature]:
+    return [
+        be_cpu_suppression.feature(),
+        be_cpu_priority.feature(),
+        be_batch_resources.feature(),
+        cpu_burst.feature(),
+        memory_reclaim.MemoryReclaim(),
+        numa_affinity.NUMAAffinity(options),
+        resctrl.CacheLimitsFeature(options),
+        egress_bandwidth.EgressBandwidthFeature(options),
+        psi_interference.PSIInterference(options),
+    ]
+
+#: journals of agents before the executor (merged into the one journal on start)
+LEGACY_JOURNALS: tuple[str, ...] = (memory_reclaim.JOURNAL_NAME, numa_affinity.JOURNAL_NAME)

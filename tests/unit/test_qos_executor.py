@@ -1,0 +1,111 @@
+"""The executor: one journal (older agents' journals merged into it), the safety check on every
+write, and the registry's features in one round."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tidal.agent.executor import Executor
+from tidal.agent.executor.cgroupfs import CgroupTrigger, CgroupWrite, RestoreJournal, UnsafeWriteError
+from tidal.agent.qos import registry
+from tidal.agent.qos.engine import QoSEngine
+
+
+def test_older_journals_are_merged_once_and_the_one_journal_wins(tmp_path):
+    (tmp_path / "qos-journal.json").write_text(json.dumps({"originals": {"/a": "1"}}))
+    (tmp_path / "memory-reclaim-journal.json").write_text(json.dumps({"originals": {"/a": "9", "/b": "2"}}))
+    legacy = [tmp_path / "memory-reclaim-journal.json", tmp_path / "numa-journal.json"]  # the second absent
+    journal = RestoreJournal(tmp_path / "qos-journal.json", legacy)
+    assert journal.originals == {"/a": "1", "/b": "2"}
+    assert json.loads((tmp_path / "qos-journal.json").read_text()) == {"originals": {"/a": "1", "/b": "2"}}
+    assert json.loads(legacy[0].read_text()) == {"originals": {}} and not legacy[1].exists()
+    assert RestoreJournal(tmp_path / "qos-journal.json", legacy).originals == {"/a": "1", "/b": "2"}
+
+
+def test_the_engine_reads_the_older_journals_beside_its_own(tmp_path):
+    names = registry.LEGACY_JOURNALS
+    assert "memory-reclaim-journal.json" in names
+    (tmp_path / names[0]).write_text(json.dumps({"originals": {"/x/memory.high": "max"}}))
+    assert QoSEngine(tmp_path / "qos-journal.json").journal.originals == {"/x/memory.high": "max"}
+
+
+def test_every_write_and_request_is_checked(tmp_path):
+    root = tmp_path / "kubepods"
+    (root / "pod").mkdir(parents=True)
+    (root / "pod" / "memory.reclaim").write_text("")
+    executor = Executor(tmp_path / "j.json")
+    for write in ([CgroupWrite(tmp_path / "other", "cpu.shares", "2")],):
+        with pytest.raises(UnsafeWriteError):
+            executor.execute(write, [], [root])
+    with pytest.raises(UnsafeWriteError):
+        executor.execute([], [CgroupTrigger(root / "pod" / "..", "memory.reclaim", "1")], [root])
+    out = executor.execute([], [CgroupTrigger(root / "pod", "memory.reclaim", "4096"),
+                                CgroupTrigger(root / "gone", "memory.reclaim", "4096")], [root])
+    assert out.done == {f"{root}/pod/memory.reclaim"} and out.problems == []
+    assert (root / "pod" / "memory.reclaim").read_text() == "4096"
+    assert executor.journal.originals == {}  # requests are never journalled
+
+
+def test_one_module_per_feature_with_unique_names():
+    features = registry.features()
+    names = [f.name for f in features]
+    assert len(set(names)) == len(names)
+    assert names[:4] == ["be-cpu-suppression", "be-cpu-priority", "be-batch-resources", "cpu-burst"]
+    for feature in features:
+        assert callable(feature.enabled) and callable(feature.plan) and callable(feature.undo)
+
+
+def test_resctrl_intents_touch_only_the_agents_groups(tmp_path):
+    from tidal.agent.executor.resctrl import ResctrlExecutor, ResctrlGroup, ResctrlRemoveGroups, UnsafeGroupError
+    (tmp_path / "other").mkdir()
+    (tmp_path / "tidal-be").mkdir()
+    executor, problems = ResctrlExecutor(remove=Path.rmdir), []
+    for name in ("other", "tidal-../x", "../tidal-x"):
+        with pytest.raises(UnsafeGroupError):
+            executor.execute([ResctrlGroup(tmp_path, name, {})], set(), problems)
+    done: set[str] = set()
+    executor.execute([ResctrlRemoveGroups(tmp_path)], done, problems)
+    assert problems == [] and sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+    assert done == {f"{tmp_path}/tidal-*"}
+
+
+def test_tc_intents_name_only_host_veths_and_their_ifb_devices():
+    from tidal.agent.executor.tc import TcExecutor, TcShape, TcShapeOnly, UnsafeShapeError
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def shape(self, veth, ifindex, bps):
+            self.calls.append((veth, ifindex, bps))
+
+        def shaped(self):
+            return {}
+
+    shaper = Recorder()
+    executor = TcExecutor(shaper)
+    for bad in (TcShape("tfb12", 12, 1000), TcShape("eth0; rm", 3, 1000), TcShape("veth1", 0, 1000)):
+        with pytest.raises(UnsafeShapeError):
+            executor.execute([TcShapeOnly((bad,))], set(), [])
+    done: set[str] = set()
+    executor.execute([TcShapeOnly((TcShape("veth1", 7, 1000),))], done, [])
+    executor.execute([TcShapeOnly((TcShape("veth1", 7, 1000),))], done, [])  # same rate: not again
+    assert shaper.calls == [("veth1", 7, 8000)] and done == {"tc:tfb7"}
+
+
+def test_restore_is_every_features_undo_and_the_journal(tmp_path):
+    from tidal.agent.qos.feature import Options
+    from tidal.agent.qos.resctrl import CacheLimitsFeature
+    resctrl = tmp_path / "resctrl"
+    (resctrl / "tidal-be").mkdir(parents=True)
+    (resctrl / "mine").mkdir()
+    value = tmp_path / "kubepods" / "cpu.idle"
+    value.parent.mkdir()
+    value.write_text("1")
+    (tmp_path / "qos-journal.json").write_text(json.dumps({"originals": {str(value): "0"}}))
+    options = Options(resctrl_root=resctrl)
+    engine = QoSEngine(tmp_path / "qos-journal.json", options=options, features=[CacheLimitsFeature(options)])
+    assert engine.restore() == []
+    assert value.read_text() == "0" and sorted(p.name for p in resctrl.iterdir()) == ["mine"]
+    assert engine.journal.originals == {}

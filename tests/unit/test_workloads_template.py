@@ -396,7 +396,7 @@ def test_every_controller_runs_under_its_own_service_account_bound_to_its_role()
 MANAGER_CALLS = {
     ("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch"),    # master, reconciler, volcanoAnnotations
     ("", "nodes/status", "patch"),                                            # batch resources
-    ("", "pods", "list"),                                                     # tidal_node_batch_requested
+    ("", "pods", "list"), ("", "pods", "watch"),                              # tidal_node_batch_requested (watch cache)
     ("", "events", "create"),                                                 # BatchResourcesDropped
     ("colocation.tidal.io", "colocationpolicies", "get"), ("colocation.tidal.io", "colocationpolicies", "list"),
     ("colocation.tidal.io", "colocationpolicies", "watch"),

@@ -159,6 +159,28 @@ def test_site_oversells_the_demo_nodes_from_the_start_and_runs_the_be_job_on_the
         assert "kubernetes.io/batch-cpu" in pod.spec.containers[0].resources.requests
 
 
+def test_the_replayed_nodes_have_live_metrics_in_the_labs_prometheus(lab, site):
+    """Issue 16: the replaying agent is scraped like a real agent, so the console's charts show
+    the demo's kwok nodes (their usage by QoS level) within a minute or two of `make site`."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    from tidal_dev.lab.pytest_plugin import wait_for
+
+    assert site.returncode == 0
+
+    def nodes_with(metric):
+        query = urllib.parse.urlencode({"query": f'{metric}{{component="tidal-agent-replay"}}'})
+        with urllib.request.urlopen(f"{lab.prometheus_url}/api/v1/query?{query}", timeout=5) as r:
+            result = json.load(r)["data"]["result"]
+        return {series["metric"].get("node") for series in result}
+
+    for metric in ("tidal_node_cpu_usage_millicores", "tidal_qos_cpu_usage_millicores"):
+        wait_for(lambda: {"lab-node-0", "lab-node-1"} <= nodes_with(metric), 180,
+                 f"{metric} of lab-node-0 and lab-node-1 from the replaying agent in Prometheus")
+
+
 def test_a_second_run_changes_nothing(lab, site):
     assert site.returncode == 0
     again = play("playbooks/site.yml", lab, timeout=900)

@@ -32,3 +32,16 @@ def test_fitted_refuses_a_share_outside_0_1(fill: float) -> None:
 def test_a_trace_without_requests_is_left_as_it_is() -> None:
     trace = NodeTrace([0.0, 300.0], [[("a", 0.5, 0.0)], [("a", 0.7, 0.0)]])
     assert trace.fitted(16, 0.5) is trace
+
+
+def test_the_replaying_agent_announces_its_metrics_as_a_file_sd_target(tmp_path):
+    import json
+
+    from tidal.agent.replay import write_target_file
+    path = tmp_path / "targets" / "tidal-agent-replay.json"
+    write_target_file(path, "127.0.0.1", 40123)
+    assert json.loads(path.read_text()) == [{"targets": ["127.0.0.1:40123"],
+                                             "labels": {"component": "tidal-agent-replay"}}]
+    write_target_file(path, "::1", 40124)  # rewritten in place, IPv6 in brackets
+    assert json.loads(path.read_text())[0]["targets"] == ["[::1]:40124"]
+    assert [p.name for p in path.parent.iterdir()] == ["tidal-agent-replay.json"]  # no temporary left

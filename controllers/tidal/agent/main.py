@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(0 < fill <= 1; default 0.5); 0 keeps the trace's own sizes")
     r.add_argument("--metrics-address", default="127.0.0.1", help="address of /metrics and /healthz")
     r.add_argument("--metrics-port", type=int, help="serve the fake nodes' metrics on this port (0: any)")
+    r.add_argument("--prometheus-target-file", type=Path,
+                   help="with --metrics-port: write the bound address there as a Prometheus file_sd target "
+                        "(for a Prometheus without Kubernetes discovery, as the lab's), removed on exit")
     n = sub.add_parser("run", help="collect this node's usage and report it to its NodeProfile")
     n.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"),
                    help="this node's name (default $NODE_NAME)")
@@ -97,6 +100,9 @@ async def _replay(args) -> None:
         registry = CollectorRegistry()
         metrics, usage_metrics = node_metrics(registry), scheduler_usage_metrics(registry)
         runner = await serve_health(args.metrics_address, args.metrics_port, registry, lambda: True)
+        if args.prometheus_target_file:
+            from tidal.agent.replay import write_target_file
+            write_target_file(args.prometheus_target_file, args.metrics_address, runner.addresses[0][1])
     try:
         async with connect(args.kubeconfig, "tidal-agent-replay") as api:
             await run_replay(api, trace, [n for n in args.nodes.split(",") if n], speed=args.speed,
@@ -106,6 +112,8 @@ async def _replay(args) -> None:
     finally:
         if runner is not None:
             await runner.cleanup()
+        if args.prometheus_target_file:
+            args.prometheus_target_file.unlink(missing_ok=True)
 
 
 async def _run(args) -> None:

@@ -17,6 +17,7 @@ import asyncio
 import bisect
 import csv
 import datetime
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -137,6 +138,22 @@ class ReplayedNode:
         if prediction is not None:
             status["predictions"] = {**prediction, "model": "replay"}
         return status
+
+
+def target_file_content(address: str, port: int) -> str:
+    """A Prometheus file_sd target list naming this replaying agent's ``/metrics``. No ``node``
+    target label: each series carries the node it stands for."""
+    host = f"[{address}]" if ":" in address else address
+    return json.dumps([{"targets": [f"{host}:{port}"], "labels": {"component": "tidal-agent-replay"}}],
+                      indent=2) + "\n"
+
+
+def write_target_file(path: Path, address: str, port: int) -> None:
+    """Write :func:`target_file_content` atomically (Prometheus re-reads the file when it changes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(target_file_content(address, port))
+    tmp.replace(path)
 
 
 def export_node_metrics(metrics: NodeMetrics, node: ReplayedNode) -> None:

@@ -23,7 +23,6 @@ timestamps, no absolute paths.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -41,7 +40,8 @@ try:
 except ImportError as err:  # pragma: no cover
     sys.exit(f"{err}: run with the project's venv (.venv/bin/python; antsibull-docs is in the test extra)")
 
-ROOT = Path(__file__).resolve().parents[1]
+from _generated import ROOT, run  # noqa: E402 (after the optional imports above)
+
 COLLECTION = "tidal.colocation"
 OUT = ROOT / "docs" / "ansible"
 KINDS = ("module", "role")
@@ -365,32 +365,9 @@ def render() -> dict[Path, str]:
     return files
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale or missing")
-    args = parser.parse_args(argv)
-    files = render()
-    existing = {p for kind in KINDS for p in (OUT / f"{kind}s").glob("*.md")}
-    extra = sorted(existing - set(files))
-    stale = sorted(p for p, text in files.items() if not p.exists() or p.read_text() != text)
-    if args.check:
-        for path in stale:
-            print(f"{'stale' if path.exists() else 'missing'}: {path.relative_to(ROOT)}")
-        for path in extra:
-            print(f"not generated: {path.relative_to(ROOT)}")
-        if stale or extra:
-            print(f"run: python {GENERATOR}")
-            return 1
-        return 0
-    for path in stale:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[path])
-        print(f"wrote {path.relative_to(ROOT)}")
-    for path in extra:
-        path.unlink()
-        print(f"removed {path.relative_to(ROOT)}")
-    return 0
+def existing_pages() -> list[Path]:
+    return [p for kind in KINDS for p in (OUT / f"{kind}s").glob("*.md")]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(__doc__.splitlines()[0], render, owned=existing_pages))

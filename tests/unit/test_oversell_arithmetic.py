@@ -210,7 +210,13 @@ def _pod(node, level, phase="Running", **requests):
      {"n1": {"cpu": 0, "memory": 0}, "n2": {"cpu": 0, "memory": 1 << 20}}),
 ])
 def test_batch_requested_sums_bound_unfinished_be_pods_per_node(pods, expected):
-    from tidal.manager.oversell.loop import batch_requested_by_node
+    from tidal.manager.oversell.loop import be_pod_request, sum_by_node
+
+    def batch_requested_by_node(pods, totals=None):
+        """What run_batch_requested exports: the watch cache keeps be_pod_request's non-None
+        values, summed per node."""
+        return sum_by_node(filter(None, map(be_pod_request, pods)), totals)
+
     assert batch_requested_by_node(pods) == expected
     # page by page into the same sums
     totals = {}

@@ -99,12 +99,6 @@ def sum_by_node(requests, totals: dict[str, dict[str, int]] | None = None) -> di
     return totals
 
 
-def batch_requested_by_node(pods, totals: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
-    """node -> {"cpu": batch millicores, "memory": batch bytes} requested by the BE pods bound
-    to it and not finished, added to ``totals``. Pure: raw pod JSON in, sums out."""
-    return sum_by_node((r for r in map(be_pod_request, pods) if r is not None), totals)
-
-
 def export_batch_requested(metrics: ManagerMetrics, totals: dict[str, dict[str, int]]) -> None:
     """Every node with BE pods gets both series; nodes without any lose theirs."""
     metrics.batch_requested.clear()

@@ -420,6 +420,22 @@ class Overselling:
         "watermarks compare node usage. When false, only pods' usage counts for both, as Volcano's "
         "agent with --include-system-usage=false.",
     )
+    be_uses_batch_resources: bool = _boolean(
+        "beUsesBatchResources",
+        True,
+        "Default for BE pods that carry no colocation.tidal.io/oversell annotation (on the pod or its "
+        "namespace): true rewrites their native requests into oversold batch resources and requires "
+        "nodes labelled colocation.tidal.io/oversubscription=true; false keeps their native requests "
+        "and requires nodes labelled colocation.tidal.io/colocation=true.",
+    )
+    be_fallback_to_native: bool = _boolean(
+        "beFallbackToNative",
+        False,
+        "BE pods that keep native requests may run on any node, preferring colocation and oversold "
+        "ones, instead of colocation nodes only: an evicted job's replacement can then run on "
+        "ordinary capacity. Off by default: on a node without colocation a BE pod gets no BE "
+        "isolation (idle CPU priority, suppression, eviction) next to online services.",
+    )
     degrade_seconds: int = _integer(
         "degradeSeconds",
         default=180,

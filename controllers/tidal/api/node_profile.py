@@ -32,6 +32,7 @@ __all__ = [
     "PolicyReport",
     "QoSUsage",
     "Capability",
+    "NodeModeReport",
     "NodeProfileStatus",
     "crd",
 ]
@@ -129,6 +130,38 @@ class Capability:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NodeModeReport:
+    """The node's colocation mode as the agent reads it (``tidal.api.node_mode``)."""
+
+    name: str = prop(
+        "name", "off, colocation, oversubscription or colocation+oversubscription.", required=True,
+        enum=["off", "colocation", "oversubscription", "colocation+oversubscription"],
+    )
+    colocation: bool | None = prop("colocation", "The colocation switch, aliases applied.")
+    oversubscription: bool | None = prop("oversubscription", "The oversubscription switch, aliases applied.")
+    oversell_types: tuple[str, ...] | None = prop(
+        "oversellTypes", "Resources the node oversells (cpu, memory); a type not listed gets batch 0."
+    )
+    meaning: str | None = prop("meaning", "What the mode means for BE pods, one line.")
+    eviction_rule: str | None = prop("evictionRule", "When BE pods are evicted in this mode.")
+    eviction_allowed: bool | None = prop(
+        "evictionAllowed", "Whether watermark eviction may act now (the oversubscription-only "
+        "row also needs the node's requests above 100% of allocatable)."
+    )
+    eviction_reason: str | None = prop("evictionReason", "Why eviction may or may not act now.")
+    sources: dict[str, str] | None = prop(
+        "sources", "Per switch, the label or annotation it was read from (a Tidal name, a Volcano "
+        "alias, or default)."
+    )
+    conflicts: tuple[str, ...] | None = prop(
+        "conflicts", "A Tidal name and its alias disagree (the Tidal name wins), one line each."
+    )
+    problems: tuple[str, ...] | None = prop(
+        "problems", "Values not understood (counted as absent), one line each."
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeProfileStatus:
     """A NodeProfile's status; every part is optional (each writer merges the parts it owns)."""
 
@@ -136,6 +169,9 @@ class NodeProfileStatus:
         "observedAt", "When the agent took the samples summarised here.", format="date-time"
     )
     policy: PolicyReport | None = prop("policy", "The ColocationPolicy the agent runs.")
+    mode: NodeModeReport | None = prop(
+        "mode", "The node's colocation mode (labels and aliases) and the eviction rule in force."
+    )
     usage: tuple[UsageWindow, ...] | None = prop(
         "usage", "Node usage summaries, one per window length.", list_map_keys=["windowSeconds"]
     )
@@ -197,6 +233,8 @@ def crd() -> dict[str, Any]:
             {"name": "Policy", "type": "integer",
              "description": "ColocationPolicy generation the agent runs.",
              "jsonPath": ".status.policy.appliedGeneration"},
+            {"name": "Mode", "type": "string", "description": "The node's colocation mode.",
+             "jsonPath": ".status.mode.name"},
         ],
         spec={"type": "object", "description": "Empty; a NodeProfile is all status."},
         status=object_schema(NodeProfileStatus),

@@ -109,8 +109,8 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
                        (d.split(". BE pods are evicted")[0] for d in page.locator("#modes dd").all_inner_texts())))
     selector.select_option("colocation+oversubscription")
     page.wait_for_selector(f".toast:has-text('node {node} set to mode colocation+oversubscription')", timeout=10000)
-    wait_for(lambda: _labels(core, node) == {qos.COLOCATION_NODE_LABEL: "true", qos.OVERSUBSCRIPTION_NODE_LABEL: "true"},
-             10, f"labels colocation and oversubscription on {node}")
+    both = {qos.COLOCATION_NODE_LABEL: "true", qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}
+    wait_for(lambda: _labels(core, node) == both, 10, f"labels colocation and oversubscription on {node}")
     assert page.inner_text(f".mode-meaning[data-node='{node}']") == meaning["colocation+oversubscription"]
     selector.select_option("colocation")
     page.wait_for_selector(f".toast:has-text('node {node} set to mode colocation: ')", timeout=10000)

@@ -141,7 +141,7 @@ def _mode_switches(mode: Mode) -> tuple[bool, bool]:
             mode in (Mode.OVERSUBSCRIPTION, Mode.COLOCATION_OVERSUBSCRIPTION))
 
 
-#: The four modes, in the order the console offers them, each with what it means.
+#: The four modes, in the order the console offers them (`modes` adds what each means).
 MODES: tuple[Mode, ...] = tuple(Mode)
 _MODE_NAMES = frozenset(str(m) for m in MODES)
 

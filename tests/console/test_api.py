@@ -1,5 +1,5 @@
 """The REST API against the lab: authentication and authorisation by the API server, node
-switches seen at the API server, policy validation, and monitoring through the real Prometheus
+switches (the four modes) seen at the API server, policy validation, and monitoring through the real Prometheus
 scraping the real metrics of tidal-console, the replayed agent and the oversell master."""
 import time
 
@@ -46,34 +46,90 @@ def test_callers_are_authenticated_and_authorised_by_the_api_server(console, use
     assert me["permissions"] == {"readNodes": True, "readPolicy": True, "writeNodes": True, "writePolicy": True}
 
 
-def test_switching_colocation_on_a_node_changes_its_label_and_says_so(console, users, nodes, lab_api):
+def _tidal_labels(core, node):
+    labels = core.read_node(node).metadata.labels or {}
+    return {k: v for k, v in labels.items() if k in (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)}
+
+
+MODE_LABELS = {
+    "colocation": {qos.COLOCATION_NODE_LABEL: "true"},
+    "oversubscription": {qos.OVERSUBSCRIPTION_NODE_LABEL: "true"},
+    "colocation+oversubscription": {qos.COLOCATION_NODE_LABEL: "true", qos.OVERSUBSCRIPTION_NODE_LABEL: "true"},
+    "off": {},
+}
+
+
+def test_the_switch_sets_each_of_the_four_modes_on_a_node(console, users, nodes, lab_api):
     core = client.CoreV1Api(lab_api)
     node, url = nodes["plain"], f"{console}/api/v1/nodes/{nodes['plain']}/colocation"
-    status, _, body = http("PUT", url + "?dryRun=All", users["editor"], {"enabled": True})
-    assert status == 200 and body["message"].startswith("dry run:") and _label(core, node) is None
-
-    status, _, body = http("PUT", url, users["editor"], {"enabled": True})
-    assert (status, body["message"], body["changed"]) == (200, f"colocation enabled on node {node}", True)
-    assert _label(core, node) == "true"
-    _, _, body = http("PUT", url, users["editor"], {"enabled": True})
-    assert (body["message"], body["changed"]) == (f"colocation already enabled on node {node}", False)
     _, _, listing = http("GET", f"{console}/api/v1/nodes", users["viewer"])
-    assert next(n for n in listing["items"] if n["name"] == node)["colocation"] is True
+    meaning = {m["name"]: m["meaning"] for m in listing["modes"]}
+    assert list(meaning) == ["off", "colocation", "oversubscription", "colocation+oversubscription"]
+    assert _tidal_labels(core, node) == {}
+    try:
+        for mode, labels in MODE_LABELS.items():
+            status, _, body = http("PUT", url, users["editor"], {"mode": mode})
+            assert status == 200, body
+            assert (body["mode"], body["meaning"], body["changed"], body["warnings"]) == (mode, meaning[mode], True, [])
+            assert body["message"] == f"node {node} set to mode {mode}: {meaning[mode]}"
+            assert _tidal_labels(core, node) == labels, mode
+            _, _, view = http("GET", f"{console}/api/v1/nodes/{node}", users["viewer"])
+            assert (view["mode"]["name"], view["mode"]["meaning"]) == (mode, meaning[mode])
+            _, _, body = http("PUT", url, users["editor"], {"mode": mode})
+            assert (body["changed"], body["message"]) == (False, f"node {node} already in mode {mode}: {meaning[mode]}")
+        # Bad input names the field and the allowed values, and changes nothing.
+        core.patch_node(node, {"metadata": {"labels": MODE_LABELS["colocation"]}})
+        for bad, field in (({"mode": "on"}, "mode"), ({}, "mode"), ({"mode": "off", "enabled": False}, "enabled")):
+            status, _, body = http("PUT", url, users["editor"], bad)
+            assert status == 400 and body["error"]["fields"][0]["field"] == field, (bad, body)
+        status, _, body = http("PUT", url, users["editor"], {"mode": "on"})
+        assert "off, colocation, oversubscription, colocation+oversubscription" in body["error"]["fields"][0]["message"]
+        assert _tidal_labels(core, node) == MODE_LABELS["colocation"]
+        # A Volcano alias the console does not write keeps the node in another mode: the answer says so.
+        core.patch_node(node, {"metadata": {"labels": {"volcano.sh/colocation": "true"}}})
+        status, _, body = http("PUT", url, users["editor"], {"mode": "off"})
+        assert status == 200 and body["mode"] == "colocation" and _tidal_labels(core, node) == {}
+        assert "volcano.sh/colocation=true still present" in body["warnings"][0]
+        assert (core.read_node(node).metadata.labels or {}).get("volcano.sh/colocation") == "true"
+    finally:
+        core.patch_node(node, {"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: None,
+                                                       qos.OVERSUBSCRIPTION_NODE_LABEL: None,
+                                                       "volcano.sh/colocation": None}}})
+
+
+def test_the_boolean_switch_still_works_and_says_what_the_node_does(console, users, nodes, lab_api):
+    core = client.CoreV1Api(lab_api)
+    node, url = nodes["plain"], f"{console}/api/v1/nodes/{nodes['plain']}/colocation"
+    both = MODE_LABELS["colocation+oversubscription"]
+    status, _, body = http("PUT", url + "?dryRun=All", users["editor"], {"enabled": True})
+    assert status == 200 and body["message"].startswith("dry run:") and _tidal_labels(core, node) == {}
+
+    # enabled: true is the mode in which BE pods get oversold resources (issue 20)
+    status, _, body = http("PUT", url, users["editor"], {"enabled": True})
+    assert (status, body["mode"], body["changed"]) == (200, "colocation+oversubscription", True)
+    assert body["message"] == f"node {node} set to mode colocation+oversubscription: {body['meaning']}"
+    assert _tidal_labels(core, node) == both
+    _, _, body = http("PUT", url, users["editor"], {"enabled": True})
+    assert body["changed"] is False and body["message"].startswith(f"node {node} already in mode")
+    _, _, listing = http("GET", f"{console}/api/v1/nodes", users["viewer"])
+    entry = next(n for n in listing["items"] if n["name"] == node)
+    assert entry["colocation"] is True and entry["oversubscription"] is True
 
     status, _, body = http("PUT", url, users["editor"], {"enabled": False})
-    assert (status, body["message"]) == (200, f"colocation disabled on node {node}")
-    assert _label(core, node) is None
+    assert (status, body["mode"], body["message"]) == (200, "off", f"node {node} set to mode off: {body['meaning']}")
+    assert _tidal_labels(core, node) == {}
 
     # Why not: a cordoned node, a node that does not exist, a body without a boolean.
     core.patch_node(node, {"spec": {"unschedulable": True}})
     try:
         status, _, body = http("PUT", url, users["editor"], {"enabled": True})
-        assert status == 409 and "cordoned" in body["message"] and _label(core, node) is None
+        assert status == 409 and "cordoned" in body["message"] and _tidal_labels(core, node) == {}
+        assert body["mode"] == "off"
     finally:
         core.patch_node(node, {"spec": {"unschedulable": None}})
     status, _, body = http("PUT", f"{console}/api/v1/nodes/console-no-such-node/colocation", users["editor"],
                            {"enabled": True})
-    assert status == 404 and body["message"] == "colocation not changed: node console-no-such-node does not exist"
+    assert status == 404 and body["message"] == "mode not changed: node console-no-such-node does not exist"
     status, _, body = http("PUT", url, users["editor"], {"enabled": "yes"})
     assert status == 400 and body["error"]["fields"] == [{"field": "enabled", "message": "must be true or false"}]
 
@@ -105,6 +161,7 @@ def test_node_list_shows_capabilities_with_reasons_pods_by_qos_and_batch_request
         status, _, view = http("GET", f"{console}/api/v1/nodes/{node}", users["viewer"])
         assert status == 200
         assert view["colocation"] and view["oversubscription"]
+        assert view["mode"]["name"] == "colocation+oversubscription"
         assert {"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"} in view["capabilities"]
         assert view["podsByQoS"] == {"HLS": 0, "LS": 1, "BE": 1, "none": 0}
         assert view["batch"]["requested"] == {"cpuMillicores": 1500, "memoryBytes": 2 * 1024**3}

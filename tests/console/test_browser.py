@@ -1,6 +1,6 @@
 """The web console in headless Chromium (Debian's package, driven by Playwright through its
-executable path) against tidal-console on the lab: every page loads, a node switch changes the
-node's label at the API server, an invalid policy shows the field error, a chart answers a hover.
+executable path) against tidal-console on the lab: every page loads, a node's mode selector
+changes the node's labels at the API server, an invalid policy shows the field error, a chart answers a hover.
 Screenshots go to tests/output/console/ (git-ignored)."""
 import shutil
 
@@ -60,8 +60,10 @@ def _no_placeholders(page):
         assert word not in text.split(), f"{word!r} shown on {page.url}"
 
 
-def _label(core, node):
-    return (core.read_node(node).metadata.labels or {}).get(qos.COLOCATION_NODE_LABEL)
+def _labels(core, node):
+    """Tidal's two mode labels on the node."""
+    labels = core.read_node(node).metadata.labels or {}
+    return {k: v for k, v in labels.items() if k in (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)}
 
 
 def _capabilities(lab_api, node):
@@ -94,22 +96,34 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     assert "kubelet" in page.inner_text(".step[data-step='1']")
     page.screenshot(path=str(artefacts / "overview.png"), full_page=True)
 
-    # Policy configuration: the switch of our own node labels it at the API server.
+    # Policy configuration: the mode selector of our own node labels it at the API server.
     _go(page, "#/policy")
     node = nodes["plain"]
-    switch = page.locator(f"input[role=switch][data-node='{node}']")
-    assert not switch.is_checked() and _label(core, node) is None
-    page.locator(f"tr[data-node='{node}'] .slider").click()
-    page.wait_for_selector(f".toast:has-text('colocation enabled on node {node}')", timeout=10000)
-    wait_for(lambda: _label(core, node) == "true", 10, f"label {qos.COLOCATION_NODE_LABEL}=true on {node}")
-    assert switch.is_checked()
+    selector = page.locator(f"select.mode[data-node='{node}']")
+    assert selector.input_value() == "off" and _labels(core, node) == {}
+    assert selector.locator("option").all_inner_texts() == ["off", "colocation", "oversubscription",
+                                                            "colocation+oversubscription"]
+    assert page.locator("#modes dt").all_inner_texts() == ["off", "colocation", "oversubscription",
+                                                           "colocation+oversubscription"]
+    meaning = dict(zip(page.locator("#modes dt").all_inner_texts(),
+                       (d.split(". BE pods are evicted")[0] for d in page.locator("#modes dd").all_inner_texts())))
+    selector.select_option("colocation+oversubscription")
+    page.wait_for_selector(f".toast:has-text('node {node} set to mode colocation+oversubscription')", timeout=10000)
+    both = {qos.COLOCATION_NODE_LABEL: "true", qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}
+    wait_for(lambda: _labels(core, node) == both, 10, f"labels colocation and oversubscription on {node}")
+    assert page.inner_text(f".mode-meaning[data-node='{node}']") == meaning["colocation+oversubscription"]
+    selector.select_option("colocation")
+    page.wait_for_selector(f".toast:has-text('node {node} set to mode colocation: ')", timeout=10000)
+    wait_for(lambda: _labels(core, node) == {qos.COLOCATION_NODE_LABEL: "true"}, 10, f"colocation label only on {node}")
+    assert page.inner_text(f".mode-meaning[data-node='{node}']") == meaning["colocation"]
+    assert selector.input_value() == "colocation"
     # An unsupported feature is dimmed with its reason.
     chip = page.locator(f"tr[data-node='{nodes['oversold']}'] .chip.off[data-capability='psi']")
     assert chip.get_attribute("title") == "/proc/pressure/cpu unreadable: boot with psi=1"
     page.screenshot(path=str(artefacts / "policy-nodes.png"), full_page=True)
-    page.locator(f"tr[data-node='{node}'] .slider").click()
-    page.wait_for_selector(f".toast:has-text('colocation disabled on node {node}')", timeout=10000)
-    wait_for(lambda: _label(core, node) is None, 10, f"label removed from {node}")
+    selector.select_option("off")
+    page.wait_for_selector(f".toast:has-text('node {node} set to mode off: ')", timeout=10000)
+    wait_for(lambda: _labels(core, node) == {}, 10, f"labels removed from {node}")
 
     # The policy dialog: an invalid watermark pair is refused, the field named, nothing written.
     before = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
@@ -156,9 +170,9 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     assert errors == []
 
 
-def test_read_only_users_see_disabled_switches(browser, console, users, nodes):
+def test_read_only_users_see_disabled_mode_selectors(browser, console, users, nodes):
     page, errors = _signed_in(browser, console, users["viewer"])
     _go(page, "#/policy")
-    assert page.locator(f"input[role=switch][data-node='{nodes['plain']}']").is_disabled()
+    assert page.locator(f"select.mode[data-node='{nodes['plain']}']").is_disabled()
     assert page.locator("#policy-save").is_disabled()
     assert errors == []

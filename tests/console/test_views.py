@@ -1,6 +1,6 @@
-"""Pure parts of the console, table-driven: the node switch decision, the node view, rollout,
-monitoring panels and time ranges, the Grafana dashboard (no drift from the console's charts)
-and the Prometheus rules (promtool from the Debian package)."""
+"""Pure parts of the console, table-driven: the node switch (request and decision), the node view
+(mode included), rollout, monitoring panels and time ranges, the Grafana dashboard (no drift
+from the console's charts) and the Prometheus rules (promtool from the Debian package)."""
 import json
 import shutil
 import subprocess
@@ -11,7 +11,9 @@ import pytest
 from tidal.api import qos
 from tidal.console.dashboard import grafana_dashboard
 from tidal.console.monitoring import MonitoringError, TimeRange, panels
-from tidal.console.views import colocation_toggle, disabled_message, node_view, rollout
+from tidal.api.node_mode import VOLCANO_LABEL_WRITTEN_ANNOTATION, Mode
+from tidal.console.views import SwitchRequestError, be_pods_left_message, mode_switch, modes, node_view, \
+    rollout, switch_answer, switch_request
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,38 +28,196 @@ def node(name="n1", labels=None, ready=True, unschedulable=False, allocatable=No
 
 ON = {qos.COLOCATION_NODE_LABEL: "true"}
 BOTH = {qos.COLOCATION_NODE_LABEL: "true", qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}
+OVERSOLD = {qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}
+COLO, OVER = qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL
+MEANING = {m["name"]: m["meaning"] for m in modes()}
 
 
-@pytest.mark.parametrize("current, enabled, status, message, patch", [
-    (node(), True, 200, "colocation enabled on node n1", {qos.COLOCATION_NODE_LABEL: "true"}),
-    (node(labels=ON), True, 200, "colocation already enabled on node n1", None),
-    (node(ready=False), True, 409,
-     "colocation not enabled on node n1: the node is not Ready (kubelet stopped posting node status)", None),
-    (node(unschedulable=True), True, 409,
-     "colocation not enabled on node n1: the node is cordoned (unschedulable); uncordon it first", None),
-    (None, True, 404, "colocation not changed: node n1 does not exist", None),
-    (node(labels=BOTH), False, 200, "colocation disabled on node n1",
-     {qos.COLOCATION_NODE_LABEL: None, qos.OVERSUBSCRIPTION_NODE_LABEL: None}),
-    (node(), False, 200, "colocation already disabled on node n1", None),
-    # disabling is never refused: a NotReady node can always lose the label
-    (node(labels=ON, ready=False), False, 200, "colocation disabled on node n1",
-     {qos.COLOCATION_NODE_LABEL: None, qos.OVERSUBSCRIPTION_NODE_LABEL: None}),
+def _labels_after(current, decision):
+    labels = dict(current["metadata"]["labels"])
+    for key, value in ((decision.patch or {}).get("metadata", {}).get("labels") or {}).items():
+        if value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
+    return labels
+
+
+@pytest.mark.parametrize("labels, requested, patch, after", [
+    # from off to each of the four modes
+    ({}, Mode.OFF, None, {}),
+    ({}, Mode.COLOCATION, {COLO: "true"}, ON),
+    ({}, Mode.OVERSUBSCRIPTION, {OVER: "true"}, OVERSOLD),
+    ({}, Mode.COLOCATION_OVERSUBSCRIPTION, {COLO: "true", OVER: "true"}, BOTH),
+    # from both to each of the four: a switch going off loses its label
+    (BOTH, Mode.OFF, {COLO: None, OVER: None}, {}),
+    (BOTH, Mode.COLOCATION, {OVER: None}, ON),
+    (BOTH, Mode.OVERSUBSCRIPTION, {COLO: None}, OVERSOLD),
+    (BOTH, Mode.COLOCATION_OVERSUBSCRIPTION, None, BOTH),
+    # between the two one-switch modes
+    (ON, Mode.OVERSUBSCRIPTION, {COLO: None, OVER: "true"}, OVERSOLD),
+    (OVERSOLD, Mode.COLOCATION, {COLO: "true", OVER: None}, ON),
+    # an explicit "false" is already off and is kept; a value not understood is cleaned up
+    ({COLO: "false"}, Mode.OFF, None, {COLO: "false"}),
+    ({COLO: "yes"}, Mode.OFF, {COLO: None}, {}),
+    ({COLO: "yes"}, Mode.COLOCATION, {COLO: "true"}, ON),
+    # labels that are not Tidal's two are never touched
+    ({"team": "a", **BOTH}, Mode.OFF, {COLO: None, OVER: None}, {"team": "a"}),
 ])
-def test_colocation_toggle(current, enabled, status, message, patch):
-    decision = colocation_toggle("n1", current, enabled)
-    assert (decision.status, decision.message) == (status, message)
+def test_mode_switch_writes_tidals_two_labels(labels, requested, patch, after):
+    current = node(labels=labels)
+    decision = mode_switch("n1", current, requested)
+    assert decision.status == 200
     assert (decision.patch["metadata"]["labels"] if decision.patch else None) == patch
     assert decision.changed == (patch is not None)
+    assert _labels_after(current, decision) == after
+    assert decision.result.mode == requested and decision.warnings == ()
+    verb = "set to" if patch else "already in"
+    assert decision.message == f"node n1 {verb} mode {requested}: {MEANING[str(requested)]}"
+    assert decision.switched_off == any(v is None for v in (patch or {}).values())
 
 
-@pytest.mark.parametrize("labels, be_pods, message", [
-    (BOTH, 2, "colocation disabled on node n1; 2 BE pod(s) still run there until they finish "
-              "(the switch does not evict them)"),
-    (BOTH, 0, "colocation disabled on node n1"),
-    ({}, 3, "colocation already disabled on node n1"),
+@pytest.mark.parametrize("current, requested, status, message, stays", [
+    (node(ready=False), Mode.COLOCATION, 409, "mode not changed on node n1: the node is not Ready "
+                                              "(kubelet stopped posting node status); it stays in mode off", Mode.OFF),
+    (node(unschedulable=True), Mode.COLOCATION_OVERSUBSCRIPTION, 409,
+     "mode not changed on node n1: the node is cordoned (unschedulable), uncordon it first; it stays in mode off",
+     Mode.OFF),
+    # adding a switch to a cordoned node is refused too ...
+    (node(labels=ON, unschedulable=True), Mode.COLOCATION_OVERSUBSCRIPTION, 409,
+     "mode not changed on node n1: the node is cordoned (unschedulable), uncordon it first; "
+     "it stays in mode colocation", Mode.COLOCATION),
+    (node(labels=ON, unschedulable=True), Mode.OVERSUBSCRIPTION, 409,
+     "mode not changed on node n1: the node is cordoned (unschedulable), uncordon it first; "
+     "it stays in mode colocation", Mode.COLOCATION),
+    (None, Mode.COLOCATION, 404, "mode not changed: node n1 does not exist", None),
+    (None, Mode.OFF, 404, "mode not changed: node n1 does not exist", None),
 ])
-def test_disabling_tells_about_be_pods_left_running(labels, be_pods, message):
-    assert disabled_message(colocation_toggle("n1", node(labels=labels), False), be_pods) == message
+def test_mode_switch_refuses_turning_a_switch_on_where_be_pods_could_not_start(current, requested, status, message,
+                                                                                stays):
+    decision = mode_switch("n1", current, requested)
+    assert (decision.status, decision.message, decision.patch, decision.changed) == (status, message, None, False)
+    assert (decision.result.mode if decision.result else None) == stays
+
+
+@pytest.mark.parametrize("current, requested, mode", [
+    # ... but turning switches off never is: a NotReady or cordoned node can always lose them
+    (node(labels=BOTH, ready=False), Mode.OFF, Mode.OFF),
+    (node(labels=BOTH, unschedulable=True), Mode.COLOCATION, Mode.COLOCATION),
+])
+def test_mode_switch_never_refuses_turning_switches_off(current, requested, mode):
+    decision = mode_switch("n1", current, requested)
+    assert decision.status == 200 and decision.changed and decision.result.mode == mode
+
+
+@pytest.mark.parametrize("labels, requested, result, warning", [
+    # off asked, an alias keeps a switch on: the console does not write volcano.sh labels, it says so
+    ({**BOTH, "volcano.sh/colocation": "true"}, Mode.OFF, Mode.COLOCATION,
+     "volcano.sh/colocation=true still present on node n1 (the console writes only Tidal's labels: "
+     "remove it to reach mode off)"),
+    ({"volcano.sh/oversubscription": "true"}, Mode.COLOCATION, Mode.COLOCATION_OVERSUBSCRIPTION,
+     "volcano.sh/oversubscription=true still present on node n1 (the console writes only Tidal's labels: "
+     "remove it to reach mode colocation)"),
+])
+def test_mode_switch_says_when_an_alias_label_keeps_another_mode(labels, requested, result, warning):
+    decision = mode_switch("n1", node(labels=labels), requested)
+    assert decision.status == 200 and decision.result.mode == result
+    assert decision.warnings == (warning,)
+    assert decision.message == (f"node n1 is in mode {result}, not {requested}: {warning}. "
+                                f"{result}: {MEANING[str(result)]}")
+    assert not any(k.startswith("volcano.sh/") for k in (decision.patch or {}).get("metadata", {}).get("labels", {}))
+
+
+def test_mode_switch_reports_alias_conflicts_it_wins_over():
+    # Tidal's label wins over an alias that disagrees: the requested mode holds, the conflict is told
+    decision = mode_switch("n1", node(labels={"volcano.sh/colocation": "false"}), Mode.COLOCATION)
+    assert decision.result.mode == Mode.COLOCATION
+    assert decision.message == f"node n1 set to mode colocation: {MEANING['colocation']}"
+    assert decision.warnings == ("node label colocation.tidal.io/colocation=true and its alias "
+                                 "volcano.sh/colocation=false disagree: colocation.tidal.io/colocation wins",)
+
+
+def test_the_oversell_masters_own_volcano_label_does_not_keep_a_node_oversold():
+    labels = {**BOTH, "volcano.sh/oversubscription": "true"}
+    current = node(labels=labels)
+    current["metadata"]["annotations"] = {VOLCANO_LABEL_WRITTEN_ANNOTATION: "true"}
+    decision = mode_switch("n1", current, Mode.OFF)
+    assert decision.result.mode == Mode.OFF and decision.warnings == ()
+
+
+@pytest.mark.parametrize("body, mode", [
+    ({"mode": "off"}, Mode.OFF),
+    ({"mode": "colocation"}, Mode.COLOCATION),
+    ({"mode": "oversubscription"}, Mode.OVERSUBSCRIPTION),
+    ({"mode": "colocation+oversubscription"}, Mode.COLOCATION_OVERSUBSCRIPTION),
+    # the older boolean form: on is the mode in which BE pods get oversold resources
+    ({"enabled": True}, Mode.COLOCATION_OVERSUBSCRIPTION),
+    ({"enabled": False}, Mode.OFF),
+])
+def test_switch_request_reads_the_mode_or_the_boolean(body, mode):
+    assert switch_request(body) == mode
+
+
+ALLOWED = "off, colocation, oversubscription, colocation+oversubscription"
+
+
+@pytest.mark.parametrize("body, field, message", [
+    ({}, "mode", f"required: one of {ALLOWED}"),
+    ({"mode": "on"}, "mode", f"must be one of {ALLOWED} (got 'on')"),
+    ({"mode": "Colocation"}, "mode", f"must be one of {ALLOWED} (got 'Colocation')"),
+    ({"mode": True}, "mode", f"must be one of {ALLOWED} (got True)"),
+    ({"mode": None}, "mode", f"must be one of {ALLOWED} (got None)"),
+    ({"enabled": "yes"}, "enabled", "must be true or false"),
+    ({"enabled": 1}, "enabled", "must be true or false"),
+    ({"mode": "off", "enabled": False}, "enabled", "send either mode or enabled, not both"),
+    ({"mode": "off", "colour": "red"}, "colour", "unknown field (allowed: mode, or enabled)"),
+])
+def test_switch_request_refuses_bad_input_naming_the_field_and_the_allowed_values(body, field, message):
+    with pytest.raises(SwitchRequestError) as err:
+        switch_request(body)
+    assert (err.value.field, err.value.message) == (field, message)
+
+
+@pytest.mark.parametrize("labels, be_pods, requested, message", [
+    (BOTH, 2, Mode.OFF, f"node n1 set to mode off: {MEANING['off']}; 2 BE pod(s) still run there until "
+                        "they finish (the switch does not evict them)"),
+    (BOTH, 2, Mode.COLOCATION, f"node n1 set to mode colocation: {MEANING['colocation']}; 2 BE pod(s) still "
+                               "run there until they finish (the switch does not evict them)"),
+    (BOTH, 0, Mode.OFF, f"node n1 set to mode off: {MEANING['off']}"),
+    ({}, 3, Mode.OFF, f"node n1 already in mode off: {MEANING['off']}"),
+    ({}, 3, Mode.COLOCATION, f"node n1 set to mode colocation: {MEANING['colocation']}"),  # nothing turned off
+])
+def test_turning_a_switch_off_tells_about_be_pods_left_running(labels, be_pods, requested, message):
+    assert be_pods_left_message(mode_switch("n1", node(labels=labels), requested), be_pods) == message
+
+
+def test_modes_lists_the_four_with_their_meaning_and_eviction_rule():
+    assert [m["name"] for m in modes()] == ["off", "colocation", "oversubscription", "colocation+oversubscription"]
+    assert all(m["meaning"] and m["evictionRule"] for m in modes())
+    assert len({m["meaning"] for m in modes()}) == 4
+    assert "100%" in next(m for m in modes() if m["name"] == "oversubscription")["evictionRule"]
+
+
+def test_node_view_reports_the_mode_with_aliases_and_the_agents_eviction_word():
+    plain = node_view(node(labels={"volcano.sh/colocation": "true", OVER: "maybe"},
+                           allocatable={"cpu": "16", "memory": "64Gi"}), None)
+    mode = plain["mode"]
+    assert (mode["name"], mode["colocation"], mode["oversubscription"]) == ("colocation", True, False)
+    assert (plain["colocation"], plain["oversubscription"]) == (True, False)
+    assert mode["sources"]["colocation"] == "volcano.sh/colocation"
+    assert mode["meaning"] == MEANING["colocation"] and mode["oversellTypes"] == ["cpu", "memory"]
+    assert mode["problems"] and OVER in mode["problems"][0] and mode["conflicts"] == []
+    assert (mode["agentMode"], mode["evictionAllowed"], mode["evictionReason"]) == (None, None, None)
+    profile = {"status": {"mode": {"name": "oversubscription", "evictionAllowed": False,
+                                   "evictionReason": "oversubscription-only node: requests cpu 40% of allocatable, "
+                                                     "not above 100%"}}}
+    current = node(labels=OVERSOLD)
+    current["metadata"]["annotations"] = {"colocation.tidal.io/oversell-types": "cpu"}
+    view = node_view(current, profile)["mode"]
+    assert (view["name"], view["oversellTypes"], view["agentMode"], view["evictionAllowed"]) == \
+        ("oversubscription", ["cpu"], "oversubscription", False)
+    assert view["evictionReason"].startswith("oversubscription-only node")
+    assert node_view(node(), {"status": {"mode": {"name": "bogus"}}})["mode"]["agentMode"] is None
 
 
 def pod(level, node_name="n1", phase="Running", requests=None):
@@ -175,3 +335,50 @@ def test_auth_cache_expires_and_stays_bounded():
     assert (cache.get("a"), cache.get("b"), cache.get("c")) == (None, 2, 3)
     now[0] = 10.1
     assert (cache.get("b"), cache.get("c")) == (None, 3)  # "b" expired at 10 s
+
+
+def _openapi_validator(name):
+    """A JSON Schema validator of one schema of the console's OpenAPI document (OpenAPI 3.0's
+    ``nullable`` written as JSON Schema's null type)."""
+    import jsonschema
+
+    from tidal.console.openapi import openapi_document
+
+    def convert(value):
+        if isinstance(value, dict):
+            out = {k: convert(v) for k, v in value.items() if k != "nullable"}
+            if value.get("nullable"):
+                out = {"anyOf": [out, {"type": "null"}]}
+            return out
+        if isinstance(value, list):
+            return [convert(v) for v in value]
+        return value
+    document = convert(openapi_document())
+    return jsonschema.Draft7Validator({"$ref": f"#/components/schemas/{name}", "components": document["components"]})
+
+
+@pytest.mark.parametrize("body", [{"mode": str(m)} for m in Mode] + [{"enabled": True}, {"enabled": False}])
+def test_the_openapi_document_allows_every_body_the_switch_accepts(body):
+    switch_request(body)
+    assert _openapi_validator("ColocationRequest").is_valid(body)
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"mode": "on"}, {"mode": None}, {"enabled": "yes"}, {"mode": "off", "enabled": False},
+    {"mode": "off", "colour": "red"}, {"enabled": True, "mode": "colocation"},
+])
+def test_the_openapi_document_forbids_every_body_the_switch_refuses(body):
+    with pytest.raises(SwitchRequestError):
+        switch_request(body)
+    assert not _openapi_validator("ColocationRequest").is_valid(body)
+
+
+def test_node_views_and_switch_answers_match_the_openapi_document():
+    profile = {"status": {"mode": {"name": "colocation", "evictionAllowed": True, "evictionReason": "x"}}}
+    for view in (node_view(node(labels=BOTH), profile), node_view(node(labels={"volcano.sh/colocation": "x"}), None)):
+        _openapi_validator("Node").validate(view)
+    _openapi_validator("NodeList").validate({"items": [], "modes": modes()})
+    for current, requested in ((node(), Mode.COLOCATION), (node(ready=False), Mode.COLOCATION), (None, Mode.OFF),
+                               (node(labels={"volcano.sh/colocation": "true"}), Mode.OFF)):
+        decision = mode_switch("n1", current, requested)
+        _openapi_validator("ColocationResult").validate(switch_answer("n1", decision, decision.message))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidal.api.node_mode import Mode
+
 __all__ = ["openapi_document"]
 
 API_VERSION = "v1"
@@ -29,6 +31,11 @@ _RESOURCES = {"type": "object", "required": ["cpuMillicores", "memoryBytes"],
               "properties": {"cpuMillicores": _INT, "memoryBytes": _INT}}
 _FIELD_ERROR = {"type": "object", "required": ["field", "message"],
                 "properties": {"field": _STR, "message": _STR}}
+_MODE_NAMES = [str(m) for m in Mode]
+_MODE = {"type": "string", "enum": _MODE_NAMES,
+         "description": "A node's mode: off (neither label), colocation (colocation.tidal.io/colocation=true), "
+                        "oversubscription (colocation.tidal.io/oversubscription=true), or both."}
+_LINES = {"type": "array", "items": _STR}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -50,12 +57,16 @@ SCHEMAS: dict[str, Any] = {
     "Node": {
         "type": "object",
         "required": ["name", "ready", "readyMessage", "unschedulable", "colocation", "oversubscription",
-                     "evicting", "allocatable", "batch", "podsByQoS", "capabilities", "featureSupport",
+                     "mode", "evicting", "allocatable", "batch", "podsByQoS", "capabilities", "featureSupport",
                      "profile"],
         "properties": {
             "name": _STR, "ready": _BOOL, "readyMessage": _STR, "unschedulable": _BOOL,
-            "colocation": {**_BOOL, "description": "Label colocation.tidal.io/colocation=true."},
-            "oversubscription": {**_BOOL, "description": "Label colocation.tidal.io/oversubscription=true."},
+            "colocation": {**_BOOL, "description": "The colocation switch (label colocation.tidal.io/colocation, "
+                                                  "alias volcano.sh/colocation): mode.colocation."},
+            "oversubscription": {**_BOOL, "description": "The oversubscription switch (label "
+                                                        "colocation.tidal.io/oversubscription, alias "
+                                                        "volcano.sh/oversubscription): mode.oversubscription."},
+            "mode": _ref("NodeMode"),
             "evicting": {**_BOOL, "description": "Taint colocation.tidal.io/offline-evicting is on."},
             "allocatable": _RESOURCES,
             "batch": {"type": "object", "required": ["allocatable", "requested", "breakdown"],
@@ -85,14 +96,60 @@ SCHEMAS: dict[str, Any] = {
                                        "appliedGeneration": _nullable(_INT)}},
         },
     },
-    "NodeList": {"type": "object", "required": ["items"], "properties": {"items": {"type": "array",
-                                                                                  "items": _ref("Node")}}},
-    "ColocationRequest": {"type": "object", "required": ["enabled"], "additionalProperties": False,
-                          "properties": {"enabled": _BOOL}},
+    "NodeMode": {
+        "type": "object", "additionalProperties": False,
+        "required": ["name", "colocation", "oversubscription", "oversellTypes", "meaning", "evictionRule", "sources",
+                     "conflicts", "problems", "agentMode", "evictionAllowed", "evictionReason"],
+        "properties": {
+            "name": _MODE, "colocation": _BOOL, "oversubscription": _BOOL,
+            "oversellTypes": {"type": "array", "items": {"type": "string", "enum": ["cpu", "memory"]},
+                              "description": "Annotation colocation.tidal.io/oversell-types (alias "
+                                             "volcano.sh/oversubscription-types); default both."},
+            "meaning": {**_STR, "description": "What the mode means for BE pods, one line."},
+            "evictionRule": {**_STR, "description": "When BE pods are evicted in this mode."},
+            "sources": {"type": "object", "additionalProperties": _STR,
+                        "description": "Per switch (and oversellTypes), the label or annotation it was read "
+                                       "from: a Tidal name, a volcano.sh alias, or default."},
+            "conflicts": {**_LINES, "description": "A Tidal name and its alias disagree (Tidal's wins)."},
+            "problems": {**_LINES, "description": "Values not understood (counted as absent)."},
+            "agentMode": {**_nullable(_MODE), "description": "The mode the node's agent reports acting on "
+                                                              "(NodeProfile status.mode.name); null: not reported."},
+            "evictionAllowed": {**_nullable(_BOOL), "description": "The agent's word: whether watermark eviction "
+                                                                    "may act now (null: not reported)."},
+            "evictionReason": {**_nullable(_STR), "description": "Why eviction may or may not act now."}},
+    },
+    "ModeChoice": {
+        "type": "object", "additionalProperties": False, "required": ["name", "meaning", "evictionRule"],
+        "properties": {"name": _MODE, "meaning": _STR, "evictionRule": _STR},
+    },
+    "NodeList": {"type": "object", "required": ["items", "modes"],
+                 "properties": {"items": {"type": "array", "items": _ref("Node")},
+                                "modes": {"type": "array", "items": _ref("ModeChoice"), "minItems": 4, "maxItems": 4,
+                                          "description": "The four modes the switch offers, with their meaning."}}},
+    "ColocationRequest": {
+        "description": "The mode to set; or, the older form, enabled: true (= colocation+oversubscription, "
+                       "the mode in which BE pods get oversold resources) or false (= off). Exactly one of "
+                       "the two fields.",
+        "oneOf": [{"type": "object", "required": ["mode"], "additionalProperties": False,
+                   "properties": {"mode": _MODE}},
+                  {"type": "object", "required": ["enabled"], "additionalProperties": False,
+                   "properties": {"enabled": {**_BOOL, "description": "Deprecated form: true = "
+                                                                      "colocation+oversubscription, false = off."}}}],
+    },
     "ColocationResult": {
-        "type": "object", "required": ["node", "colocation", "changed", "message"],
-        "properties": {"node": _STR, "colocation": _BOOL, "changed": _BOOL,
-                       "message": {**_STR, "description": "e.g. \"colocation enabled on node X\", or why not."},
+        "type": "object",
+        "required": ["node", "mode", "meaning", "colocation", "oversubscription", "changed", "message", "warnings"],
+        "properties": {"node": _STR,
+                       "mode": {**_nullable(_MODE), "description": "The node's mode now (its unchanged mode when "
+                                                                   "refused; null: no such node)."},
+                       "meaning": {**_STR, "description": "What the node will now do, one line (the mode's "
+                                                          "meaning)."},
+                       "colocation": _BOOL, "oversubscription": _BOOL, "changed": _BOOL,
+                       "message": {**_STR, "description": "e.g. \"node X set to mode colocation+oversubscription: "
+                                                          "...\", or why not."},
+                       "warnings": {**_LINES, "description": "Why the node is not in the requested mode (a "
+                                                             "volcano.sh alias label the console does not write), "
+                                                             "and label conflicts."},
                        "error": {"type": "object", "required": ["code", "message"],
                                  "properties": {"code": _INT, "message": _STR},
                                  "description": "Present when the switch was refused."}},
@@ -220,7 +277,8 @@ def openapi_document() -> dict[str, Any]:
             "/api/v1/nodes/{name}": {"get": {"operationId": "getNode", "parameters": [_NODE_NAME],
                                              "responses": _responses("Node", 400, 404)}},
             "/api/v1/nodes/{name}/colocation": {"put": {
-                "operationId": "setColocation", "summary": "Enable or disable colocation on a node",
+                "operationId": "setColocation", "summary": "Set a node's mode (off, colocation, oversubscription "
+                                                      "or colocation+oversubscription)",
                 "parameters": [_NODE_NAME, _DRY_RUN], "requestBody": json_body("ColocationRequest"),
                 "responses": {**_responses("ColocationResult", 400, 422),
                               "404": {"description": "no such node",

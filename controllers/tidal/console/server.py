@@ -151,7 +151,7 @@ class Console:
         items = [views.node_view(n, profiles.get(n["metadata"]["name"]), by_node.get(n["metadata"]["name"], ()))
                  for n in nodes]
         items.sort(key=lambda v: v["name"])
-        return _json({"items": items})
+        return _json({"items": items, "modes": views.modes()})
 
     def _node_name(self, request: web.Request) -> str:
         name = request.match_info["name"]
@@ -170,30 +170,31 @@ class Console:
         return _json(views.node_view(node, profiles.get(name), pods))
 
     async def set_colocation(self, request: web.Request) -> web.Response:
+        """The node switch: sets the node's mode (`views.switch_request`, `views.mode_switch`)."""
         name = self._node_name(request)
         await self.require(request, Permission(WRITE_NODES.verb, WRITE_NODES.resource, WRITE_NODES.group, name))
         body = await _json_body(request)
-        enabled = body.get("enabled")
-        if not isinstance(enabled, bool):
-            raise ApiError(400, "enabled: must be true or false",
-                           [{"field": "enabled", "message": "must be true or false"}])
+        try:
+            requested = views.switch_request(body)
+        except views.SwitchRequestError as err:
+            raise ApiError(400, str(err), [{"field": err.field, "message": err.message}]) from None
         dry_run = _dry_run(request)
         node = await self._node(name)
-        decision = views.colocation_toggle(name, node, enabled)
+        decision = views.mode_switch(name, node, requested)
         message = decision.message
         if decision.patch is not None:
             await self.api.merge_patch(f"{NODES}/{name}", decision.patch, {"dryRun": dry_run})
-            if not enabled:
+            if decision.switched_off:
                 be = sum(1 for p in await self._pods(name) if views.pod_level(p) == "BE")
-                message = views.disabled_message(decision, be)
+                message = views.be_pods_left_message(decision, be)
             log.info("%s (by %s)", message, request["user"].username)
+        for warning in decision.warnings:
+            log.info("node %s: %s", name, warning)
         self.metrics.writes.labels("node", "changed" if decision.changed else
                                    ("unchanged" if decision.status == 200 else "refused")).inc()
-        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-        now_on = enabled if decision.changed else labels.get(qos.COLOCATION_NODE_LABEL) == qos.NODE_LABEL_ENABLED_VALUE
         if dry_run and decision.changed:
             message = f"dry run: {message} (nothing written)"
-        answer = {"node": name, "colocation": now_on, "changed": decision.changed, "message": message}
+        answer = views.switch_answer(name, decision, message)
         if decision.status != 200:
             return _json({**_error_body(decision.status, message), **answer}, status=decision.status)
         return _json(answer)

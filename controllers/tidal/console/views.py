@@ -6,9 +6,14 @@
   supports it and why not (``featureSupport``), batch resources allocatable vs requested
   by BE pods, the oversell master's breakdown, pods by QoS level, the policy generation its
   agent runs).
-- `colocation_toggle`: what enabling or disabling colocation on a node does — the label patch
-  and the result text — or why it is refused.
-- `rollout`: which colocation nodes run which policy generation.
+- `node_view`'s ``mode``: the node's mode from its two labels and their Volcano aliases
+  (`tidal.api.node_mode`), with what it means, and the agent's word on eviction.
+- `switch_request`: the body of the node switch (``{"mode": ...}``, or the older
+  ``{"enabled": bool}``) read into a `Mode`, or a `SwitchRequestError` naming the field.
+- `mode_switch`: what setting a node's mode does — the label patch (Tidal's labels only), the
+  resulting mode with its meaning, warnings when an alias label keeps the node in another mode —
+  or why it is refused.
+- `rollout`: which nodes Tidal acts on (any mode but off) run which policy generation.
 
 No I/O here: `server` reads the objects and writes the patches.
 """
@@ -20,11 +25,13 @@ from typing import Any
 
 from tidal.api import qos
 from tidal.api.feature_support import feature_support
+from tidal.api.node_mode import Mode, NodeMode, node_mode
 from tidal.api.pod_resources import BatchRequest, batch_requested_total
-from tidal.api.node_profile import NodeProfileStatus, PolicyReport
+from tidal.api.node_profile import NodeModeReport, NodeProfileStatus, PolicyReport
 from tidal.api.quantities import cpu_millicores, memory_bytes
 
-__all__ = ["ToggleDecision", "colocation_toggle", "disabled_message", "node_view", "pod_level", "pods_by_node", "rollout"]
+__all__ = ["MODES", "SwitchDecision", "SwitchRequestError", "be_pods_left_message", "mode_switch", "mode_view",
+           "modes", "node_view", "pod_level", "pods_by_node", "rollout", "switch_answer", "switch_request"]
 
 QOS_BUCKETS = ("HLS", "LS", "BE", "none")
 
@@ -33,8 +40,12 @@ def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     return ((obj or {}).get("metadata") or {}).get("labels") or {}
 
 
-def _enabled(labels: Mapping[str, str], key: str) -> bool:
-    return labels.get(key) == qos.NODE_LABEL_ENABLED_VALUE
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    return ((obj or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def _mode_of(node: Mapping[str, Any] | None) -> NodeMode:
+    return node_mode(_labels(node), _annotations(node))
 
 
 def _ready(node: Mapping[str, Any]) -> tuple[bool, str]:
@@ -82,7 +93,6 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
     """The node list entry of one node (`profile` is its NodeProfile, None when absent)."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
-    labels = _labels(node)
     allocatable = status.get("allocatable") or {}
     ready, ready_message = _ready(node)
     pods = list(pods)
@@ -91,13 +101,16 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
         counts[pod_level(pod)] += 1
     profile_status = NodeProfileStatus.from_status((profile or {}).get("status"))
     taints = (node.get("spec") or {}).get("taints") or []
+    mode = _mode_of(node)
     return {
         "name": meta.get("name", ""),
         "ready": ready,
         "readyMessage": "" if ready else ready_message,
         "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
-        "colocation": _enabled(labels, qos.COLOCATION_NODE_LABEL),
-        "oversubscription": _enabled(labels, qos.OVERSUBSCRIPTION_NODE_LABEL),
+        # The two switches after aliases (the same as mode.colocation / mode.oversubscription).
+        "colocation": mode.colocation,
+        "oversubscription": mode.oversubscription,
+        "mode": mode_view(mode, profile_status.mode),
         "evicting": any(t.get("key") == qos.OFFLINE_EVICTING_TAINT_KEY for t in taints),
         "allocatable": {"cpuMillicores": _quantity(allocatable.get("cpu"), cpu_millicores),
                         "memoryBytes": _quantity(allocatable.get("memory"), memory_bytes)},
@@ -122,54 +135,186 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
     }
 
 
+def _mode_switches(mode: Mode) -> tuple[bool, bool]:
+    """(colocation, oversubscription) of a mode."""
+    return (mode in (Mode.COLOCATION, Mode.COLOCATION_OVERSUBSCRIPTION),
+            mode in (Mode.OVERSUBSCRIPTION, Mode.COLOCATION_OVERSUBSCRIPTION))
+
+
+#: The four modes, in the order the console offers them (`modes` adds what each means).
+MODES: tuple[Mode, ...] = tuple(Mode)
+_MODE_NAMES = frozenset(str(m) for m in MODES)
+
+
+def modes() -> list[dict[str, str]]:
+    """The modes the switch offers: name, meaning and eviction rule of each (from
+    `tidal.api.node_mode`, so the web page never words a mode itself)."""
+    out = []
+    for mode in MODES:
+        example = NodeMode(*_mode_switches(mode))
+        out.append({"name": str(mode), "meaning": example.meaning, "evictionRule": example.eviction_rule})
+    return out
+
+
+def mode_view(mode: NodeMode, report: NodeModeReport | None = None) -> dict[str, Any]:
+    """A node's mode as the console shows it: the labels' reading (``tidal.api.node_mode``) and,
+    when the node's agent has reported one, its ``status.mode``: the mode it acts on and whether
+    watermark eviction may act now (None: not reported)."""
+    return {
+        "name": str(mode.mode),
+        "colocation": mode.colocation,
+        "oversubscription": mode.oversubscription,
+        "oversellTypes": sorted(mode.oversell_types),
+        "meaning": mode.meaning,
+        "evictionRule": mode.eviction_rule,
+        "sources": dict(mode.sources),
+        "conflicts": list(mode.conflicts),
+        "problems": list(mode.problems),
+        # A name outside the four (an agent of another version) reads as not reported.
+        "agentMode": report.name if report is not None and report.name in _MODE_NAMES else None,
+        "evictionAllowed": report.eviction_allowed if report is not None else None,
+        "evictionReason": report.eviction_reason if report is not None else None,
+    }
+
+
+class SwitchRequestError(ValueError):
+    """A node switch body the console refuses (HTTP 400): the field and the rule it breaks."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+_ALLOWED_MODES = ", ".join(str(m) for m in MODES)  # in the order of MODES, for messages
+
+
+def switch_request(body: Mapping[str, Any]) -> Mode:
+    """The mode a switch body asks for.
+
+    ``{"mode": "off" | "colocation" | "oversubscription" | "colocation+oversubscription"}``;
+    the older ``{"enabled": true}`` means colocation+oversubscription (the mode in which BE
+    pods get oversold resources, what "colocation on" has to mean for BE pods to run) and
+    ``{"enabled": false}`` means off.
+
+    Raises:
+        SwitchRequestError: an unknown field, both or neither of ``mode`` and ``enabled``, a
+            mode outside the four, an ``enabled`` that is not a boolean.
+    """
+    unknown = sorted(set(body) - {"mode", "enabled"})
+    if unknown:
+        raise SwitchRequestError(unknown[0], "unknown field (allowed: mode, or enabled)")
+    if "mode" in body and "enabled" in body:
+        raise SwitchRequestError("enabled", "send either mode or enabled, not both")
+    if "enabled" in body:
+        enabled = body["enabled"]
+        if not isinstance(enabled, bool):
+            raise SwitchRequestError("enabled", "must be true or false")
+        return Mode.COLOCATION_OVERSUBSCRIPTION if enabled else Mode.OFF
+    if "mode" not in body:
+        raise SwitchRequestError("mode", f"required: one of {_ALLOWED_MODES}")
+    value = body["mode"]
+    if not isinstance(value, str) or value not in _MODE_NAMES:
+        raise SwitchRequestError("mode", f"must be one of {_ALLOWED_MODES} (got {value!r})")
+    return Mode(value)
+
+
 @dataclass(frozen=True)
-class ToggleDecision:
-    """The answer to "enable/disable colocation on node X".
+class SwitchDecision:
+    """The answer to "set node X to mode M".
 
     ``patch`` is the merge patch of the node's labels (None: nothing to write); ``status`` the
-    HTTP status of the answer; ``message`` the result text shown to the user.
+    HTTP status of the answer; ``message`` the result text shown to the user; ``result`` the
+    node's mode after the patch (its current mode when refused, None when the node does not
+    exist); ``warnings`` why the result is not the requested mode (an alias label), and the
+    label conflicts `tidal.api.node_mode` finds; ``switched_off`` whether a switch goes off
+    (BE pods already there keep running: the switch does not evict).
     """
 
     status: int
     message: str
+    result: NodeMode | None = None
     patch: dict[str, Any] | None = None
     changed: bool = False
+    warnings: tuple[str, ...] = ()
+    switched_off: bool = False
 
 
-def colocation_toggle(name: str, node: Mapping[str, Any] | None, enabled: bool) -> ToggleDecision:
-    """Enabling labels the node ``colocation.tidal.io/colocation=true``; it is refused on a
-    node that is missing, not Ready or cordoned (BE pods could not start there, and the
-    switch would claim what is not true). Disabling removes the label and the
-    oversubscription label with it (BE pods need both); BE pods already running are not
-    evicted by the switch and the message says how many remain."""
+def _label_patch(labels: Mapping[str, str], mode: Mode) -> dict[str, str | None]:
+    """Tidal's two labels for `mode`: ``true`` for a switch that is on; a switch that is off
+    loses its label, except an explicit ``false``, which is kept (it overrides an alias)."""
+    patch: dict[str, str | None] = {}
+    for label, on in zip((qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL), _mode_switches(mode)):
+        current = labels.get(label)
+        if on and current != qos.NODE_LABEL_ENABLED_VALUE:
+            patch[label] = qos.NODE_LABEL_ENABLED_VALUE
+        elif not on and current is not None and current != "false":
+            patch[label] = None
+    return patch
+
+
+def _alias_warnings(name: str, requested: Mode, result: NodeMode) -> list[str]:
+    """Why `result` is not `requested`: a switch read from a Volcano alias the console does not
+    write."""
+    warnings = []
+    for switch, wanted in zip(("colocation", "oversubscription"), _mode_switches(requested)):
+        source = result.sources.get(switch, "default")
+        if getattr(result, switch) != wanted and source.startswith("volcano.sh/"):
+            warnings.append(f"{source}={str(not wanted).lower()} still present on node {name} (the console "
+                            f"writes only Tidal's labels: remove it to reach mode {requested})")
+    return warnings
+
+
+def mode_switch(name: str, node: Mapping[str, Any] | None, requested: Mode) -> SwitchDecision:
+    """Setting a node's mode writes Tidal's two labels (never the ``volcano.sh/`` aliases).
+
+    Turning a switch on is refused on a node that is missing, not Ready or cordoned (BE pods
+    could not start there, and the switch would claim what is not true); turning switches off
+    is never refused. BE pods already running are not evicted by the switch. When an alias
+    label keeps the node in another mode than requested, the answer says so (``warnings``).
+    """
     if node is None:
-        return ToggleDecision(404, f"colocation not changed: node {name} does not exist")
+        return SwitchDecision(404, f"mode not changed: node {name} does not exist")
     labels = _labels(node)
-    on = _enabled(labels, qos.COLOCATION_NODE_LABEL)
-    if enabled:
-        if on:
-            return ToggleDecision(200, f"colocation already enabled on node {name}")
+    current = _mode_of(node)
+    patch = _label_patch(labels, requested)
+    if any(value is not None for value in patch.values()):  # a switch goes on
         ready, why = _ready(node)
         if not ready:
-            return ToggleDecision(409, f"colocation not enabled on node {name}: the node is not Ready"
-                                       + (f" ({why})" if why else ""))
+            return SwitchDecision(409, f"mode not changed on node {name}: the node is not Ready"
+                                       + (f" ({why})" if why else "") + f"; it stays in mode {current.mode}",
+                                  current)
         if (node.get("spec") or {}).get("unschedulable"):
-            return ToggleDecision(409, f"colocation not enabled on node {name}: the node is cordoned "
-                                       "(unschedulable); uncordon it first")
-        return ToggleDecision(200, f"colocation enabled on node {name}",
-                              {"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: qos.NODE_LABEL_ENABLED_VALUE}}},
-                              changed=True)
-    if not on and qos.OVERSUBSCRIPTION_NODE_LABEL not in labels:
-        return ToggleDecision(200, f"colocation already disabled on node {name}")
-    return ToggleDecision(200, f"colocation disabled on node {name}",
-                          {"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: None,
-                                                   qos.OVERSUBSCRIPTION_NODE_LABEL: None}}},
-                          changed=True)
+            return SwitchDecision(409, f"mode not changed on node {name}: the node is cordoned (unschedulable), "
+                                       f"uncordon it first; it stays in mode {current.mode}", current)
+    after = {k: v for k, v in labels.items() if k not in patch} | {k: v for k, v in patch.items() if v is not None}
+    result = node_mode(after, _annotations(node))
+    aliases = _alias_warnings(name, requested, result)
+    if result.mode != requested:
+        message = (f"node {name} is in mode {result.mode}, not {requested}: "
+                   + ("; ".join(aliases) or "its labels say otherwise") + f". {result.mode}: {result.meaning}")
+    elif patch:
+        message = f"node {name} set to mode {result.mode}: {result.meaning}"
+    else:
+        message = f"node {name} already in mode {result.mode}: {result.meaning}"
+    return SwitchDecision(200, message, result, {"metadata": {"labels": patch}} if patch else None,
+                          changed=bool(patch), warnings=tuple(aliases) + result.conflicts,
+                          switched_off=any(value is None for value in patch.values()))
 
 
-def disabled_message(decision: ToggleDecision, be_pods: int) -> str:
-    """The result text of a disabling toggle, telling about BE pods left running."""
-    if be_pods and decision.changed:
+def switch_answer(name: str, decision: SwitchDecision, message: str) -> dict[str, Any]:
+    """The switch's JSON answer (``ColocationResult`` in the OpenAPI document): the node's mode
+    now, what it means, the result text and the warnings."""
+    result = decision.result
+    return {"node": name, "mode": str(result.mode) if result else None,
+            "meaning": result.meaning if result else "",
+            "colocation": bool(result and result.colocation),
+            "oversubscription": bool(result and result.oversubscription),
+            "changed": decision.changed, "message": message, "warnings": list(decision.warnings)}
+
+
+def be_pods_left_message(decision: SwitchDecision, be_pods: int) -> str:
+    """The result text of a switch that turned a switch off, telling about BE pods left running."""
+    if be_pods and decision.changed and decision.switched_off:
         return (f"{decision.message}; {be_pods} BE pod(s) still run there until they finish "
                 "(the switch does not evict them)")
     return decision.message
@@ -177,13 +322,13 @@ def disabled_message(decision: ToggleDecision, be_pods: int) -> str:
 
 def rollout(policy: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]],
             profiles: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Per colocation node, the policy generation its agent reports having applied (from the
-    NodeProfiles, so it is right even before the policy reconciler has written the status), and
-    the reconciler's conditions from the policy's status."""
+    """Per node Tidal acts on (any mode but off), the policy generation its agent reports having
+    applied (from the NodeProfiles, so it is right even before the policy reconciler has
+    written the status), and the reconciler's conditions from the policy's status."""
     generation = ((policy or {}).get("metadata") or {}).get("generation")
     rows = []
     for node in nodes:
-        if not _enabled(_labels(node), qos.COLOCATION_NODE_LABEL):
+        if not _mode_of(node).active:
             continue
         name = (node.get("metadata") or {}).get("name", "")
         profile = profiles.get(name)

@@ -9,7 +9,7 @@ const STEPS = [
     "Cluster: Volcano scheduler, Tidal CRDs, RBAC, PriorityClasses tidal-hls / tidal-ls / tidal-be, tidal-manager and tidal-agent.",
   ] },
   { title: "Policy configuration", link: "#/policy", text: [
-    "Switch colocation on per node (label colocation.tidal.io/colocation=true).",
+    "Set each node's mode: off, colocation (label colocation.tidal.io/colocation=true: BE isolation, native requests), oversubscription (colocation.tidal.io/oversubscription=true: oversold batch resources) or both.",
     "Tune load-aware scheduling, watermark eviction, overselling and advanced features in the ColocationPolicy.",
   ] },
   { title: "Workload deployment", link: null, text: [
@@ -29,13 +29,12 @@ export async function overview(root) {
   const summary = el("div", { class: "card", id: "summary" }, "Loading cluster state…");
   root.append(el("h2", {}, "Cluster state"), summary);
   const [nodes, rollout] = await Promise.all([api("GET", "/nodes"), api("GET", "/policy/rollout")]);
-  const on = nodes.items.filter((n) => n.colocation).length;
-  const oversold = nodes.items.filter((n) => n.oversubscription).length;
+  const byMode = nodes.modes.map((m) => `${m.name} ${nodes.items.filter((n) => n.mode.name === m.name).length}`);
   const evicting = nodes.items.filter((n) => n.evicting).map((n) => n.name);
   fill(summary,
-    el("p", {}, `${nodes.items.length} nodes, colocation on ${on}, overselling on ${oversold}.`),
+    el("p", {}, `${nodes.items.length} nodes by mode: ${byMode.join(", ")}.`),
     el("p", {}, rollout.generation === null ? "No ColocationPolicy yet: the defaults apply."
-      : `Policy generation ${rollout.generation}: applied on ${rollout.appliedNodes} of ${rollout.totalNodes} colocation nodes.`),
+      : `Policy generation ${rollout.generation}: applied on ${rollout.appliedNodes} of ${rollout.totalNodes} nodes Tidal acts on.`),
     evicting.length ? el("p", { class: "errors" }, `Evicting offline pods: ${evicting.join(", ")}`) : null,
   );
 }

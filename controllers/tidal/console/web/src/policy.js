@@ -22,32 +22,56 @@ function capabilityChips(node) {
       `${c.name}`, el("span", { class: "visually-reason" }, ` (${c.reason})`)));
 }
 
-function nodeRow(node, canWrite) {
-  const input = el("input", {
-    type: "checkbox", role: "switch", "aria-label": `colocation on ${node.name}`, "data-node": node.name,
+// The node's mode selector: the four modes (from the API; what each means is in the legend under
+// the table and each option's title), the current one's meaning below it; after a change, the
+// answer's line (and any warning, e.g. a volcano.sh alias label that keeps the node in another mode).
+function modeCell(node, modes, canWrite) {
+  const select = el("select", {
+    class: "mode", "aria-label": `mode of ${node.name}`, "data-node": node.name,
     disabled: !canWrite, title: canWrite ? null : "read-only: your user may not patch nodes",
-  });
-  input.checked = node.colocation;
-  input.addEventListener("change", async () => {
-    input.disabled = true;
+  }, modes.map((m) => el("option", { value: m.name, title: `${m.meaning}; BE evicted: ${m.evictionRule}` }, m.name)));
+  select.value = node.mode.name;
+  const line = el("div", { class: "muted mode-meaning", "data-node": node.name }, node.mode.meaning);
+  const warnings = el("div", { class: "errors mode-warnings" },
+    [...node.mode.conflicts, ...node.mode.problems].map((w) => el("div", {}, w)));
+  const agent = node.mode.evictionReason
+    ? el("div", { class: "muted", title: "the node's tidal-agent (NodeProfile status.mode)" },
+      `eviction ${node.mode.evictionAllowed ? "may act" : "holds"}: ${node.mode.evictionReason}`)
+    : null;
+  let current = node.mode.name;
+  select.addEventListener("change", async () => {
+    select.disabled = true;
     try {
-      const result = await api("PUT", `/nodes/${encodeURIComponent(node.name)}/colocation`, { enabled: input.checked });
-      toast(result.message);
-      input.checked = result.colocation;
+      const result = await api("PUT", `/nodes/${encodeURIComponent(node.name)}/colocation`, { mode: select.value });
+      // Another mode than asked for (an alias label): the message says why.
+      toast(result.message, result.mode === select.value ? "info" : "error");
+      current = result.mode;
+      select.value = current;
+      fill(line, result.meaning);
+      fill(warnings, result.warnings.map((w) => el("div", {}, w)));
     } catch (err) {
       toast(err.body && err.body.message ? err.body.message : err.message, "error");
-      input.checked = !input.checked;
+      select.value = current;
     } finally {
-      input.disabled = !canWrite;
+      select.disabled = !canWrite;
     }
   });
+  return el("td", {}, select, line, warnings, agent);
+}
+
+function overselling(node) {
+  if (!node.mode.oversubscription) return "off";
+  return el("span", { title: `BE evicted: ${node.mode.evictionRule}` }, `on (${node.mode.oversellTypes.join(", ") || "none"})`);
+}
+
+function nodeRow(node, modes, canWrite) {
   const b = node.batch;
   return el("tr", { "data-node": node.name },
-    el("td", {}, el("label", { class: "switch" }, input, el("span", { class: "slider" }))),
+    modeCell(node, modes, canWrite),
     el("td", {}, el("strong", {}, node.name), node.evicting ? el("div", { class: "errors" }, "evicting offline pods") : null),
     el("td", {}, node.ready ? "Ready" : el("span", { class: "errors", title: node.readyMessage }, "NotReady"),
       node.unschedulable ? el("div", { class: "muted" }, "cordoned") : null),
-    el("td", {}, node.oversubscription ? "on" : "off"),
+    el("td", {}, overselling(node)),
     el("td", {}, `${node.podsByQoS.HLS} / ${node.podsByQoS.LS} / ${node.podsByQoS.BE}`),
     el("td", {}, `${formatValue(b.requested.cpuMillicores, "millicores")} of ${formatValue(b.allocatable.cpuMillicores, "millicores")}`),
     el("td", {}, `${formatValue(b.requested.memoryBytes, "bytes")} of ${formatValue(b.allocatable.memoryBytes, "bytes")}`),
@@ -107,7 +131,7 @@ function valueAt(spec, path) {
 // Which node cannot run a policy section, and why: the API decides (node.featureSupport, computed
 // from the capability names the agent's probe writes); the page only shows it.
 function unsupportedOn(nodes, section) {
-  return nodes.filter((n) => n.colocation || n.capabilities.length)
+  return nodes.filter((n) => n.mode.name !== "off" || n.capabilities.length)
     .flatMap((n) => (n.featureSupport || []).filter((f) => f.section === section && f.supported === false)
       .map((f) => `${n.name}: ${f.reason}`));
 }
@@ -172,15 +196,17 @@ export async function policyPage(root, me) {
   const open = el("button", { id: "open-policy", type: "button" }, "Edit ColocationPolicy…");
   root.append(el("div", { class: "toolbar" }, open,
     el("span", { class: "muted" }, policy.exists ? `generation ${policy.generation}` : "not created yet: defaults apply"),
-    !canWriteNodes ? el("span", { class: "muted" }, "read-only: switches are disabled for your user") : null));
+    !canWriteNodes ? el("span", { class: "muted" }, "read-only: node modes cannot be changed by your user") : null));
   root.append(el("table", { id: "nodes" },
-    el("thead", {}, el("tr", {}, ["Colocation", "Node", "Status", "Overselling", "Pods HLS / LS / BE", "Batch CPU requested of allocatable",
+    el("thead", {}, el("tr", {}, ["Mode", "Node", "Status", "Overselling", "Pods HLS / LS / BE", "Batch CPU requested of allocatable",
       "Batch memory requested of allocatable", "Capabilities", "Policy gen."].map((h) => el("th", {}, h)))),
-    el("tbody", {}, nodes.items.map((n) => nodeRow(n, canWriteNodes)))));
+    el("tbody", {}, nodes.items.map((n) => nodeRow(n, nodes.modes, canWriteNodes)))));
+  root.append(el("dl", { id: "modes", class: "modes" }, nodes.modes.flatMap((m) => [
+    el("dt", {}, m.name), el("dd", {}, `${m.meaning}. BE pods are evicted: ${m.evictionRule}.`)])));
   root.append(...[el("h2", {}, "Rollout"), rollout.nodes.length
     ? el("table", { id: "rollout" }, el("tbody", {}, rollout.nodes.map((r) => el("tr", {},
       el("td", {}, r.name), el("td", {}, r.appliedGeneration ?? "–"), el("td", {}, r.upToDate ? "applied" : r.reason)))))
-    : el("p", { class: "muted" }, "No colocation nodes."),
+    : el("p", { class: "muted" }, "No node in a mode other than off."),
     rollout.conditions.length ? el("table", { id: "policy-conditions" }, el("tbody", {}, rollout.conditions.map((c) =>
       el("tr", {}, el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason), el("td", { class: "muted" }, c.message)))))
       : null].filter(Boolean));

@@ -50,10 +50,15 @@ def test_agent_rbac_is_least_privilege_and_its_writes_are_limited_to_its_node():
     assert "system:serviceaccount:tidal-system:tidal-agent" in policy["spec"]["matchConditions"][0]["expression"]
 
 
-def test_agent_daemonset_runs_only_on_colocation_nodes():
+def test_agent_daemonset_runs_only_on_nodes_whose_mode_is_active():
     workloads = render("workloads.yml.j2")
     agent = next(o for o in workloads if o["kind"] == "DaemonSet")
-    assert agent["spec"]["template"]["spec"]["nodeSelector"] == {qos.COLOCATION_NODE_LABEL: "true"}
+    spec = agent["spec"]["template"]["spec"]
+    assert "nodeSelector" not in spec
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}]}
+                     for label in (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL,
+                                   "volcano.sh/colocation", qos.VOLCANO_OVERSUBSCRIPTION_LABEL)]
     manager = next(o for o in workloads if o["kind"] == "Deployment" and o["metadata"]["name"] == "tidal-manager")
     container = manager["spec"]["template"]["spec"]["containers"][0]
     assert manager["spec"]["replicas"] == 2

@@ -47,6 +47,21 @@ def test_pod_state_has_containers_with_their_batch_resources(annotations, reques
     assert (state.uid, state.priority, state.namespace, state.name) == ("u1", -100, "ns", "p")
 
 
+@pytest.mark.parametrize("annotations, requests, not_started, expected", [
+    pytest.param({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1500m", "memory": "1Gi"}, False, (1500, 1024**3), id="online"),
+    pytest.param({qos.QOS_ANNOTATION: "BE"}, {qos.BATCH_CPU_RESOURCE: "2000", qos.BATCH_MEMORY_RESOURCE: "1Gi"},
+                 False, (2000, 1024**3), id="be-batch"),
+    pytest.param({qos.QOS_ANNOTATION: "BE"}, {"cpu": "1", "memory": "1Gi"}, False, (1000, 1024**3),
+                 id="be-on-native-requests"),
+    pytest.param({}, {"cpu": "250m"}, False, (250, 0), id="no-tidal-level-counts-too"),
+    pytest.param({qos.QOS_ANNOTATION: "LS"}, {"cpu": "1"}, True, (1000, 0),
+                 id="a-pod-not-started-yet-counts-as-the-scheduler-counts-it"),
+])
+def test_pod_state_carries_what_the_pod_takes_of_the_nodes_requests(annotations, requests, not_started, expected):
+    pod = _pod(annotations, requests, container_id=None if not_started else "containerd://abc")
+    assert pod_state(pod, pod_info(pod)).node_requests == expected
+
+
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_finished_pods_hold_no_resources(phase):
     assert pod_info(_pod(phase=phase)) is None

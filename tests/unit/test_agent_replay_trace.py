@@ -45,3 +45,31 @@ def test_the_replaying_agent_announces_its_metrics_as_a_file_sd_target(tmp_path)
     write_target_file(path, "::1", 40124)  # rewritten in place, IPv6 in brackets
     assert json.loads(path.read_text())[0]["targets"] == ["[::1]:40124"]
     assert [p.name for p in path.parent.iterdir()] == ["tidal-agent-replay.json"]  # no temporary left
+
+
+@pytest.mark.parametrize("labels, name, reason", [
+    pytest.param({"colocation.tidal.io/oversubscription": "true"}, "oversubscription",
+                 "replayed node: tidal-agent replay does not evict (this mode evicts when node usage above the "
+                 "high watermark and the node's requests (native and batch) above 100% of allocatable)",
+                 id="oversubscription-only"),
+    pytest.param({"volcano.sh/colocation": "true"}, "colocation",
+                 "replayed node: tidal-agent replay does not evict (this mode evicts when node usage above the "
+                 "high watermark)", id="volcano-colocation-alias"),
+    pytest.param({}, "off", "node mode off: Tidal does nothing", id="off"),
+    pytest.param(None, "off", "node mode off: Tidal does nothing", id="node-unknown"),
+])
+def test_a_replayed_node_reports_its_mode_from_its_labels_and_never_evicts(labels, name, reason):
+    from tidal.agent.replay import replayed_mode_status
+    node = None if labels is None else {"metadata": {"name": "kwok-1", "labels": labels}}
+    status = replayed_mode_status(node)
+    assert (status["name"], status["evictionAllowed"], status["evictionReason"]) == (name, False, reason)
+
+
+def test_the_replaying_agent_keeps_only_its_nodes_metadata():
+    from tidal.agent.replay import nodes_watch
+    watch = nodes_watch(None, ["kwok-1"])
+    mine = {"metadata": {"name": "kwok-1", "uid": "u1", "labels": {"a": "b"}, "resourceVersion": "1"},
+            "status": {"allocatable": {"cpu": "16"}}}
+    watch.apply("ADDED", mine)
+    watch.apply("ADDED", {"metadata": {"name": "other", "uid": "u2", "labels": {}}})
+    assert watch.objects == {"u1": {"metadata": {"name": "kwok-1", "labels": {"a": "b"}, "annotations": None}}}

@@ -184,8 +184,11 @@ def test_node_profile_status_holds_what_the_agent_and_the_master_report() -> Non
         "oversell",
         "capabilities",
         "conditions",
+        "mode",
     }
     assert status["observedAt"]["format"] == "date-time"
+    assert {"name", "evictionAllowed", "evictionReason", "conflicts", "problems"} <= set(status["mode"]["properties"])
+    assert status["mode"]["properties"]["evictionAllowed"]["type"] == "boolean"
     assert set(status["policy"]["properties"]) == {"appliedGeneration", "effective", "problems"}
     assert status["policy"]["properties"]["effective"]["x-kubernetes-preserve-unknown-fields"]
     assert set(status["perQoS"]["properties"]) == {level.value for level in qos.QoSLevel}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidal.api.pod_resources import BatchRequest, batch_by_container, batch_requested, batch_requested_total, pod_batch
+from tidal.api.pod_resources import (BatchRequest, batch_by_container, batch_requested, batch_requested_total,
+                                     container_native, pod_batch, pod_native, pod_node_requests)
 
 CPU, MEM = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 GiB = 1 << 30
@@ -70,6 +71,49 @@ def test_init_containers_have_their_own_entries_per_container():
 def test_totals_add_pods():
     pods = [pod([container("a", {CPU: "1000", MEM: "1Gi"})]), pod([container("a", {CPU: "500"})]), {}]
     assert batch_requested_total(pods) == BatchRequest(1500, GiB)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    pytest.param(container("a"), BatchRequest(), id="no-resources"),
+    pytest.param(container("a", requests={"cpu": "1500m", "memory": "1Gi"}), BatchRequest(1500, GiB), id="requests"),
+    pytest.param(container("a", requests={"cpu": "0.1"}), BatchRequest(100, 0), id="cpu-only-decimal-cores"),
+    pytest.param(container("a", limits={"cpu": "2", "memory": "1Gi"}), BatchRequest(),
+                 id="limits-are-not-requests"),
+    pytest.param(container("a", requests={"cpu": "one core", "memory": "1Gi"}), BatchRequest(0, GiB),
+                 id="an-unparseable-amount-counts-nothing-the-other-still-counts"),
+    pytest.param(container("a", requests={CPU: "1000", MEM: "1Gi"}), BatchRequest(), id="batch-only-is-not-native"),
+])
+def test_a_containers_native_amount_is_its_request(spec, expected):
+    assert container_native(spec) == expected
+
+
+@pytest.mark.parametrize("containers, init, overhead, expected", [
+    pytest.param([], [], None, BatchRequest(), id="empty"),
+    pytest.param([container("a", {"cpu": "1", "memory": "1Gi"}), container("b", {"cpu": "500m"})], [], None,
+                 BatchRequest(1500, GiB), id="containers-add-up"),
+    pytest.param([container("a", {"cpu": "1", "memory": "1Gi"})], [container("i", {"cpu": "4"})], None,
+                 BatchRequest(4000, GiB), id="max-of-sum-and-largest-init-per-resource"),
+    pytest.param([container("a", {"cpu": "100m"})],
+                 [container("s", {"cpu": "200m"}, restart_policy="Always"), container("i", {"cpu": "1"})], None,
+                 BatchRequest(1200, 0), id="sidecar-then-init"),
+    pytest.param([container("a", {"cpu": "1"})], [], {"cpu": "250m", "memory": "64Mi"},
+                 BatchRequest(1250, 64 << 20), id="runtime-class-overhead-adds"),
+])
+def test_a_pods_native_amount_is_what_the_scheduler_counts(containers, init, overhead, expected):
+    spec = pod(containers, init)
+    if overhead:
+        spec["spec"]["overhead"] = overhead
+    assert pod_native(spec) == expected
+
+
+@pytest.mark.parametrize("containers, expected", [
+    pytest.param([container("a", {"cpu": "1", "memory": "1Gi"})], (1000, GiB), id="online-native-only"),
+    pytest.param([container("a", {CPU: "2000", MEM: "2Gi"})], (2000, 2 * GiB), id="be-batch-only"),
+    pytest.param([container("a", {"cpu": "1", CPU: "2000", MEM: "1Gi"})], (3000, GiB), id="both-add"),
+    pytest.param([container("a")], (0, 0), id="best-effort-nothing"),
+])
+def test_a_pods_node_requests_are_native_plus_batch(containers, expected):
+    assert pod_node_requests(pod(containers)) == expected
 
 
 def test_no_other_module_reads_batch_resources_from_a_pod_spec():

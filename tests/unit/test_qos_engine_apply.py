@@ -93,9 +93,29 @@ def _policy(**iso):
     return ColocationPolicy.from_spec({"beIsolation": spec})
 
 
+@pytest.mark.parametrize("labels, annotations, active", [
+    pytest.param({"colocation.tidal.io/colocation": "true"}, None, True, id="colocation"),
+    pytest.param({"colocation.tidal.io/oversubscription": "true"}, None, True, id="oversubscription"),
+    pytest.param({"colocation.tidal.io/colocation": "true", "colocation.tidal.io/oversubscription": "true"}, None,
+                 True, id="both"),
+    pytest.param({"volcano.sh/colocation": "true"}, None, True, id="volcano-colocation-alias"),
+    pytest.param({"volcano.sh/oversubscription": "true"}, None, True, id="volcano-oversubscription-alias"),
+    pytest.param({"volcano.sh/oversubscription": "true"},
+                 {"colocation.tidal.io/volcano-oversubscription-written": "true"}, False,
+                 id="the-oversell-masters-own-volcano-label-is-not-an-input"),
+    pytest.param({"colocation.tidal.io/colocation": "false"}, None, False, id="false"),
+    pytest.param({"colocation.tidal.io/colocation": "false", "volcano.sh/colocation": "true"}, None, False,
+                 id="tidal-name-wins-over-the-alias"),
+    pytest.param(None, None, False, id="no-labels"),
+])
+def test_the_engine_acts_on_a_node_whose_mode_is_active(labels, annotations, active):
+    from tidal.agent.qos.engine import node_active
+    assert node_active(labels, annotations) is active
+
+
 def test_engine_runs_only_with_the_colocation_label_and_restores_when_it_goes(tree, tmp_path):
     from tidal.agent.collector.cgroups import PodQOSClass
-    from tidal.agent.qos.engine import QoSEngine, colocation_enabled
+    from tidal.agent.qos.engine import QoSEngine
     from tidal.agent.qos.strategy import NodeState, PodState
     from tidal.api.qos import QoSLevel
 
@@ -104,8 +124,6 @@ def test_engine_runs_only_with_the_colocation_label_and_restores_when_it_goes(tr
         pods=(PodState("x", PodQOSClass.BEST_EFFORT, QoSLevel.BE),), node_cpus=4, online_usage_millicores=0,
         policy=_policy(), capabilities={}, layout=layout,
     )
-    assert colocation_enabled({"colocation.tidal.io/colocation": "true"})
-    assert not colocation_enabled({"colocation.tidal.io/colocation": "false"}) and not colocation_enabled(None)
     engine = QoSEngine(tmp_path / "j.json")
     result, changed = engine.reconcile(state, True)
     assert [w.file for w in result.written] == ["cpu.shares"] and changed == {"be-cpu-priority": 1}

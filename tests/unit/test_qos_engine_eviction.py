@@ -77,6 +77,38 @@ def test_watermark_eviction(name, steps, expected):
     assert run(steps) == expected
 
 
+def run_gated(steps, pods=PODS, config=CONFIG):
+    """steps: (time, cpu %, allowed). Returns ([(time, action, pod uid)], tainted at the end)."""
+    machine = WatermarkEviction(config)
+    out = []
+    for now, cpu, allowed in steps:
+        for d in machine.step(now, {"cpu": cpu, "memory": 10}, pods, allowed=allowed):
+            out.append((now, d.action.value, d.pod_uid))
+    return out, machine.tainted
+
+
+@pytest.mark.parametrize("steps, expected, tainted", [
+    pytest.param([(0, 90, False), (10, 90, False), (60, 90, False)], [], False,
+                 id="not-allowed-above-high-past-the-dwell-no-taint-no-eviction"),
+    pytest.param([(0, 90, False), (10, 90, False), (20, 90, True)],
+                 [(20, "taint", None), (20, "evict", "be-lo-big")], True,
+                 id="the-dwell-counted-while-not-allowed-acts-at-once-when-allowed"),
+    pytest.param([(0, 90, False), (5, 90, True), (10, 90, True)],
+                 [(10, "taint", None), (10, "evict", "be-lo-big")], True,
+                 id="allowed-before-the-dwell-ends-waits-for-it"),
+    pytest.param([(0, 90, True), (10, 90, True), (40, 90, False), (70, 90, False)],
+                 [(10, "taint", None), (10, "evict", "be-lo-big")], True,
+                 id="no-longer-allowed-stops-evictions-the-taint-stays-while-usage-is-above-low"),
+    pytest.param([(0, 90, True), (10, 90, True), (40, 90, False), (50, 25, False)],
+                 [(10, "taint", None), (10, "evict", "be-lo-big"), (50, "untaint", None)], False,
+                 id="an-existing-taint-goes-by-its-own-rule-at-or-below-low"),
+    pytest.param([(0, 90, False), (10, 25, False), (20, 90, True), (25, 90, True)], [], False,
+                 id="dropping-below-high-resets-the-dwell-whether-allowed-or-not"),
+])
+def test_eviction_not_allowed_tracks_usage_but_neither_taints_nor_evicts(steps, expected, tainted):
+    assert run_gated(steps) == (expected, tainted)
+
+
 def test_never_evicts_online_pods_and_no_repeat_of_the_same_victim():
     pods = (PODS[0], PODS[2])
     out = run([(0, 90, 10), (10, 90, 10), (40, 90, 10), (70, 90, 10)], pods=pods)

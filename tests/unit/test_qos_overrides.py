@@ -34,3 +34,38 @@ def test_an_invalid_override_changes_nothing_and_names_the_annotation(annotation
     marks, problems = effective_watermarks(policy, {**annotations, P + "eviction-dwell-seconds": "1"})
     assert marks == policy.eviction_watermarks
     assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+V = "volcano.sh/"
+
+
+@pytest.mark.parametrize("annotations, cpu, memory, problems, conflicts", [
+    pytest.param({V + "evicting-cpu-high-watermark": "90", V + "evicting-cpu-low-watermark": "40"},
+                 (90, 40), (60, 30), [], [], id="volcano-cpu-aliases-apply"),
+    pytest.param({V + "evicting-memory-high-watermark": "70", V + "evicting-memory-low-watermark": "20"},
+                 (80, 30), (70, 20), [], [], id="volcano-memory-aliases-apply"),
+    pytest.param({V + "evicting-cpu-high-watermark": "90", P + "eviction-cpu-high-percent": "90"},
+                 (90, 30), (60, 30), [], [], id="agreeing-alias-is-no-conflict"),
+    pytest.param({V + "evicting-cpu-high-watermark": "95", P + "eviction-cpu-high-percent": "85"},
+                 (85, 30), (60, 30), [],
+                 ["node annotation colocation.tidal.io/eviction-cpu-high-percent=85 and its alias "
+                  "volcano.sh/evicting-cpu-high-watermark=95 disagree: colocation.tidal.io/eviction-cpu-high-percent wins"],
+                 id="tidal-name-wins-and-the-conflict-is-reported"),
+    pytest.param({V + "evicting-cpu-high-watermark": "lots"}, (80, 30), (60, 30),
+                 ["node annotation volcano.sh/evicting-cpu-high-watermark (alias of "
+                  "colocation.tidal.io/eviction-cpu-high-percent)='lots': must be an integer"], [],
+                 id="a-bad-alias-value-names-the-alias"),
+    pytest.param({V + "evicting-cpu-low-watermark": "85"}, (80, 30), (60, 30),
+                 ["node annotation volcano.sh/evicting-cpu-low-watermark (alias of "
+                  "colocation.tidal.io/eviction-cpu-low-percent): must be lower than highPercent, got lowPercent 85, "
+                  "highPercent 80"], [],
+                 id="a-rule-broken-through-an-alias-names-the-alias"),
+])
+def test_volcano_watermark_annotations_are_aliases(annotations, cpu, memory, problems, conflicts):
+    from tidal.agent.qos.overrides import node_watermarks
+    marks, found, disagreements = node_watermarks(ColocationPolicy(), annotations)
+    assert (marks.cpu.high_percent, marks.cpu.low_percent) == cpu
+    assert (marks.memory.high_percent, marks.memory.low_percent) == memory
+    assert [p.split(" (with the node")[0] for p in found] == problems
+    assert disagreements == conflicts
+    assert effective_watermarks(ColocationPolicy(), annotations)[1] == [*conflicts, *found]

@@ -289,7 +289,7 @@ def test_agent_shares_the_hosts_network_and_pids_with_named_capabilities_not_pri
     spec = pod(objects, "DaemonSet/tidal-agent")["spec"]
     assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert spec["hostPID"] is True
-    assert spec["nodeSelector"] == {qos.COLOCATION_NODE_LABEL: "true"}
+    assert "nodeSelector" not in spec  # placement is the mode's node affinity (test below)
     agent = container(objects, "DaemonSet/tidal-agent", "agent")["securityContext"]
     assert agent["privileged"] is False and agent["runAsUser"] == 0 and agent["readOnlyRootFilesystem"] is True
     assert agent["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"]}
@@ -353,7 +353,8 @@ def test_placement_defaults_leave_scheduling_alone():
         assert "nodeSelector" not in spec and "tolerations" not in spec
     assert set(pod(objects, "Deployment/tidal-manager")["spec"]["affinity"]) == {"podAntiAffinity"}
     assert "affinity" not in pod(objects, "Deployment/tidal-console")["spec"]
-    assert "affinity" not in pod(objects, "DaemonSet/tidal-agent")["spec"]
+    # the agent's only placement is the node mode's (either label): nothing else by default
+    assert pod(objects, "DaemonSet/tidal-agent")["spec"]["affinity"] == agent_affinity()
 
 
 def test_placement_variables_keep_every_controller_off_kwok_nodes():
@@ -368,8 +369,75 @@ def test_placement_variables_keep_every_controller_off_kwok_nodes():
     for spec in (manager, console):
         assert spec["nodeSelector"] == {"node-role.kubernetes.io/infra": ""} and spec["tolerations"] == tolerations
     agent = pod(objects, "DaemonSet/tidal-agent")["spec"]
-    assert agent["affinity"] == NOT_KWOK
-    assert agent["nodeSelector"] == {qos.COLOCATION_NODE_LABEL: "true"}
+    not_kwok = NOT_KWOK["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert agent["affinity"] == agent_affinity(not_kwok["matchExpressions"])
+    assert "nodeSelector" not in agent
+
+
+MODE_LABELS = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL, "volcano.sh/colocation",
+               "volcano.sh/oversubscription")
+
+
+def agent_affinity(extra=(), **rest):
+    """The agent's affinity: one required term per mode label (ORed), each with ``extra``."""
+    terms = [{"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}, *extra]}
+             for label in MODE_LABELS]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}},
+            **rest}
+
+
+def _matches(term, labels):
+    """A nodeSelectorTerm against a node's labels (``labels["metadata.name"]`` for matchFields)."""
+    ops = {"In": lambda v, vs: v is not None and v in vs, "NotIn": lambda v, vs: v is None or v not in vs,
+           "Exists": lambda v, vs: v is not None, "DoesNotExist": lambda v, vs: v is None}
+    return all(ops[e["operator"]](labels.get(e["key"]), e.get("values", ()))
+               for e in (*term.get("matchExpressions", ()), *term.get("matchFields", ())))
+
+
+def _schedulable(affinity, labels):
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return any(_matches(term, labels) for term in terms)
+
+
+@pytest.mark.parametrize("labels, runs", [
+    pytest.param({qos.COLOCATION_NODE_LABEL: "true"}, True, id="colocation"),
+    pytest.param({qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}, True, id="oversubscription"),
+    pytest.param({"volcano.sh/colocation": "true"}, True, id="volcano-colocation"),
+    pytest.param({"volcano.sh/oversubscription": "true"}, True, id="volcano-oversubscription"),
+    pytest.param({qos.COLOCATION_NODE_LABEL: "false"}, False, id="switched-off"),
+    pytest.param({}, False, id="no-label"),
+    pytest.param({qos.OVERSUBSCRIPTION_NODE_LABEL: "true", "type": "kwok"}, False, id="lab-kwok-excluded-by-the-extra"),
+])
+def test_the_agent_runs_on_nodes_with_either_mode_label_and_the_extra_affinity_applies_to_each(labels, runs):
+    spec = pod(workloads(**LAB), "DaemonSet/tidal-agent")["spec"]
+    assert _schedulable(spec["affinity"], labels) is runs
+    defaults = pod(workloads(), "DaemonSet/tidal-agent")["spec"]
+    assert _schedulable(defaults["affinity"], labels) is (runs or labels.get("type") == "kwok")
+
+
+def test_an_extra_agent_affinity_with_several_terms_and_other_parts_is_anded_into_each_mode_term():
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    extra = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [zone]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n9"]}]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {"matchExpressions": [zone]}}]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}
+    affinity = pod(workloads(tidal_controllers_agent_affinity=extra), "DaemonSet/tidal-agent")["spec"]["affinity"]
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(terms) == 8
+    for label in MODE_LABELS:
+        mode = {"key": label, "operator": "In", "values": ["true"]}
+        assert {"matchExpressions": [mode, zone]} in terms
+        assert {"matchExpressions": [mode], "matchFields": extra["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][1]["matchFields"]} in terms
+    assert affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == \
+        extra["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert affinity["podAntiAffinity"] == extra["podAntiAffinity"]
+    assert _schedulable(affinity, {qos.OVERSUBSCRIPTION_NODE_LABEL: "true", "zone": "a"})
+    assert not _schedulable(affinity, {qos.OVERSUBSCRIPTION_NODE_LABEL: "true", "zone": "b"})
+    assert _schedulable(affinity, {qos.OVERSUBSCRIPTION_NODE_LABEL: "true", "zone": "b", "metadata.name": "n9"})
+    assert not _schedulable(affinity, {"zone": "a", "metadata.name": "n9"})
 
 
 # -- RBAC ----------------------------------------------------------------------------------------

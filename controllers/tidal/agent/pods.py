@@ -15,7 +15,7 @@ from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.kube.client import KubeAPI
 from tidal.kube.watch import Watcher
-from tidal.api.pod_resources import BatchRequest, batch_requested, container_batch, requested
+from tidal.api.pod_resources import BatchRequest, batch_requested, container_batch, pod_node_requests, requested
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
 
 def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
     """The QoS engine's view of a pod: its containers (by runtime ID, once running) with their
-    batch resources, and its priority (lowest evicted first)."""
+    batch resources, its priority (lowest evicted first) and what it takes of the node's
+    requests (native and batch, every level: the oversubscription-only mode's eviction rule)."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     ids = {cs.get("name"): cs.get("containerID") for cs in status.get("containerStatuses") or []}
     containers = []
@@ -64,7 +65,8 @@ def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
     priority = spec.get("priority")
     return PodState(uid=info.uid, qos_class=info.qos_class, tidal_level=info.tidal_level,
                     containers=tuple(containers), namespace=info.namespace, name=info.name,
-                    priority=priority if isinstance(priority, int) else 0)
+                    priority=priority if isinstance(priority, int) else 0,
+                    node_requests=pod_node_requests(pod))
 
 
 class NodePods(Watcher):

@@ -10,6 +10,10 @@ seconds per real second; the predictors see trace time, as they would on a real 
 prediction is made by the agent's own code (`tidal.agent.run.Predictions`) with the policy's
 predictor. The trace has no memory: online memory is modelled as `memory_bytes_per_core` ×
 cores used (stated in the profile as `model: replay`).
+
+The replaying agent never evicts and never taints: it reports each node's mode (read from the
+kwok node's labels and annotations, as a real agent reads its own) in ``status.mode`` with
+``evictionAllowed`` false and the reason.
 """
 from __future__ import annotations
 
@@ -26,9 +30,12 @@ from pathlib import Path
 from tidal.agent.collector.histogram import WindowAggregate
 from tidal.agent.collector.sampler import PodInfo, PodUsage, usage_list
 from tidal.agent.node_profile import write_status
+from tidal.agent.qos.node_qos import mode_status
 from tidal.agent.run import Predictions
 from tidal.api import qos
+from tidal.api.node_mode import node_mode
 from tidal.kube import KubeAPI, ObjectWatch
+from tidal.kube.watch import Watcher
 from tidal.metrics import NodeMetrics, SchedulerUsageMetrics
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
 from tidal.api.qos import QoSLevel
@@ -183,6 +190,29 @@ def policy_of(obj) -> tuple[ColocationPolicy, int, list[str]]:
         return ColocationPolicy(), generation, [f"ColocationPolicy generation {generation} not applied: {err}"]
 
 
+def replayed_mode_status(node: dict | None) -> dict:
+    """``status.mode`` of a replayed node: its mode from the kwok node's labels and annotations
+    (off while the node is unknown), eviction never allowed: the replaying agent does not evict."""
+    meta = (node or {}).get("metadata") or {}
+    mode = node_mode(meta.get("labels"), meta.get("annotations"))
+    reason = ("node mode off: Tidal does nothing" if not mode.active else
+              f"replayed node: tidal-agent replay does not evict (this mode evicts when {mode.eviction_rule})")
+    return mode_status(mode, (False, reason))
+
+
+def nodes_watch(api: KubeAPI, names: list[str]) -> Watcher:
+    """The replayed nodes' metadata (labels, annotations), from one watch of the Nodes."""
+    wanted = set(names)
+
+    def keep(obj):
+        meta = obj.get("metadata") or {}
+        if meta.get("name") not in wanted:
+            return None
+        return {"metadata": {k: meta.get(k) for k in ("name", "labels", "annotations")}}
+
+    return Watcher(api, "/api/v1/nodes", "the replayed nodes", transform=keep)
+
+
 def export_scheduler_usage(metrics: SchedulerUsageMetrics, node: ReplayedNode, cpus: float,
                            memory_total: int, seconds: float) -> None:
     """The replayed node's usage under the names Volcano's usage plugin queries."""
@@ -203,18 +233,21 @@ async def run_replay(api: KubeAPI, trace: NodeTrace, nodes: list[str], *, speed:
                 for i, name in enumerate(nodes)]
     policy_watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
-    watcher = asyncio.create_task(policy_watch.run())
+    node_watch = nodes_watch(api, nodes)
+    watchers = [asyncio.create_task(w.run()) for w in (policy_watch, node_watch)]
     try:
-        await asyncio.wait_for(policy_watch.synced.wait(), timeout=60)
+        await asyncio.wait_for(asyncio.gather(policy_watch.synced.wait(), node_watch.synced.wait()), timeout=60)
         await _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
                            memory_bytes_per_core, stop, metrics, policy_watch,
-                           (usage_metrics, node_cpus, node_memory_bytes))
+                           (usage_metrics, node_cpus, node_memory_bytes), node_watch)
     finally:
-        watcher.cancel()
+        for watcher in watchers:
+            watcher.cancel()
 
 
 async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
-                       memory_bytes_per_core, stop, metrics, policy_watch, usage=(None, 16, 64 << 30)) -> None:
+                       memory_bytes_per_core, stop, metrics, policy_watch, usage=(None, 16, 64 << 30),
+                       node_watch: Watcher | None = None) -> None:
     request = api.request
     start_wall = time.monotonic()
     last_report = -report_interval
@@ -242,8 +275,11 @@ async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, 
                 policy = ColocationPolicy.from_spec(spec)
             observed = datetime.datetime.now(datetime.timezone.utc)
             policy_status = {"appliedGeneration": generation, "effective": applied.to_spec(), "problems": problems}
+            known = {} if node_watch is None else {
+                o["metadata"]["name"]: o for o in node_watch.objects.values()}
             results = await asyncio.gather(*(write_status(request, n.name, {
-                **n.status(policy, observed), "policy": policy_status}) for n in replayed), return_exceptions=True)
+                **n.status(policy, observed), "policy": policy_status,
+                "mode": replayed_mode_status(known.get(n.name))}) for n in replayed), return_exceptions=True)
             failed = False
             for node, result in zip(replayed, results):
                 if isinstance(result, Exception):

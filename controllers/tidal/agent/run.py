@@ -19,7 +19,7 @@ from tidal.agent.prediction import STATISTICS, online_peak, system_usage
 from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.nri.probe import nri_capability
-from tidal.agent.qos.engine import QoSEngine, colocation_enabled
+from tidal.agent.qos.engine import QoSEngine, node_active
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.pod_features import FeaturePods
@@ -125,15 +125,19 @@ class Predictions:
 
 
 def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
-           capabilities: list[dict] | None = None, policy_status: dict | None = None) -> dict:
+           capabilities: list[dict] | None = None, policy_status: dict | None = None,
+           mode: dict | None = None) -> dict:
     """The NodeProfile status: the sampler's summary, the online-peak prediction, what this
-    node's kernel and hardware support (each unsupported feature with its reason) and the
-    policy it runs (generation, effective spec, problems)."""
+    node's kernel and hardware support (each unsupported feature with its reason), the
+    policy it runs (generation, effective spec, problems) and the node's mode (with whether
+    watermark eviction may act now, and why)."""
     status = sampler.summary()
     if capabilities is not None:
         status["capabilities"] = capabilities
     if policy_status is not None:
         status["policy"] = policy_status
+    if mode is not None:
+        status["mode"] = mode
     prediction = predictions.status(sampler, policy)
     if prediction is not None:
         window = policy.overselling.window_seconds  # usage outside the pods, same window (issue 18)
@@ -240,7 +244,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             if due and (writer is None or writer.done()):
                 last_report = started
                 writer = asyncio.create_task(_report(api, node, report(
-                    sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed)),
+                    sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed),
+                    node_qos.mode_status()),
                     node_qos.policy_generation, reported))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=max(0.05, 1.0 - (loop.time() - started)))
@@ -248,12 +253,12 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                 pass
     finally:
         await node_qos.stop()
-        # The DaemonSet runs on colocation nodes only, so switching a node off deletes this agent
-        # at once, maybe before a round saw the label go: what it changed is put back on the way out.
-        if node_watch.synced.is_set() and not colocation_enabled(
-                ((node_watch.object or {}).get("metadata") or {}).get("labels")):
+        # The DaemonSet runs only on nodes with either label (Tidal's or Volcano's alias), so
+        # switching a node's mode off deletes this agent at once, maybe before a round saw the
+        # last label go: what it changed is put back on the way out.
+        if node_watch.synced.is_set() and restore_on_exit(node_watch.object):
             problems = await asyncio.shield(restore_node(api, node, state_dir))
-            log.info("node %s: colocation is off, restored what the agent changed%s", node,
+            log.info("node %s: node mode off, restored what the agent changed%s", node,
                      f" (not restored: {problems})" if problems else "")
         if writer is not None:
             writer.cancel()
@@ -261,6 +266,13 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             w.cancel()
         if runner is not None:
             await runner.cleanup()
+
+
+def restore_on_exit(node: dict | None) -> bool:
+    """Whether a stopping agent puts back what it changed: its Node's mode is off (neither
+    label, aliases included: the DaemonSet deletes its pod then), or the Node is gone."""
+    meta = (node or {}).get("metadata") or {}
+    return not node_active(meta.get("labels"), meta.get("annotations"))
 
 
 async def _report(api, node: str, status: dict, generation: int, reported: list) -> None:
@@ -272,7 +284,7 @@ async def _report(api, node: str, status: dict, generation: int, reported: list)
 
 
 async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]:
-    """Uninstall / colocation off for good: every feature's undo (registry order) and every
+    """Uninstall / node mode off for good: every feature's undo (registry order) and every
     journalled cgroup value put back — older agents' journals included — then the
     offline-evicting taint removed. Returns the files that could not be restored."""
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").restore()

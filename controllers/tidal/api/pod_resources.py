@@ -25,7 +25,7 @@ from tidal.api import qos
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
 __all__ = ["BatchRequest", "batch_by_container", "batch_requested", "batch_requested_total", "container_batch",
-           "pod_batch", "requested"]
+           "container_native", "pod_batch", "pod_native", "pod_node_requests", "requested"]
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,19 @@ def _sidecar(container: Mapping[str, Any]) -> bool:
 
 def pod_batch(pod: Mapping[str, Any]) -> BatchRequest:
     """The pod's batch amount as the scheduler reserves it (see the module's docstring)."""
+    return _pod_amount(pod, container_batch)
+
+
+def _pod_amount(pod: Mapping[str, Any], amount_of: Callable[[Mapping[str, Any]], BatchRequest]) -> BatchRequest:
+    """``resource.PodRequests`` without overhead: the containers and sidecars, or, when larger per
+    resource, the largest ordinary init container plus the sidecars started before it."""
     spec = pod.get("spec") or {}
     total = NO_BATCH
     for container in spec.get("containers") or []:
-        total += container_batch(container)
+        total += amount_of(container)
     sidecars = init_peak = NO_BATCH
     for container in spec.get("initContainers") or []:
-        amount = container_batch(container)
+        amount = amount_of(container)
         if _sidecar(container):
             total += amount
             sidecars += amount
@@ -115,3 +121,36 @@ def requested(pod: Mapping[str, Any], cpu_key: str, memory_key: str,
         except QuantityError:
             continue
     return cpu, memory
+
+
+def container_native(container: Mapping[str, Any]) -> BatchRequest:
+    """A container's native ``cpu`` (millicores) and ``memory`` (bytes) requests, in a
+    :class:`BatchRequest` used as a plain pair. Requests only: the API server defaults a native
+    request to its limit, so a stored pod has them; an amount that does not parse counts as 0."""
+    requests = ((container.get("resources") or {}).get("requests")) or {}
+    try:
+        cpu = cpu_millicores(requests["cpu"]) if "cpu" in requests else 0
+    except QuantityError:
+        cpu = 0
+    try:
+        memory = memory_bytes(requests["memory"]) if "memory" in requests else 0
+    except QuantityError:
+        memory = 0
+    return BatchRequest(cpu, memory)
+
+
+def pod_native(pod: Mapping[str, Any]) -> BatchRequest:
+    """The pod's native cpu / memory requests as the scheduler counts them on its node
+    (``resource.PodRequests``): containers and init containers by the rule of the module's
+    docstring, plus the pod's ``spec.overhead`` (its RuntimeClass's)."""
+    overhead = container_native({"resources": {"requests": (pod.get("spec") or {}).get("overhead") or {}}})
+    return _pod_amount(pod, container_native) + overhead
+
+
+def pod_node_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """What the pod takes of its node's requests, native and batch together: (cpu millicores,
+    memory bytes) = :func:`pod_native` + :func:`pod_batch`. The oversubscription-only node mode
+    evicts only while the sum over the node's pods is above 100 % of its allocatable."""
+    amount = pod_native(pod) + pod_batch(pod)
+    return amount.cpu_millicores, amount.memory_bytes
+

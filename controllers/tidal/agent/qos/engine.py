@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """One reconcile round of the node's features, and switching them off (restoring).
 
-The engine runs only on nodes labelled ``colocation.tidal.io/colocation=true``. Which features
+The engine runs only on nodes whose mode is active (:func:`node_active`: labelled
+``colocation.tidal.io/colocation=true`` or ``colocation.tidal.io/oversubscription=true``, or their
+``volcano.sh/`` aliases — :mod:`tidal.api.node_mode`). Which features
 run, and with which parameters, comes from the ColocationPolicy (each feature's ``enabled``);
 the features are the registry's (:mod:`.registry`), in its order. Every round is
 level-triggered:
@@ -14,7 +16,8 @@ level-triggered:
   longer BE, pod gone), and carries out the other intents (requests, resctrl, tc);
 * reports are logged when their condition holds, gauges and effects (evictions) are handed to
   the caller (:class:`~.node_qos.NodeQoS`);
-* when the label goes, every feature's undo runs and every journalled value is restored.
+* when the mode becomes off (the last label goes), every feature's undo runs and every
+  journalled value is restored.
 """
 
 from __future__ import annotations
@@ -26,20 +29,23 @@ from pathlib import Path
 
 from tidal.agent.executor import Executor, Outcome
 from tidal.agent.executor.cgroupfs import CgroupWrite
+from tidal.api.node_mode import node_mode
 from tidal.api.policy import ColocationPolicy
-from tidal.api.qos import COLOCATION_NODE_LABEL, NODE_LABEL_ENABLED_VALUE
 
 from . import registry
 from .feature import DEFAULT_OPTIONS, Context, Feature, Gauge, Options, Plan, Report
 from .strategy import ApplyResult, NodeState, Strategy, allowed_roots, compose
 
-__all__ = ["QoSEngine", "RoundOutcome", "colocation_enabled", "strategies_for"]
+__all__ = ["QoSEngine", "RoundOutcome", "node_active", "strategies_for"]
 
 log = logging.getLogger(__name__)
 
 
-def colocation_enabled(node_labels: Mapping[str, str] | None) -> bool:
-    return (node_labels or {}).get(COLOCATION_NODE_LABEL) == NODE_LABEL_ENABLED_VALUE
+def node_active(node_labels: Mapping[str, str] | None,
+                node_annotations: Mapping[str, str] | None = None) -> bool:
+    """Whether the agent acts on the node: its mode (either label, aliases included) is not off."""
+    return node_mode(node_labels, node_annotations).active
+
 
 
 def strategies_for(policy: ColocationPolicy) -> list[Strategy]:
@@ -118,7 +124,7 @@ class QoSEngine:
         return ctx, plans
 
     def run(self, ctx: Context) -> RoundOutcome:
-        """One round (``ctx.enabled``: the node is labelled for colocation)."""
+        """One round (``ctx.enabled``: the node's mode is active, :func:`node_active`)."""
         if not ctx.enabled:
             return self._undo(ctx, self.roots(ctx.state) if ctx.state is not None else ())
         ctx, plans = self._plans(ctx)
@@ -174,7 +180,7 @@ class QoSEngine:
     # -- the former API, kept for its callers ------------------------------------------------
 
     def reconcile(self, state: NodeState, enabled: bool) -> tuple[ApplyResult, dict[str, int]]:
-        """Apply the policy's features, or restore everything when colocation is off here.
+        """Apply the policy's features, or restore everything when the node's mode is off.
 
         Returns the apply result and, per feature name, how many files it changed.
         """

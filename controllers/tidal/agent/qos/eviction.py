@@ -17,6 +17,16 @@ pods only, lowest priority first, then largest usage of the resource that trigge
 Callers pass ``now`` (monotonic seconds) to :meth:`WatermarkEviction.step`; it returns
 :class:`Decision`\\ s to carry out.
 
+``allowed`` (the node mode's eviction rule, :func:`tidal.api.node_mode.eviction_allowed`: the
+oversubscription-only mode also needs the node's requests above 100 % of allocatable) gates the
+actions, not the tracking: while it is false the dwell timers and the evicting state still follow
+usage, but no taint is added and no pod is evicted. A taint already on the node keeps its own rule
+(removed once every resource is at or below its low watermark): dropping it as soon as requests
+fall to 100 % would let the scheduler put a BE pod back, push requests over again and have it
+evicted, round after round, on a node whose usage never came down. Once eviction is allowed again
+on a node whose usage stayed above high past the dwell, the taint and the first eviction come at
+once (the cooldown still counts from the last eviction).
+
 Which usage the watermarks compare (:func:`watermark_usage_percent`) follows the policy's
 ``overselling.includeSystemUsage``: true (default) — the node's usage as the kernel sees it,
 system daemons and every pod; false — only the pods' usage (every pod, every level), as
@@ -122,7 +132,8 @@ class WatermarkEviction:
         return mark.high_percent, mark.low_percent
 
     def step(
-        self, now: float, usage_percent: Mapping[str, float], pods: Sequence[Candidate]
+        self, now: float, usage_percent: Mapping[str, float], pods: Sequence[Candidate],
+        allowed: bool = True,
     ) -> list[Decision]:
         decisions: list[Decision] = []
         self.evicted &= {p.uid for p in pods}
@@ -151,7 +162,7 @@ class WatermarkEviction:
                     state.evicting = False
 
         triggering = [r for r in RESOURCES if self.resources[r].evicting]
-        if triggering and not self.tainted:
+        if triggering and not self.tainted and allowed:
             self.tainted = True
             r = triggering[0]
             high, low = self._marks(r)
@@ -164,7 +175,7 @@ class WatermarkEviction:
                     resource=r, usage_percent=u, high_percent=high, low_percent=low,
                 )
             )
-        if triggering and (
+        if triggering and allowed and (
             self.last_eviction is None or now - self.last_eviction >= self.config.cooldown_seconds
         ):
             r = triggering[0]

@@ -6,11 +6,15 @@ Inputs are what the agent last knew — pods of this node, this Node object, the
 the sampler's fresh usage. Each round:
 
 1. watermark eviction: the pure state machine decides taint / untaint / evict, with the node's
-   annotation overrides applied to the policy's watermarks, on node usage or — with the policy's
-   ``overselling.includeSystemUsage`` false — on the pods' usage only (:func:`eviction_usage_percent`);
+   annotation overrides (Volcano's watermark annotations as aliases) applied to the policy's
+   watermarks, on node usage or — with the policy's ``overselling.includeSystemUsage`` false — on
+   the pods' usage only (:func:`eviction_usage_percent`). Its actions follow the node mode's rule
+   (:func:`~tidal.api.node_mode.eviction_allowed`): the oversubscription-only mode acts only while
+   the node's requests — every pod, native and batch (:func:`node_requests_percent`) — are above
+   100 % of its allocatable;
 2. the features (:mod:`.registry`, run by :class:`~.engine.QoSEngine` with a :class:`~.feature.Context`
    built here — they never look into this object): cgroups, requests, resctrl and tc applied by
-   the executor (or everything undone when the node is not labelled for colocation) —
+   the executor (or everything undone when the node's mode is off: neither label) —
    synchronously, so enforcement never waits for the API server; their effects (PSI evictions,
    never a pod the watermark machine chose) join the watermark decisions;
 3. API work (taint, evictions, Events) is handed to one background worker, so a slow or absent
@@ -31,20 +35,23 @@ from typing import Any
 from tidal.agent.collector.cgroups import CgroupLayout
 from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler
 from tidal.metrics import NodeMetrics
+from tidal.api.node_mode import NodeMode, eviction_allowed, node_mode, requests_percent
 from tidal.api.policy import ColocationPolicy, PolicyValidationError
 from tidal.api.qos import QoSLevel
+from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
-from .engine import QoSEngine, colocation_enabled
+from .engine import QoSEngine
 from .feature import Context
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
-from .overrides import effective_watermarks
+from .overrides import node_watermarks
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NodeQoS", "Round", "eviction_usage_percent", "usage_percent"]
+__all__ = ["NodeQoS", "Round", "eviction_usage_percent", "mode_status", "node_allocatable", "node_requests_percent",
+           "usage_percent"]
 
 #: a pod whose eviction a PodDisruptionBudget refused is not chosen again for this long
 BLOCKED_RETRY_SECONDS = 30.0
@@ -71,6 +78,38 @@ def eviction_usage_percent(sampler: Sampler, node_cpus: float, include_system_us
         include_system_usage)
 
 
+def node_allocatable(node: Mapping[str, Any] | None) -> dict[str, float]:
+    """The Node's native ``status.allocatable``: ``cpu`` in millicores, ``memory`` in bytes (a
+    resource missing or not parseable is absent)."""
+    allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
+    out: dict[str, float] = {}
+    for resource, parse in (("cpu", cpu_millicores), ("memory", memory_bytes)):
+        if resource in allocatable:
+            try:
+                out[resource] = float(parse(allocatable[resource]))
+            except QuantityError:
+                pass
+    return out
+
+
+def node_requests_percent(states: Iterable[PodState], allocatable: Mapping[str, float]) -> dict[str, float]:
+    """The node's requests in percent of its allocatable: every pod the agent knows on the node
+    (terminated ones are not kept), every level and pods without one, native and batch requests
+    together (:attr:`PodState.node_requests`)."""
+    cpu = memory = 0
+    for pod in states:
+        cpu, memory = cpu + pod.node_requests[0], memory + pod.node_requests[1]
+    return requests_percent({"cpu": cpu, "memory": memory}, allocatable)
+
+
+def mode_status(mode: NodeMode, gate: tuple[bool, str]) -> dict[str, Any]:
+    """``status.mode``: the mode (``NodeMode.to_status``) and the eviction rule's verdict now.
+    ``conflicts`` and ``problems`` are written as null when there are none, so the status's
+    merge patch removes the ones a fixed label left behind."""
+    return {"conflicts": None, "problems": None, **mode.to_status(),
+            "evictionAllowed": gate[0], "evictionReason": gate[1]}
+
+
 def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
     out = []
     for pod in states:
@@ -93,6 +132,11 @@ class Round:
     decisions: list[Decision] = field(default_factory=list)
     #: what the eviction watermarks compared (``usage``, or pods only: includeSystemUsage false)
     eviction_usage: dict[str, float] = field(default_factory=dict)
+    #: the node mode's eviction rule this round (:func:`~tidal.api.node_mode.eviction_allowed`)
+    eviction_allowed: bool = False
+    eviction_reason: str = ""
+    #: the node's requests (native and batch) in percent of its allocatable
+    requests: dict[str, float] = field(default_factory=dict)
 
 
 class NodeQoS:
@@ -114,12 +158,17 @@ class NodeQoS:
         self.policy = ColocationPolicy()
         self._policy_key: Any = object()
         self._override_problems: list[str] = []
+        self._override_conflicts: list[str] = []
         self._policy_problems: list[str] = []
         #: metadata.generation of the ColocationPolicy in force (0: none exists, defaults)
         self.policy_generation = 0
         self._marks_key: Any = None
         self._labels: dict[str, str] = {}
         self._annotations: dict[str, str] = {}
+        self.mode: NodeMode = node_mode(None)
+        self.allocatable: dict[str, float] = {}
+        #: the node mode's eviction rule as last computed: (allowed, reason)
+        self.eviction_gate: tuple[bool, str] = eviction_allowed(self.mode, None)
         self._node_seen = False
         self._initial_taint_read = False
         self._states: dict[str, PodState] = {}
@@ -160,6 +209,14 @@ class NodeQoS:
         meta = obj.get("metadata") or {}
         self._labels = dict(meta.get("labels") or {})
         self._annotations = dict(meta.get("annotations") or {})
+        mode = node_mode(self._labels, self._annotations)
+        if mode.mode != self.mode.mode:
+            log.info("node %s: mode %s (%s)", self.node, mode.mode, mode.meaning)
+        if (mode.conflicts, mode.problems) != (self.mode.conflicts, self.mode.problems):
+            for line in (*mode.conflicts, *mode.problems):
+                log.warning("node %s: %s", self.node, line)
+        self.mode = mode
+        self.allocatable = node_allocatable(obj)
         self.node_tainted = has_offline_taint(obj)
         if not self._node_seen:
             self._node_seen = True
@@ -172,16 +229,29 @@ class NodeQoS:
         if key == self._marks_key:
             return
         self._marks_key = key
-        marks, problems = effective_watermarks(self.policy, self._annotations)
+        marks, problems, conflicts = node_watermarks(self.policy, self._annotations)
         if problems != self._override_problems:
             for problem in problems:
                 log.error("%s; the policy's watermarks stay in force", problem)
             self._override_problems = problems
+        if conflicts != self._override_conflicts:
+            for conflict in conflicts:
+                log.warning("%s", conflict)
+            self._override_conflicts = conflicts
         self.eviction.config = marks
 
     @property
     def enabled(self) -> bool:
-        return colocation_enabled(self._labels)
+        """The node's mode is active (either label, aliases included)."""
+        return self.mode.active
+
+    def _gate(self, states: Iterable[PodState]) -> tuple[dict[str, float], tuple[bool, str]]:
+        requests = node_requests_percent(states, self.allocatable)
+        gate = eviction_allowed(self.mode, requests)
+        if gate[0] != self.eviction_gate[0] and self.mode.active:
+            log.info("node %s: watermark eviction %s: %s", self.node,
+                     "may act" if gate[0] else "held back", gate[1])
+        return requests, gate
 
     # -- one round ---------------------------------------------------------------------------
 
@@ -202,10 +272,11 @@ class NodeQoS:
         eviction_usage = eviction_usage_percent(sampler, self.node_cpus,
                                                 self.policy.overselling.include_system_usage)
         pods: list[Candidate] = []
+        requests, self.eviction_gate = self._gate(self._states.values())
         if enabled:
             self.blocked = {uid: t for uid, t in self.blocked.items() if t > now and uid in self._states}
             pods = [c for c in candidates(self._states.values(), sampler) if c.uid not in self.blocked]
-            decisions = self.eviction.step(now, eviction_usage, pods)
+            decisions = self.eviction.step(now, eviction_usage, pods, allowed=self.eviction_gate[0])
         else:
             self.eviction = WatermarkEviction(config=self.eviction.config)
             self.blocked.clear()
@@ -225,13 +296,19 @@ class NodeQoS:
         if self._wake is not None and self.node_tainted is not None and self.node_tainted != self.want_taint:
             self._wake.set()
         self._export(sampler, usage, changed, result, enabled, state, outcome.gauges)
-        return Round(enabled, usage, result, changed, decisions, eviction_usage)
+        return Round(enabled, usage, result, changed, decisions, eviction_usage, *self.eviction_gate, requests)
 
     def policy_status(self, capabilities) -> dict[str, Any]:
-        """The NodeProfile's ``status.policy``: generation, effective spec, problems."""
+        """The NodeProfile's ``status.policy``: generation, effective spec, problems (Volcano
+        watermark annotations disagreeing with Tidal's among them)."""
         self._refresh_watermarks()
         return policy_status(self.policy, self.policy_generation, self.eviction.config,
-                             [*self._policy_problems, *self._override_problems], capabilities)
+                             [*self._policy_problems, *self._override_conflicts, *self._override_problems],
+                             capabilities)
+
+    def mode_status(self) -> dict[str, Any]:
+        """The NodeProfile's ``status.mode`` (:class:`~tidal.api.node_profile.NodeModeReport`)."""
+        return mode_status(self.mode, self.eviction_gate)
 
     @property
     def want_taint(self) -> bool:

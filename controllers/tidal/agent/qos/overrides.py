@@ -16,6 +16,12 @@ annotation                                                policy field
 The overridden section is validated by the policy model itself (same ranges, ``low < high``).
 Any invalid override rejects *all* of the node's overrides (the policy's values stay in force:
 bad input changes nothing), with one message per problem naming the annotation and the rule.
+
+Volcano's per-node watermarks ``volcano.sh/evicting-{cpu,memory}-{high,low}-watermark`` (percent,
+same meaning) are read as aliases of the four percent annotations
+(:func:`tidal.api.node_mode.eviction_annotations`): Tidal's name wins, a disagreement is a
+*conflict* (reported, the overrides still apply), and a problem with an alias's value names the
+alias.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tidal.api import qos
+from tidal.api.node_mode import VOLCANO_EVICTION_ANNOTATION_ALIASES, eviction_annotations
 from tidal.api.policy import ColocationPolicy, EvictionWatermarks, PolicyValidationError
 
-__all__ = ["ANNOTATIONS", "effective_watermarks"]
+__all__ = ["ANNOTATIONS", "effective_watermarks", "node_watermarks"]
 
 #: annotation -> path in the evictionWatermarks spec
 ANNOTATIONS = qos.EVICTION_OVERRIDE_ANNOTATIONS
@@ -48,8 +55,35 @@ def _value(annotation: str, text: str) -> Any:
 def effective_watermarks(
     policy: ColocationPolicy, annotations: Mapping[str, str] | None
 ) -> tuple[EvictionWatermarks, list[str]]:
-    """The node's watermarks and the problems found (empty when every override is valid)."""
-    present = {k: v for k, v in (annotations or {}).items() if k in ANNOTATIONS}
+    """The node's watermarks and the problems found (empty when every override is valid and no
+    alias disagrees with its Tidal name): :func:`node_watermarks`' conflicts, then its problems."""
+    marks, problems, conflicts = node_watermarks(policy, annotations)
+    return marks, [*conflicts, *problems]
+
+
+def node_watermarks(
+    policy: ColocationPolicy, annotations: Mapping[str, str] | None
+) -> tuple[EvictionWatermarks, list[str], list[str]]:
+    """(the node's watermarks, problems — an invalid override: none applied, conflicts — a
+    Volcano alias disagreeing with Tidal's name: Tidal's applied)."""
+    raw = annotations or {}
+    mapped, conflicts = eviction_annotations(raw)
+    # which Tidal annotation's value came from an alias: its problems name the alias
+    alias_of = {own: alias for alias, own in VOLCANO_EVICTION_ANNOTATION_ALIASES.items()
+                if alias in raw and own not in raw}
+    marks, problems = _overridden(policy, mapped, alias_of)
+    return marks, problems, conflicts
+
+
+def _named(annotation: str, alias_of: Mapping[str, str]) -> str:
+    alias = alias_of.get(annotation)
+    return f"{alias} (alias of {annotation})" if alias else annotation
+
+
+def _overridden(
+    policy: ColocationPolicy, annotations: Mapping[str, str], alias_of: Mapping[str, str]
+) -> tuple[EvictionWatermarks, list[str]]:
+    present = {k: v for k, v in annotations.items() if k in ANNOTATIONS}
     if not present:
         return policy.eviction_watermarks, []
     spec = policy.to_spec()
@@ -59,7 +93,7 @@ def effective_watermarks(
         try:
             value = _value(annotation, text)
         except ValueError as err:
-            problems.append(f"node annotation {annotation}={text!r}: {err}")
+            problems.append(f"node annotation {_named(annotation, alias_of)}={text!r}: {err}")
             continue
         target = section
         *parents, last = ANNOTATIONS[annotation]
@@ -73,6 +107,6 @@ def effective_watermarks(
             for error in err.errors:
                 field = error.path.removeprefix(_SECTION + ".")
                 source = _BY_FIELD.get(field)
-                name = f"node annotation {source}" if source else error.path
+                name = f"node annotation {_named(source, alias_of)}" if source else error.path
                 problems.append(f"{name}: {error.message} (with the node's overrides applied)")
     return policy.eviction_watermarks, problems

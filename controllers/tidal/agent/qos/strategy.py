@@ -68,6 +68,9 @@ class PodState:
     namespace: str = ""
     name: str = ""
     priority: int = 0
+    #: what the pod takes of the node's requests, native and batch together (cpu millicores,
+    #: memory bytes; :func:`tidal.api.pod_resources.pod_node_requests`)
+    node_requests: tuple[int, int] = (0, 0)
 
     @property
     def is_be(self) -> bool:

@@ -162,3 +162,35 @@ def test_the_status_mode_is_the_typed_node_mode_report(tmp_path, labels, cpu_req
     agent.round(Sample(), pods(cpu_requests))
     status = {k: v for k, v in agent.mode_status().items() if v is not None}
     assert to_json(from_json(NodeModeReport, status)) == status
+
+
+class _InterferenceEvicts:
+    """A feature standing for PSI interference: it asks to evict the BE pod every round."""
+
+    name = "psi-stand-in"
+
+    def enabled(self, ctx):
+        return True
+
+    def plan(self, ctx):
+        from tidal.agent.qos.eviction import Action, Decision
+        from tidal.agent.qos.feature import Plan
+        return Plan(effects=(Decision(Action.EVICT, "interference", "cpu", "be"),))
+
+    def undo(self, ctx):
+        from tidal.agent.qos.feature import Plan
+        return Plan()
+
+
+@pytest.mark.parametrize("labels, cpu_requests, evicts", [
+    pytest.param({OV: "true"}, 80, False, id="oversubscription-only-requests-80-holds-interference-evictions"),
+    pytest.param({OV: "true"}, 120, True, id="oversubscription-only-requests-120-lets-them-through"),
+    pytest.param({CO: "true"}, 80, True, id="colocation-only-lets-them-through"),
+])
+def test_interference_evictions_follow_the_rule_of_the_row(tmp_path, labels, cpu_requests, evicts):
+    agent = node_qos(tmp_path, labels)
+    agent.engine = QoSEngine(tmp_path / "j2.json", features=[_InterferenceEvicts()])
+    sample = Sample()
+    sample.node_cpu_millicores = 100.0  # far below the watermarks: only the feature asks
+    done = agent.round(sample, pods(cpu_requests))
+    assert any(d.reason == "interference" for d in done.decisions) is evicts

@@ -93,7 +93,8 @@ class Mode(enum.StrEnum):
 _MEANING = {
     Mode.OFF: "Tidal does nothing on this node; BE pods are not scheduled here",
     Mode.COLOCATION: "BE pods keep native requests and run with BE isolation; no oversold resources",
-    Mode.OVERSUBSCRIPTION: "BE pods use oversold batch resources; no colocation label",
+    Mode.OVERSUBSCRIPTION: "BE pods use oversold batch resources with BE isolation; they are evicted only "
+                           "while the node's requests are above its allocatable",
     Mode.COLOCATION_OVERSUBSCRIPTION: "BE pods use oversold batch resources with BE isolation",
 }
 _EVICTION_RULE = {

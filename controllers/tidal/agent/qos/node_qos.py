@@ -288,7 +288,15 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
-        decisions += outcome.effects
+        effects = outcome.effects
+        if enabled and not self.eviction_gate[0]:
+            # The oversubscription-only row evicts only while the node's requests pass 100 % of
+            # allocatable: PSI interference's evictions follow the same rule as the watermarks'.
+            held = [d for d in effects if d.action is Action.EVICT]
+            effects = [d for d in effects if d.action is not Action.EVICT]
+            for decision in held:
+                log.info("eviction held back (%s): %s", self.eviction_gate[1], decision.reason)
+        decisions += effects
         for decision in decisions:
             log.info("%s: %s", decision.action, decision.reason)
             if decision.action is Action.EVICT:

@@ -27,8 +27,8 @@ description:
     tidal-manager's C(colocation.tidal.io/volcano-oversubscription-written) marker). The mode off
     also removes the C(colocation.tidal.io/offline-evicting) taint.
   - BE pods are evicted only when the node leaves the modes they can run in, after the node's
-    labels, taint, annotations and batch resources were changed: every BE pod when the mode is
-    V(off); the BE pods asking for batch resources when oversubscription is off (they lose them;
+    labels, taint, annotations and batch resources were changed. In mode V(off) every BE pod is
+    evicted; with oversubscription off, the BE pods asking for batch resources (they lose them;
     BE pods on native requests stay on a V(colocation) node). Switching colocation off while
     oversubscription stays on evicts nothing. Evictions go through the Eviction API (so
     PodDisruptionBudgets hold) and are reported; as the node's labels and batch resources changed

@@ -3,9 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The names of Tidal's contract (DESIGN.md "Names") that the modules read and write.
 
-The same values as ``tidal.api.qos``, which modules cannot import on a managed host; a unit test
-checks that every value here equals its ``tidal.api.qos`` counterpart and that `is_best_effort`
-agrees with ``tidal.api.qos.qos_level_of`` on a table of annotations.
+The same values as ``tidal.api.qos`` and ``tidal.api.node_mode``, which modules cannot import on
+a managed host; a unit test (tests/ansible/test_vendored.py) checks that every value here equals
+its counterpart there and that `qos_level` agrees with ``tidal.api.qos.qos_level_of`` on a table
+of annotations.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ VOLCANO_QOS_ANNOTATION = "volcano.sh/qos-level"
 COLOCATION_NODE_LABEL = "colocation.tidal.io/colocation"
 OVERSUBSCRIPTION_NODE_LABEL = "colocation.tidal.io/oversubscription"
 NODE_LABEL_ENABLED_VALUE = "true"
+# Volcano's names for the two switches, read as aliases (tidal.api.node_mode), never written.
+VOLCANO_COLOCATION_LABEL = "volcano.sh/colocation"
 
 OFFLINE_EVICTING_TAINT_KEY = "colocation.tidal.io/offline-evicting"
 OFFLINE_EVICTING_TAINT_EFFECT = "NoSchedule"
@@ -36,6 +39,9 @@ BATCH_RESOURCES = (BATCH_CPU_RESOURCE, BATCH_MEMORY_RESOURCE)
 # Volcano's oversubscription reporting (policy overselling.reportingMode: volcanoAnnotations).
 VOLCANO_OVERSUBSCRIPTION_LABEL = "volcano.sh/oversubscription"
 VOLCANO_OVERSUBSCRIPTION_ANNOTATIONS = ("volcano.sh/oversubscription-cpu", "volcano.sh/oversubscription-memory")
+# Set by tidal-manager beside the volcano.sh/oversubscription label it writes: that label is then
+# its output, not the alias.
+VOLCANO_LABEL_WRITTEN_ANNOTATION = "colocation.tidal.io/volcano-oversubscription-written"
 
 QOS_LEVELS = ("HLS", "LS", "BE")
 _VOLCANO_LEVELS = {"LC": "HLS", "HLS": "LS", "LS": "LS", "BE": "BE"}
@@ -80,4 +86,17 @@ def is_best_effort(pod):
         requests = (container.get("resources") or {}).get("requests") or {}
         if any(name in requests for name in BATCH_RESOURCES):
             return True
+    return False
+
+
+def uses_batch_resources(pod):
+    """Whether a pod asks for batch resources (a request or limit of ``kubernetes.io/batch-cpu`` or
+    ``kubernetes.io/batch-memory`` in any container or init container): it cannot keep running
+    on a node that no longer offers them."""
+    spec = pod.get("spec") or {}
+    for container in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        resources = container.get("resources") or {}
+        for part in ("requests", "limits"):
+            if any(name in (resources.get(part) or {}) for name in BATCH_RESOURCES):
+                return True
     return False

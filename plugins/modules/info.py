@@ -10,7 +10,9 @@ module: info
 short_description: Report Tidal's view of nodes - switches, capabilities, batch resources and why
 version_added: 0.1.0
 description:
-  - For each node, its Tidal labels, its offline-evicting taint, the batch resources tidal-manager
+  - For each node, its mode (V(off), V(colocation), V(oversubscription) or
+    V(colocation+oversubscription), from its labels and Volcano's aliases as Tidal reads them),
+    its Tidal labels, its offline-evicting taint, the batch resources tidal-manager
     published and the breakdown behind them (inputs, predictor, formula, from the node's
     NodeProfile), what its kernel and hardware support (from the agent's capability probe),
     its pods by QoS level and the BE evictions the agent reported.
@@ -63,11 +65,21 @@ nodes:
     name:
       description: Node name.
       type: str
+    mode:
+      description:
+        - The node's mode - V(off), V(colocation), V(oversubscription) or V(colocation+oversubscription) -
+          from the two switches below.
+      type: str
+      sample: colocation+oversubscription
     colocation:
-      description: Whether C(colocation.tidal.io/colocation=true) is set.
+      description:
+        - Whether colocation is on - C(colocation.tidal.io/colocation), else its alias C(volcano.sh/colocation).
       type: bool
     oversubscription:
-      description: Whether C(colocation.tidal.io/oversubscription=true) is set.
+      description:
+        - Whether oversubscription is on - C(colocation.tidal.io/oversubscription), else its alias
+          C(volcano.sh/oversubscription) unless tidal-manager wrote it itself
+          (C(colocation.tidal.io/volcano-oversubscription-written)).
       type: bool
     labels:
       description: The node's labels under C(colocation.tidal.io/).
@@ -95,7 +107,7 @@ nodes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, names
+from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, node_mode
 
 _PREFIX = names.API_GROUP + "/"
 
@@ -117,6 +129,7 @@ def _quantity_int(value):
 def node_summary(node, profile, pods, evictions):
     """One node's report from API dicts (pure)."""
     labels = node["metadata"].get("labels") or {}
+    colocation, oversubscription = node_mode.switches(labels, node["metadata"].get("annotations"))
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     status = (profile or {}).get("status") or {}
     by_qos = {"HLS": 0, "LS": 0, "BE": 0, "none": 0}
@@ -129,8 +142,9 @@ def node_summary(node, profile, pods, evictions):
         by_qos[level or "none"] += 1
     return {
         "name": node["metadata"]["name"],
-        "colocation": labels.get(names.COLOCATION_NODE_LABEL) == names.NODE_LABEL_ENABLED_VALUE,
-        "oversubscription": labels.get(names.OVERSUBSCRIPTION_NODE_LABEL) == names.NODE_LABEL_ENABLED_VALUE,
+        "mode": node_mode.mode_name(colocation, oversubscription),
+        "colocation": colocation,
+        "oversubscription": oversubscription,
         "labels": {k: v for k, v in labels.items() if k.startswith(_PREFIX)},
         "offline_evicting": any(t.get("key") == names.OFFLINE_EVICTING_TAINT_KEY
                                 for t in (node.get("spec") or {}).get("taints") or []),

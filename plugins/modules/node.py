@@ -7,22 +7,36 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: node
-short_description: Switch colocation and overselling on or off on Kubernetes nodes
+short_description: Switch colocation and oversubscription on or off on Kubernetes nodes
 version_added: 0.1.0
 description:
-  - Sets the node labels C(colocation.tidal.io/colocation=true) (tidal-agent runs there and
-    protects online pods) and C(colocation.tidal.io/oversubscription=true) (tidal-manager
-    publishes the node's C(kubernetes.io/batch-cpu) and C(kubernetes.io/batch-memory)).
-  - Turning colocation off leaves no residue on the node, removing both labels, the
-    C(colocation.tidal.io/offline-evicting) taint, the batch extended resources and Volcano's
-    oversubscription annotations. Only then are the offline (BE) pods still bound to the node
-    evicted through the Eviction API (so PodDisruptionBudgets hold), and reported; as the labels
-    and batch resources are gone first, neither a BE pod's replacement nor a new BE pod is placed
-    on the node again.
+  - Brings nodes to one of four modes with two independent labels,
+    C(colocation.tidal.io/colocation=true) and C(colocation.tidal.io/oversubscription=true)
+    (RV(mode)). V(off) (neither) - Tidal does nothing on the node. V(colocation) - offline (BE)
+    pods keep their native requests and run with BE isolation; no oversold resources; evicted
+    above the high watermark. V(oversubscription) - tidal-manager publishes the node's
+    C(kubernetes.io/batch-cpu) and C(kubernetes.io/batch-memory) for BE pods; they are evicted
+    above the high watermark only when the node's requests are also above 100 % of its
+    allocatable. V(colocation+oversubscription) - both; evicted above the high watermark.
+  - Volcano's C(volcano.sh/colocation) and C(volcano.sh/oversubscription) labels are read by
+    Tidal as aliases when its own label is absent. Switching colocation off on a node whose
+    C(volcano.sh/colocation=true) stays sets C(colocation.tidal.io/colocation=false) (Tidal's label
+    wins) rather than removing Volcano's label.
+  - Oversubscription off leaves no residue of it, removing the batch extended resources,
+    Volcano's oversubscription annotations and its C(volcano.sh/oversubscription) label (with
+    tidal-manager's C(colocation.tidal.io/volcano-oversubscription-written) marker). The mode off
+    also removes the C(colocation.tidal.io/offline-evicting) taint.
+  - BE pods are evicted only when the node leaves the modes they can run in, after the node's
+    labels, taint, annotations and batch resources were changed. In mode V(off) every BE pod is
+    evicted; with oversubscription off, the BE pods asking for batch resources (they lose them;
+    BE pods on native requests stay on a V(colocation) node). Switching colocation off while
+    oversubscription stays on evicts nothing. Evictions go through the Eviction API (so
+    PodDisruptionBudgets hold) and are reported; as the node's labels and batch resources changed
+    first, neither an evicted pod's replacement nor a new such pod is placed on the node again.
   - An eviction that a PodDisruptionBudget does not allow now (the Eviction API answers 429) is
     reported in RV(blocked) and the module B(fails), after trying every node and pod, with
     C(changed) true for what it did change. It fails because BE pods are still running
-    on a node that is no longer colocated, which a playbook should not pass over; the node's
+    on a node whose mode no longer lets them run, which a playbook should not pass over; the node's
     changes are not undone and need no repeating, so running the task again (for example with
     C(retries) and C(until)) only retries the evictions.
   - Every node named must exist, or nothing changes.
@@ -37,17 +51,21 @@ options:
     description: A label selector; the nodes it matches are added to O(names).
     type: str
   colocation:
-    description: Whether the nodes take offline (BE) pods beside online ones.
+    description:
+      - Whether the nodes take offline (BE) pods beside online ones, with BE isolation, on their
+        native requests unless oversubscription is on too.
     type: bool
     required: true
   oversubscription:
     description:
-      - Whether the nodes' unused online resources are oversold as batch resources.
-      - Defaults to O(colocation); it cannot be V(true) without colocation.
+      - Whether the nodes' unused online resources are oversold as batch resources for BE pods.
+      - Independent of O(colocation); V(true) with O(colocation=false) is the V(oversubscription) mode.
+      - Defaults to O(colocation).
     type: bool
   evict_be_pods:
     description:
-      - When turning colocation off, evict the BE pods on the node, after its labels are removed.
+      - When the nodes leave the modes their BE pods can run in, evict those pods, after the nodes'
+        labels and batch resources changed.
       - V(false) only reports them in RV(nodes[].be_pods), and the module does not fail for them.
     type: bool
     default: true
@@ -64,10 +82,22 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Colocation and overselling on two nodes
+- name: Colocation and oversubscription on two nodes
   tidal.colocation.node:
     names: [worker-1, worker-2]
     colocation: true
+
+- name: Colocation only - BE pods keep native requests (BE pods on batch resources are evicted)
+  tidal.colocation.node:
+    names: [worker-4]
+    colocation: true
+    oversubscription: false
+
+- name: Oversubscription only - batch resources, no colocation label
+  tidal.colocation.node:
+    label_selector: pool=batch
+    colocation: false
+    oversubscription: true
 
 - name: Colocation off on every GPU node (BE pods there are evicted)
   tidal.colocation.node:
@@ -90,6 +120,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+mode:
+  description: The mode the options ask for, which every node is in after the task.
+  returned: always
+  type: str
+  choices: ["off", colocation, oversubscription, colocation+oversubscription]
+  sample: colocation+oversubscription
 nodes:
   description: One entry per node, in name order.
   returned: always
@@ -108,14 +144,21 @@ nodes:
     labels_after:
       description: The node's Tidal labels after.
       type: dict
+    mode_before:
+      description: The node's mode before (Volcano's aliases counted as Tidal does).
+      type: str
+    mode:
+      description: The node's mode after.
+      type: str
     removed:
-      description: What turning colocation off removed (taint, extended resources, annotations).
+      description: What turning oversubscription or the mode off removed (taint, extended resources, annotations, Volcano's label).
       type: list
       elements: str
     be_pods:
       description:
-        - C(namespace/name) of the BE pods bound to the node when colocation is turned off, listed
-          after its labels were removed (in check mode, the pods that would be evicted).
+        - C(namespace/name) of the BE pods bound to the node that cannot run in its new mode (all
+          of them in mode V(off); those asking for batch resources in mode V(colocation)), listed
+          after its labels were changed (in check mode, the pods that would be evicted).
         - With O(evict_be_pods=false), the pods left running.
       type: list
       elements: str
@@ -156,7 +199,7 @@ blocked:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, node_state
+from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, node_mode, node_state
 from ansible_collections.tidal.colocation.plugins.module_utils.errors import ModuleError
 
 # The Eviction API answers 429 Too Many Requests when a PodDisruptionBudget does not allow the
@@ -168,9 +211,6 @@ def switches(params):
     """(colocation, oversubscription) from the options; raises `ModuleError` naming the option."""
     colocation = params["colocation"]
     oversubscription = colocation if params["oversubscription"] is None else params["oversubscription"]
-    if oversubscription and not colocation:
-        raise ModuleError("oversubscription: cannot be true when colocation is false "
-                          "(batch resources are used only by BE pods on colocation nodes)")
     if not params["names"] and not params["label_selector"]:
         raise ModuleError("names, label_selector: one of them must name at least one node "
                           "(a non-empty list of node names or a label selector)")
@@ -205,14 +245,16 @@ def select_nodes(core, node_names, label_selector):
     return [selected[name] for name in sorted(selected)]
 
 
-def be_pods(core, node_name):
-    """``namespace/name`` of the running BE pods bound to the node, sorted."""
+def be_pods(core, node_name, node_plan):
+    """``namespace/name`` of the running BE pods bound to the node that must leave it under the
+    plan (`node_state.must_leave`), sorted."""
     serialize = core.api_client.sanitize_for_serialization
     pods = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=%s" % node_name).items
     return sorted(
         "%s/%s" % (pod["metadata"]["namespace"], pod["metadata"]["name"])
         for pod in map(serialize, pods)
-        if names.is_best_effort(pod) and not pod["metadata"].get("deletionTimestamp")
+        if names.is_best_effort(pod) and node_state.must_leave(node_plan, pod)
+        and not pod["metadata"].get("deletionTimestamp")
         and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
 
@@ -262,39 +304,39 @@ def evict(core, pods):
     return evicted, blocked
 
 
-def _labels_after(before, node_plan):
-    return {key: value for key, value in dict(before, **node_plan["labels"]).items()
-            if value is not None and key in (names.COLOCATION_NODE_LABEL, names.OVERSUBSCRIPTION_NODE_LABEL)}
-
-
 def _removed(node_plan):
     taint = ["taint %s" % names.OFFLINE_EVICTING_TAINT_KEY] if node_plan["taints"] is not None else []
-    return taint + node_plan["status_removals"] + ["annotation %s" % a for a in node_plan["annotations"]]
+    labels = ["label %s" % key for key, value in sorted(node_plan["labels"].items())
+              if value is None and key not in (names.COLOCATION_NODE_LABEL, names.OVERSUBSCRIPTION_NODE_LABEL)]
+    return (taint + node_plan["status_removals"] + ["annotation %s" % a for a in node_plan["annotations"]]
+            + labels)
 
 
-def _blocked_message(blocked):
+def _blocked_message(blocked, mode):
     pods = "; ".join("%s on %s: %s" % (b["pod"], b["node"], b["message"]) for b in blocked)
     return ("%d BE pod(s) could not be evicted, the Eviction API answered 429 Too Many Requests "
-            "(a PodDisruptionBudget does not allow it now): %s. Colocation is off on the node(s) all "
-            "the same (labels, taint and batch resources removed first), so no new BE pod is placed "
-            "there; run the task again to retry the evictions" % (len(blocked), pods))
+            "(a PodDisruptionBudget does not allow it now): %s. The node(s) are in mode %s all "
+            "the same (labels, taint and batch resources changed first), so no new pod that cannot "
+            "run there is placed there; run the task again to retry the evictions" % (len(blocked), pods, mode))
 
 
 def run(core, params, check_mode=False, diff=False):
     """Bring the nodes to the wanted switches; returns the module's result.
 
     Per node: the labels, the offline-evicting taint, Volcano's oversubscription annotations and
-    the batch resources go first, then the BE pods still bound to it are listed and evicted, so
-    none of them (nor a replacement) is placed on the node again. Raises `ModuleError` carrying
-    the results so far: on an API error, and when an eviction was blocked (after every node and
-    every pod has been tried).
+    label and the batch resources change first, then the BE pods still bound to it that cannot
+    run in its new mode are listed and evicted, so none of them (nor a replacement) is placed on
+    the node again. Raises `ModuleError` carrying the results so far: on an API error, and when
+    an eviction was blocked (after every node and every pod has been tried).
     """
     colocation, oversubscription = switches(params)
+    mode = node_mode.mode_name(colocation, oversubscription)
     nodes = select_nodes(core, params["names"], params["label_selector"])
     results, blocked, diff_before, diff_after = [], [], {}, {}
 
     def summary():
-        result = {"changed": any(r["changed"] for r in results), "nodes": results, "blocked": blocked}
+        result = {"changed": any(r["changed"] for r in results), "mode": mode, "nodes": results,
+                  "blocked": blocked}
         if diff:
             result["diff"] = {"before": diff_before, "after": diff_after}
         return result
@@ -303,9 +345,13 @@ def run(core, params, check_mode=False, diff=False):
         name = node["metadata"]["name"]
         node_plan = node_state.plan(node, colocation, oversubscription)
         before = node_state.tidal_labels(node)
+        after = node_state.labels_after(node, node_plan)
+        metadata = node.get("metadata") or {}
         entry = {"name": name, "changed": False, "labels_before": before,
-                 "labels_after": _labels_after(before, node_plan), "removed": _removed(node_plan),
-                 "be_pods": [], "evicted": [], "blocked": []}
+                 "labels_after": node_state.tidal_labels({"metadata": {"labels": after}}),
+                 "mode_before": node_mode.node_mode(metadata.get("labels"), metadata.get("annotations")),
+                 "mode": node_mode.node_mode(after, node_state.annotations_after(node, node_plan)),
+                 "removed": _removed(node_plan), "be_pods": [], "evicted": [], "blocked": []}
         results.append(entry)
         diff_before[name], diff_after[name] = before, entry["labels_after"]
         step = "update node %s" % name
@@ -314,10 +360,10 @@ def run(core, params, check_mode=False, diff=False):
                 if not check_mode:
                     apply_plan(core, name, node_plan)
                 entry["changed"] = True
-            if colocation:
+            if node_plan["evict"] is None:
                 continue
             step = "list the pods on node %s" % name
-            entry["be_pods"] = be_pods(core, name)
+            entry["be_pods"] = be_pods(core, name, node_plan)
             if not params["evict_be_pods"] or not entry["be_pods"]:
                 continue
             if check_mode:
@@ -330,7 +376,7 @@ def run(core, params, check_mode=False, diff=False):
         except kube.ApiException as err:
             raise ModuleError("cannot %s: %s" % (step, kube.api_error_message(err)), **summary())
     if blocked:
-        raise ModuleError(_blocked_message(blocked), **summary())
+        raise ModuleError(_blocked_message(blocked, mode), **summary())
     return summary()
 
 

@@ -3,7 +3,7 @@ import pytest
 import tomlkit
 import yaml
 
-from ansible_collections.tidal.colocation.plugins.module_utils import containerd, kubelet, node_state, volcano
+from ansible_collections.tidal.colocation.plugins.module_utils import containerd, kubelet, node_mode, node_state, volcano
 from ansible_collections.tidal.colocation.plugins.modules.policy import desired_spec, merge
 from ansible_collections.tidal.colocation.plugins.module_utils.policy_model import PolicyValidationError
 
@@ -174,6 +174,55 @@ def test_node_plan_labels(node, colocation, oversubscription, labels, empty):
     assert node_state.is_empty(plan) == empty
 
 
+CO, OV = "colocation.tidal.io/colocation", "colocation.tidal.io/oversubscription"
+VCO, VOV = "volcano.sh/colocation", "volcano.sh/oversubscription"
+WRITTEN = "colocation.tidal.io/volcano-oversubscription-written"
+TAINT = {"key": "colocation.tidal.io/offline-evicting", "effect": "NoSchedule"}
+BATCH = {"kubernetes.io/batch-cpu": "100"}
+
+
+@pytest.mark.parametrize("node, colocation, oversubscription, labels, evict, taint_removed, status_removed", [
+    # the four modes from a node carrying everything: only the mode off takes the taint
+    (_node(ON, [TAINT], BATCH), True, True, {}, None, False, False),
+    (_node(ON, [TAINT], BATCH), True, False, {OV: None}, "batch", False, True),
+    (_node(ON, [TAINT], BATCH), False, True, {CO: None}, None, False, False),
+    (_node(ON, [TAINT], BATCH), False, False, {CO: None, OV: None}, "all", True, True),
+    # from off: the labels; BE pods on batch resources cannot stay on a colocation-only node
+    (_node(), True, False, {CO: "true"}, "batch", False, False),
+    (_node(), False, True, {OV: "true"}, None, False, False),
+    # an alias that would keep a switch on: Tidal's label says false (the alias is the user's)
+    (_node({VCO: "true"}), False, True, {CO: "false", OV: "true"}, None, False, False),
+    (_node({VCO: "false"}), False, False, {}, "all", False, False),
+    # Volcano's oversubscription label goes with oversubscription (tidal-manager's output or not)
+    (_node({VOV: "true"}), True, False, {VOV: None, CO: "true"}, "batch", False, False),
+    (_node({VOV: "true"}, annotations={WRITTEN: "true"}), False, True, {OV: "true"}, None, False, False),
+])
+def test_node_plan_in_the_four_modes(node, colocation, oversubscription, labels, evict, taint_removed,
+                                     status_removed):
+    plan = node_state.plan(node, colocation, oversubscription)
+    assert plan["labels"] == labels and plan["evict"] == evict
+    assert (plan["taints"] is not None) is taint_removed
+    assert bool(plan["status_removals"]) is status_removed
+    # whatever the node had, it ends in the mode asked for, as Tidal reads it
+    after = node_state.labels_after(node, plan)
+    assert node_mode.node_mode(after, node_state.annotations_after(node, plan)) == plan["mode"]
+    assert plan["mode"] == node_mode.mode_name(colocation, oversubscription)
+
+
+@pytest.mark.parametrize("evict, pod, leaves", [
+    ("all", {"spec": {"containers": [{}]}}, True),
+    ("batch", {"spec": {"containers": [{}]}}, False),
+    ("batch", {"spec": {"containers": [{"resources": {"requests": {"kubernetes.io/batch-cpu": "1"}}}]}}, True),
+    ("batch", {"spec": {"containers": [{"resources": {"limits": {"kubernetes.io/batch-memory": "1"}}}]}}, True),
+    ("batch", {"spec": {"initContainers": [{"resources": {"requests": {"kubernetes.io/batch-cpu": "1"}}}],
+                        "containers": [{}]}}, True),
+    ("batch", {"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}}, False),
+    (None, {"spec": {"containers": [{"resources": {"requests": {"kubernetes.io/batch-cpu": "1"}}}]}}, False),
+])
+def test_which_be_pods_must_leave(evict, pod, leaves):
+    assert node_state.must_leave({"evict": evict}, pod) is leaves
+
+
 def test_node_plan_off_leaves_no_residue():
     node = _node(dict(ON, **{"volcano.sh/oversubscription": "true"}),
                  taints=[{"key": "colocation.tidal.io/offline-evicting", "effect": "NoSchedule"}, {"key": "other"}],
@@ -184,6 +233,8 @@ def test_node_plan_off_leaves_no_residue():
     assert plan["status_removals"] == ["/status/capacity/kubernetes.io~1batch-cpu",
                                        "/status/allocatable/kubernetes.io~1batch-cpu"]
     assert plan["annotations"] == {"volcano.sh/oversubscription-cpu": None}
+    written = _node({"volcano.sh/oversubscription": "true"}, annotations={WRITTEN: "true"})
+    assert node_state.plan(written, True, False)["annotations"] == {WRITTEN: None}
     assert plan["labels"]["volcano.sh/oversubscription"] is None
 
 

@@ -36,10 +36,14 @@ def a_node(name, labels=None, taints=(), capacity=None):
             "status": {"capacity": dict(capacity or {}), "allocatable": dict(capacity or {})}}
 
 
-def a_pod(namespace, name, node, qos="BE"):
+def a_pod(namespace, name, node, qos="BE", batch=False):
+    container = {"name": "c"}
+    if batch:  # what the mutating webhook makes of a BE pod on an oversold node
+        container["resources"] = {"requests": {"kubernetes.io/batch-cpu": "500"},
+                                  "limits": {"kubernetes.io/batch-cpu": "500"}}
     return {"metadata": {"namespace": namespace, "name": name,
                          "annotations": {"colocation.tidal.io/qos-level": qos}},
-            "spec": {"nodeName": node, "containers": [{"name": "c"}]}, "status": {"phase": "Running"}}
+            "spec": {"nodeName": node, "containers": [container]}, "status": {"phase": "Running"}}
 
 
 def api_error(status, body=None):
@@ -178,6 +182,7 @@ def test_node_module_order_and_result(monkeypatch, capsys, case):
     for call, target, labels in core.calls:
         if call in ("evict", "list_pods"):   # a node's BE pods are looked up and evicted only once it is off
             assert labels == {}, (call, target, labels)
+    assert result["mode"] == ("colocation+oversubscription" if case["args"]["colocation"] else "off")
     if not case["args"]["colocation"]:
         for name in names:       # the node changes stand, blocked or not
             assert core._labels(name) == {}
@@ -250,8 +255,6 @@ def test_node_module_api_errors_fail_once_with_what_was_done(monkeypatch, capsys
 
 
 @pytest.mark.parametrize("args, message", [
-    (dict(names=["w1"], colocation=False, oversubscription=True),
-     "oversubscription: cannot be true when colocation is false"),
     (dict(names=[], label_selector="", colocation=True),
      "names, label_selector: one of them must name at least one node"),
     (dict(names=["w1", "nope"], colocation=True), "names: node(s) not found: nope; nothing was changed"),
@@ -283,3 +286,129 @@ def test_eviction_refusal_message_joins_status_and_causes():
     assert kube.api_error_causes(api_error(429, PDB_STATUS)) == [PDB_STATUS["details"]["causes"][0]["message"]]
     assert kube.api_error_causes(api_error(429)) == []
     assert kube.api_error_causes(api_error(429, {"details": {"causes": [{"reason": "x"}]}})) == []
+
+
+CO_ONLY = {COLOCATION: "true"}
+OV_ONLY = {OVERSUBSCRIPTION: "true"}
+VOLCANO_WRITTEN = {"volcano.sh/oversubscription-cpu": "3000", "volcano.sh/oversubscription-memory": "1024",
+                   "colocation.tidal.io/volcano-oversubscription-written": "true"}
+# on node w1: a BE pod on native requests, a BE pod on batch resources, an online pod
+MIXED_PODS = [a_pod("batch", "native", "w1"), a_pod("batch", "oversold", "w1", batch=True),
+              a_pod("web", "front", "w1", qos="LS")]
+STATUS = ("patch_node_status", "w1")
+MODE_NAMES = {(False, False): "off", (True, False): "colocation", (False, True): "oversubscription",
+              (True, True): "colocation+oversubscription"}
+
+
+def mode_node(labels, batch=False, taint=False, annotations=None):
+    node = a_node("w1", labels, [TAINT, {"key": "keep"}] if taint else [{"key": "keep"}], BATCH if batch else None)
+    node["metadata"]["annotations"].update(annotations or {})
+    return node
+
+
+@pytest.mark.parametrize("node, colocation, oversubscription, writes, labels, evicted, kept", [
+    # from off to each mode: the labels, and BE pods the new mode cannot run are still evicted
+    # (the wanted state decides, so a run after a blocked eviction retries it)
+    pytest.param(mode_node({}), False, False, [("evict", "batch/native"), ("evict", "batch/oversold")], {},
+                 ["batch/native", "batch/oversold"], [], id="off-again-evicts-leftover-be-pods"),
+    pytest.param(mode_node({}), True, False, [("patch_node", "w1"), ("evict", "batch/oversold")], CO_ONLY,
+                 ["batch/oversold"], ["batch/native"], id="off-to-colocation"),
+    pytest.param(mode_node({}), False, True, [("patch_node", "w1")], OV_ONLY, [], ["batch/native", "batch/oversold"],
+                 id="off-to-oversubscription"),
+    pytest.param(mode_node({}), True, True, [("patch_node", "w1")], ON, [], ["batch/native", "batch/oversold"],
+                 id="off-to-both"),
+    # from both: colocation only loses the batch resources and the pods on them, not the taint
+    pytest.param(mode_node(ON, batch=True, taint=True), True, False,
+                 [("patch_node", "w1"), STATUS, ("evict", "batch/oversold")], CO_ONLY,
+                 ["batch/oversold"], ["batch/native"], id="both-to-colocation"),
+    # ... oversubscription only keeps everything: BE pods run on batch resources
+    pytest.param(mode_node(ON, batch=True, taint=True), False, True, [("patch_node", "w1")], OV_ONLY,
+                 [], ["batch/native", "batch/oversold"], id="both-to-oversubscription"),
+    pytest.param(mode_node(ON, batch=True, taint=True), False, False,
+                 [("patch_node", "w1"), STATUS, ("evict", "batch/native"), ("evict", "batch/oversold")], {},
+                 ["batch/native", "batch/oversold"], [], id="both-to-off"),
+    # between the single modes
+    pytest.param(mode_node(CO_ONLY), False, True, [("patch_node", "w1")], OV_ONLY, [],
+                 ["batch/native", "batch/oversold"], id="colocation-to-oversubscription"),
+    pytest.param(mode_node(OV_ONLY, batch=True), True, False,
+                 [("patch_node", "w1"), STATUS, ("evict", "batch/oversold")], CO_ONLY,
+                 ["batch/oversold"], ["batch/native"], id="oversubscription-to-colocation"),
+    pytest.param(mode_node(OV_ONLY, batch=True, taint=True), False, False,
+                 [("patch_node", "w1"), STATUS, ("evict", "batch/native"), ("evict", "batch/oversold")], {},
+                 ["batch/native", "batch/oversold"], [], id="oversubscription-to-off"),
+    pytest.param(mode_node(CO_ONLY, taint=True), False, False,
+                 [("patch_node", "w1"), ("evict", "batch/native"), ("evict", "batch/oversold")], {},
+                 ["batch/native", "batch/oversold"], [], id="colocation-to-off"),
+    pytest.param(mode_node(ON, batch=True), True, True, [], ON, [], ["batch/native", "batch/oversold"],
+                 id="both-again"),
+    # the wanted state, not the transition, decides: a BE pod on batch resources left on a
+    # colocation node is evicted on the next run
+    pytest.param(mode_node(CO_ONLY), True, False, [("evict", "batch/oversold")], CO_ONLY, ["batch/oversold"],
+                 ["batch/native"], id="colocation-again-evicts-a-leftover-batch-pod"),
+    # Volcano's label and annotations written by tidal-manager go with oversubscription
+    pytest.param(mode_node(dict(ON, **{"volcano.sh/oversubscription": "true"}), annotations=VOLCANO_WRITTEN),
+                 True, False, [("patch_node", "w1"), ("evict", "batch/oversold")], CO_ONLY, ["batch/oversold"],
+                 ["batch/native"], id="volcano-output-goes-with-oversubscription"),
+    # a user's Volcano colocation alias stays; Tidal's label says false and wins
+    pytest.param(mode_node({"volcano.sh/colocation": "true"}), False, False,
+                 [("patch_node", "w1"), ("evict", "batch/native"), ("evict", "batch/oversold")],
+                 {COLOCATION: "false"}, ["batch/native", "batch/oversold"], [], id="volcano-colocation-alias-overruled"),
+])
+def test_node_module_four_modes_and_their_transitions(monkeypatch, capsys, node, colocation, oversubscription,
+                                                      writes, labels, evicted, kept):
+    core = FakeCore([node], MIXED_PODS)
+    code, result = run_node(monkeypatch, capsys, core, names=["w1"], colocation=colocation,
+                            oversubscription=oversubscription)
+    assert code == 0, result.get("msg")
+    assert core.writes() == writes
+    assert result["changed"] is bool(writes)
+    mode = MODE_NAMES[(colocation, oversubscription)]
+    (entry,) = result["nodes"]
+    assert result["mode"] == entry["mode"] == mode
+    assert entry["mode_before"] == node_module.node_mode.node_mode(node["metadata"]["labels"],
+                                                                   node["metadata"]["annotations"])
+    assert entry["labels_after"] == labels == core._labels("w1")
+    assert entry["be_pods"] == entry["evicted"] == evicted
+    assert sorted("%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]) for p in core.pods
+                  if p["metadata"]["name"] != "front") == kept
+    # the node is in its new mode (as Tidal reads it) before any pod is looked at or evicted
+    for call, target, at_the_time in core.calls:
+        if call in ("evict", "list_pods"):
+            assert at_the_time == labels, (call, target, at_the_time)
+    after = core.nodes["w1"]
+    assert node_module.node_mode.node_mode(after["metadata"]["labels"], after["metadata"]["annotations"]) == mode
+    # oversubscription off leaves none of it; the taint goes only with the mode off
+    if not oversubscription:
+        assert not any(k.startswith("kubernetes.io/batch-") for k in after["status"]["capacity"])
+        assert not any(k.startswith("volcano.sh/oversubscription") for k in after["metadata"]["labels"])
+        assert not any(k.startswith("volcano.sh/oversubscription") or k.endswith("-written")
+                       for k in after["metadata"]["annotations"])
+    had_taint = any(t["key"] == TAINT["key"] for t in node["spec"]["taints"])
+    assert any(t["key"] == TAINT["key"] for t in after["spec"]["taints"]) is (had_taint and mode != "off")
+    assert {"key": "keep"} in after["spec"]["taints"]
+
+
+@pytest.mark.parametrize("node, colocation, oversubscription, be_pods, after", [
+    (mode_node(ON, batch=True), True, False, ["batch/oversold"], CO_ONLY),
+    (mode_node(ON, batch=True), False, True, [], OV_ONLY),
+    (mode_node(CO_ONLY), False, False, ["batch/native", "batch/oversold"], {}),
+    (mode_node({}), False, True, [], OV_ONLY),
+])
+def test_node_module_check_mode_in_every_mode_writes_nothing_and_diffs(monkeypatch, capsys, node, colocation,
+                                                                       oversubscription, be_pods, after):
+    core = FakeCore([node], MIXED_PODS)
+    code, result = run_node(monkeypatch, capsys, core, names=["w1"], colocation=colocation,
+                            oversubscription=oversubscription, _ansible_check_mode=True, _ansible_diff=True)
+    assert code == 0 and result["changed"] is True
+    assert core.writes() == [] and core.nodes["w1"] == node and len(core.pods) == len(MIXED_PODS)
+    assert result["diff"] == {"before": {"w1": node_module.node_state.tidal_labels(node)}, "after": {"w1": after}}
+    assert result["nodes"][0]["be_pods"] == be_pods and result["nodes"][0]["evicted"] == []
+    assert result["mode"] == MODE_NAMES[(colocation, oversubscription)]
+
+
+def test_node_module_blocked_eviction_on_a_colocation_node_names_its_mode(monkeypatch, capsys):
+    core = FakeCore([mode_node(ON, batch=True)], MIXED_PODS,
+                    errors={"evict batch/oversold": api_error(429, PDB_STATUS)})
+    code, result = run_node(monkeypatch, capsys, core, names=["w1"], colocation=True, oversubscription=False)
+    assert code == 1 and result["blocked"] == [{"node": "w1", "pod": "batch/oversold", "message": PDB_MESSAGE}]
+    assert "in mode colocation all the same" in result["msg"] and core._labels("w1") == CO_ONLY

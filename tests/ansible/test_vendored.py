@@ -11,7 +11,8 @@ import yaml
 from collection_tools import ROOT
 
 from ansible_collections.tidal.colocation.plugins.doc_fragments.auth import ModuleDocFragment
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, policy_model
+from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, node_mode, policy_model
+from tidal.api import node_mode as tidal_node_mode
 from tidal.api import policy, qos
 
 
@@ -36,10 +37,37 @@ def test_names_equal_tidal_qos():
     for name in ("API_GROUP", "API_VERSION", "NAMESPACE", "QOS_ANNOTATION", "OPENFUYAO_QOS_ANNOTATION",
                  "OPENFUYAO_QOS_ANNOTATION_CAPITALISED", "VOLCANO_QOS_ANNOTATION", "COLOCATION_NODE_LABEL", "OVERSUBSCRIPTION_NODE_LABEL",
                  "NODE_LABEL_ENABLED_VALUE", "OFFLINE_EVICTING_TAINT_KEY", "OFFLINE_EVICTING_TAINT_EFFECT",
-                 "BATCH_CPU_RESOURCE", "BATCH_MEMORY_RESOURCE"):
+                 "BATCH_CPU_RESOURCE", "BATCH_MEMORY_RESOURCE", "VOLCANO_OVERSUBSCRIPTION_LABEL"):
         assert getattr(names, name) == getattr(qos, name), name
+    for name in ("VOLCANO_COLOCATION_LABEL", "VOLCANO_LABEL_WRITTEN_ANNOTATION"):
+        assert getattr(names, name) == getattr(tidal_node_mode, name), name
+    assert names.VOLCANO_OVERSUBSCRIPTION_ANNOTATIONS == (qos.VOLCANO_OVERSUBSCRIPTION_CPU_ANNOTATION,
+                                                          qos.VOLCANO_OVERSUBSCRIPTION_MEMORY_ANNOTATION)
     assert names.QOS_LEVELS == tuple(level.value for level in qos.QoSLevel)
     assert names.POLICY_NAME == policy.DEFAULT_POLICY_NAME
+    assert node_mode.MODES == tuple(mode.value for mode in tidal_node_mode.Mode)
+
+
+_CO, _OV = qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL
+_VCO, _VOV = tidal_node_mode.VOLCANO_COLOCATION_LABEL, qos.VOLCANO_OVERSUBSCRIPTION_LABEL
+_WRITTEN = {tidal_node_mode.VOLCANO_LABEL_WRITTEN_ANNOTATION: "true"}
+
+
+@pytest.mark.parametrize("labels, annotations", [
+    (None, None), ({}, {}),
+    ({_CO: "true"}, {}), ({_OV: "true"}, {}), ({_CO: "true", _OV: "true"}, {}), ({_CO: "false", _OV: "false"}, {}),
+    ({_VCO: "true"}, {}), ({_VOV: "true"}, {}), ({_VCO: "true", _VOV: "true"}, {}),
+    ({_CO: "false", _VCO: "true"}, {}), ({_CO: "true", _VCO: "false"}, {}),
+    ({_OV: "false", _VOV: "true"}, {}), ({_OV: "true", _VOV: "false"}, {}),
+    ({_VOV: "true"}, _WRITTEN), ({_OV: "true", _VOV: "true"}, _WRITTEN), ({_CO: "true", _VOV: "true"}, _WRITTEN),
+    ({_VOV: "true"}, {tidal_node_mode.VOLCANO_LABEL_WRITTEN_ANNOTATION: "yes"}),
+    ({_CO: " true "}, {}), ({_CO: "True"}, {}), ({_CO: "1", _VCO: "true"}, {}), ({_OV: ""}, {}),
+    ({_CO: "true", "other": "x"}, {"colocation.tidal.io/oversell-types": "cpu"}),
+])
+def test_node_mode_agrees_with_tidal_node_mode(labels, annotations):
+    expected = tidal_node_mode.node_mode(labels, annotations)
+    assert node_mode.switches(labels, annotations) == (expected.colocation, expected.oversubscription)
+    assert node_mode.node_mode(labels, annotations) == str(expected.mode)
 
 
 @pytest.mark.parametrize("annotations", [

@@ -274,6 +274,8 @@ def test_volcano_annotation_mode_writes_volcanos_own_oversubscription_keys(lab, 
         assert cycle(lab, settings).node_patches == 1
         node = core.read_node(OVERSOLD)
         assert node.metadata.labels["volcano.sh/oversubscription"] == "true"
+        # marked as the master's own write, so it is not read back as the alias
+        assert node.metadata.annotations["colocation.tidal.io/volcano-oversubscription-written"] == "true"
         assert node.metadata.annotations["volcano.sh/oversubscription-cpu"] == "6000"
         assert int(node.metadata.annotations["volcano.sh/oversubscription-memory"]) == int(
             64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)
@@ -282,4 +284,5 @@ def test_volcano_annotation_mode_writes_volcanos_own_oversubscription_keys(lab, 
     finally:
         core.patch_node(OVERSOLD, {"metadata": {
             "labels": {"volcano.sh/oversubscription": None},
-            "annotations": {"volcano.sh/oversubscription-cpu": None, "volcano.sh/oversubscription-memory": None}}})
+            "annotations": {"volcano.sh/oversubscription-cpu": None, "volcano.sh/oversubscription-memory": None,
+                            "colocation.tidal.io/volcano-oversubscription-written": None}}})

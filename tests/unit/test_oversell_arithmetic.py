@@ -126,10 +126,13 @@ def test_node_is_patched_only_when_the_change_is_worth_it(current, desired, thre
     assert should_write(current, desired, threshold) is write
 
 
-def _node(name="n1", cpu="16", memory="64Gi", capacity_cpu=None, annotations=None, batch=None):
+OVERSOLD = {qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}
+
+
+def _node(name="n1", cpu="16", memory="64Gi", capacity_cpu=None, annotations=None, batch=None, labels=OVERSOLD):
     allocatable = {"cpu": cpu, "memory": memory, **(batch or {})}
     capacity = {"cpu": capacity_cpu or cpu, "memory": memory, **(batch or {})}
-    return {"metadata": {"name": name, "annotations": annotations or {}},
+    return {"metadata": {"name": name, "labels": dict(labels), "annotations": annotations or {}},
             "status": {"capacity": capacity, "allocatable": allocatable}}
 
 

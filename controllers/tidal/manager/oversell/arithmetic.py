@@ -96,8 +96,9 @@ def _system_terms(inputs: ResourceInputs, include: bool) -> tuple[float | None, 
                    f"{math.ceil(reserved)}")
 
 
-def _zero(reason: str, inputs: ResourceInputs, cap_percent: float, include: bool,
-          overhead_reason: str = "") -> Breakdown:
+def zero_breakdown(reason: str, inputs: ResourceInputs, cap_percent: float, include: bool,
+                   overhead_reason: str = "") -> Breakdown:
+    """A result of 0 for ``reason``, showing the allocatable and the system terms it knows."""
     alloc = int(inputs.allocatable) if _usable(inputs.allocatable) else 0
     return Breakdown(0, alloc, cap_percent, 0, 0, 0, 0, reason, *_system_fields(inputs, include),
                      overhead_reason)
@@ -117,9 +118,9 @@ def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_perce
     shown in the breakdown, and an invalid one is then ignored)."""
     include = include_system_usage
     if not (_usable(cap_percent) and cap_percent <= 100):
-        return _zero(f"invalid cap {cap_percent!r}: must be 0-100", inputs, cap_percent, include)
+        return zero_breakdown(f"invalid cap {cap_percent!r}: must be 0-100", inputs, cap_percent, include)
     if not (_usable(safety_margin_percent) and safety_margin_percent <= 100):
-        return _zero(f"invalid safety margin {safety_margin_percent!r}: must be 0-100",
+        return zero_breakdown(f"invalid safety margin {safety_margin_percent!r}: must be 0-100",
                      inputs, cap_percent, include)
     system_usage, overhead_reason = _system_terms(inputs, include)
     checked = [("allocatable", inputs.allocatable), ("predicted online peak", inputs.predicted_online_peak)]
@@ -127,7 +128,7 @@ def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_perce
         checked += [("system usage", inputs.system_usage), ("system reservation", inputs.system_reserved)]
     for name, value in checked:
         if not _usable(value):
-            return _zero(f"{name} unknown or invalid ({value!r})", inputs, cap_percent, include, overhead_reason)
+            return zero_breakdown(f"{name} unknown or invalid ({value!r})", inputs, cap_percent, include, overhead_reason)
     assert system_usage is not None
     allocatable = inputs.allocatable
     capped = allocatable * cap_percent / 100

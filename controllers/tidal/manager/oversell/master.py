@@ -3,8 +3,9 @@
 `node_decision`), and writes only what changed beyond the threshold.
 
 Inputs: once :meth:`OversellMaster.start` ran (the manager's loop), watch caches — every node
-that is labelled for overselling or still carries batch amounts (the others are dropped as their
-events arrive, so a node labelled later shows up at once), and every NodeProfile — re-listed every
+that is oversold (`node_decision.mode_of`: Tidal's label or Volcano's alias) or still carries
+batch amounts or the master's Volcano-label marker (the others are dropped as their events
+arrive, so a node labelled later shows up at once), and every NodeProfile — re-listed every
 :data:`RESYNC_SECONDS` as a safety net. A cycle then makes no reads at all. Without ``start`` (a
 one-off cycle) it lists both afresh. Either way a profile's age is judged against the clock at
 each cycle, so a profile its agent stopped updating still drives its node to 0.
@@ -13,14 +14,16 @@ Writes per node, only when `should_write` says so for either resource:
 - mode ``extendedResources``: a JSON patch of the Node's status (capacity and allocatable
   of ``kubernetes.io/batch-cpu`` / ``kubernetes.io/batch-memory``);
 - mode ``volcanoAnnotations``: Volcano's ``volcano.sh/oversubscription-cpu|memory``
-  annotations and the ``volcano.sh/oversubscription=true`` label;
+  annotations and the ``volcano.sh/oversubscription=true`` label, marked in the same patch
+  with ``colocation.tidal.io/volcano-oversubscription-written: "true"`` so the label is not read
+  back as the alias (`node_decision.volcano_label_changes`);
 and then the breakdown into ``NodeProfile.status.oversell``, plus an Event when a value
-drops by half or more. Nodes that lost the oversubscription label are driven to 0.
+drops by half or more. Nodes no longer oversold (a colocation-only node included) are driven to
+0; in ``volcanoAnnotations`` mode the label and marker the master wrote then go too.
 """
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import logging
 from dataclasses import dataclass, field
@@ -31,8 +34,9 @@ from tidal.api.json_patch import escape as _escape
 from tidal.kube import KubeAPI, NotFound, Watcher, custom_path, error_summary
 from tidal.manager.oversell.arithmetic import should_write
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_MEMORY_ANNOTATION,
-                                                  VOLCANO_OVERSUBSCRIPTION_LABEL, NodeDecision,
-                                                  OversellSettings, current_amounts, decide_node)
+                                                  NodeDecision, OversellSettings, current_amounts,
+                                                  decide_node, master_wrote_volcano_label, mode_of,
+                                                  volcano_label_changes)
 
 log = logging.getLogger(__name__)
 NODES = "/api/v1/nodes"
@@ -66,20 +70,27 @@ def node_status_patch(node: dict, amounts: dict[str, int]) -> list[dict[str, Any
     return ops
 
 
-def volcano_patch(amounts: dict[str, int]) -> dict[str, Any]:
-    return {"metadata": {
-        "labels": {VOLCANO_OVERSUBSCRIPTION_LABEL: "true"},
+def volcano_patch(amounts: dict[str, int], label_changes: dict[str, dict] | None = None) -> dict[str, Any]:
+    """Strategic merge patch of Volcano's annotations, with `volcano_label_changes` (the
+    ``volcano.sh/oversubscription`` label and the master's marker; None values remove)."""
+    changes = label_changes or {}
+    metadata: dict[str, Any] = {
         "annotations": {VOLCANO_CPU_ANNOTATION: str(amounts[qos.BATCH_CPU_RESOURCE]),
-                        VOLCANO_MEMORY_ANNOTATION: str(amounts[qos.BATCH_MEMORY_RESOURCE])}}}
+                        VOLCANO_MEMORY_ANNOTATION: str(amounts[qos.BATCH_MEMORY_RESOURCE]),
+                        **changes.get("annotations", {})}}
+    if changes.get("labels"):
+        metadata["labels"] = dict(changes["labels"])
+    return {"metadata": metadata}
 
 
 def master_node(node: dict) -> dict | None:
-    """What the master keeps of a node: None for a node it has nothing to do with (not labelled
-    for overselling, no batch amounts in any reporting mode); else the node without its image
-    list and managed fields, which no decision reads and which make most of a real node's size."""
+    """What the master keeps of a node: None for a node it has nothing to do with (not oversold,
+    no batch amounts in any reporting mode, no Volcano label of its own to remove); else the node
+    without its image list and managed fields, which no decision reads and which make most of a
+    real node's size."""
     meta = node.get("metadata") or {}
-    labelled = (meta.get("labels") or {}).get(qos.OVERSUBSCRIPTION_NODE_LABEL) == "true"
-    if not labelled and not any(any(current_amounts(node, mode).values()) for mode in REPORTING_MODES):
+    if (not mode_of(node).oversold and not master_wrote_volcano_label(node)
+            and not any(any(current_amounts(node, mode).values()) for mode in REPORTING_MODES)):
         return None
     status = node.get("status") or {}
     slim = dict(node)
@@ -165,22 +176,21 @@ class OversellMaster:
         result = CycleResult()
         raw_nodes, profiles = await self._inputs()
         writes = []
+        volcano = self.settings.reporting_mode == "volcanoAnnotations"
         for node in raw_nodes:
-            meta = node.get("metadata") or {}
-            name = meta.get("name", "")
-            labelled = (meta.get("labels") or {}).get(qos.OVERSUBSCRIPTION_NODE_LABEL) == "true"
+            name = (node.get("metadata") or {}).get("name", "")
+            mode = mode_of(node)
             current = current_amounts(node, self.settings.reporting_mode)
-            if not labelled and not any(current.values()):
+            label_changes = volcano_label_changes(node, mode) if volcano else {}
+            if not mode.oversold and not any(current.values()) and not label_changes:
                 continue  # never oversold, nothing to undo
             result.nodes += 1
-            decision = decide_node(node, profiles.get(name) if labelled else None, self.settings, now)
-            if not labelled:
-                decision = dataclasses.replace(decision, notes=(
-                    f"node lost the {qos.OVERSUBSCRIPTION_NODE_LABEL} label: batch resources 0",))
+            decision = decide_node(node, profiles.get(name), self.settings, now)
             result.decisions[name] = decision
             desired = decision.amounts
-            if any(should_write(current[k], desired[k], self.settings.change_threshold_percent) for k in desired):
-                writes.append(self._write(node, decision, current, name in profiles, now, result))
+            if label_changes or any(should_write(current[k], desired[k], self.settings.change_threshold_percent)
+                                    for k in desired):
+                writes.append(self._write(node, decision, current, name in profiles, now, result, label_changes))
         # Bounded concurrency: a cycle that changes thousands of nodes stays within seconds
         # without flooding the API server (its priority and fairness limits still apply).
         semaphore = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
@@ -193,10 +203,10 @@ class OversellMaster:
         return result
 
     async def _write(self, node: dict, decision: NodeDecision, current: dict, has_profile: bool,
-                     now: datetime.datetime, result: CycleResult) -> None:
+                     now: datetime.datetime, result: CycleResult, label_changes: dict | None = None) -> None:
         name, desired = decision.node, decision.amounts
         if self.settings.reporting_mode == "volcanoAnnotations":
-            await self.api.strategic_patch(f"{NODES}/{name}", volcano_patch(desired))
+            await self.api.strategic_patch(f"{NODES}/{name}", volcano_patch(desired, label_changes))
         else:
             await self._patch_node_status(name, node_status_patch(node, desired))
         result.node_patches += 1

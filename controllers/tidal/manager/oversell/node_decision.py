@@ -10,6 +10,11 @@ The NodeProfile contract the agent writes (``status``, typed in ``tidal.api.node
       systemUsage: {cpuMillicores, memoryBytes}   # optional: usage outside the pods (node − every
                                                   # pod); counted only with overselling.includeSystemUsage
 
+Which nodes are oversold is `tidal.api.node_mode`'s rule: Tidal's oversubscription label, or
+Volcano's ``volcano.sh/oversubscription`` alias when the master did not write it itself. Any
+other node offers no batch resources (a colocation-only node keeps BE pods on native requests),
+and a resource the node's oversell types leave out is 0 with the reason.
+
 A report older than the degrade time, or none at all, drives the node's batch resources to
 0 (not to the last value). Per-node overrides come from node annotations
 ``colocation.tidal.io/oversell-ratio-percent`` and
@@ -22,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tidal.api import qos
+from tidal.api.node_mode import VOLCANO_LABEL_WRITTEN_ANNOTATION, Mode, NodeMode, node_mode
 from tidal.api.node_profile import NodeProfileStatus
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
-from tidal.manager.oversell.arithmetic import Breakdown, ResourceInputs, batch_amount
+from tidal.manager.oversell.arithmetic import Breakdown, ResourceInputs, batch_amount, zero_breakdown
 
 RATIO_OVERRIDE_ANNOTATION = qos.OVERSELL_RATIO_ANNOTATION
 MARGIN_OVERRIDE_ANNOTATION = qos.OVERSELL_SAFETY_MARGIN_ANNOTATION
@@ -59,15 +65,74 @@ class NodeDecision:
     predictor: str | None
     profile_observed_at: str | None
     notes: tuple[str, ...] = field(default=())
+    #: the node's mode (`tidal.api.node_mode.Mode`) the decision was made in
+    mode: str | None = None
 
     @property
     def amounts(self) -> dict[str, int]:
         return {qos.BATCH_CPU_RESOURCE: self.cpu.result, qos.BATCH_MEMORY_RESOURCE: self.memory.result}
 
     def to_status(self, now: datetime.datetime) -> dict[str, Any]:
-        return {"computedAt": _rfc3339(now), "predictor": self.predictor,
-                "profileObservedAt": self.profile_observed_at, "notes": list(self.notes),
-                "cpuMillicores": self.cpu.to_status(), "memoryBytes": self.memory.to_status()}
+        out = {"computedAt": _rfc3339(now), "predictor": self.predictor,
+               "profileObservedAt": self.profile_observed_at, "notes": list(self.notes),
+               "cpuMillicores": self.cpu.to_status(), "memoryBytes": self.memory.to_status()}
+        if self.mode is not None:
+            out["mode"] = self.mode
+        return out
+
+
+COLOCATION_ONLY_NOTE = "colocation-only node: BE pods keep native requests, no batch resources"
+
+
+def mode_of(node: Mapping[str, Any]) -> NodeMode:
+    """The node's mode from its labels and annotations (aliases included)."""
+    meta = node.get("metadata") or {}
+    return node_mode(meta.get("labels"), meta.get("annotations"))
+
+
+def master_wrote_volcano_label(node: Mapping[str, Any]) -> bool:
+    """Whether the node carries the marker the master sets beside the Volcano label it writes."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(VOLCANO_LABEL_WRITTEN_ANNOTATION) == "true"
+
+
+def not_oversold_note(mode: NodeMode, node: Mapping[str, Any]) -> str:
+    """Why a node that is not oversold offers no batch resources, one line."""
+    if mode.mode is Mode.COLOCATION:
+        return COLOCATION_ONLY_NOTE
+    note = (f"node not oversold: neither {qos.OVERSUBSCRIPTION_NODE_LABEL}=true nor its alias "
+            f"{VOLCANO_OVERSUBSCRIPTION_LABEL}=true; batch resources 0")
+    if master_wrote_volcano_label(node):
+        note += (f" ({VOLCANO_OVERSUBSCRIPTION_LABEL} was written by the oversell master itself, "
+                 f"{VOLCANO_LABEL_WRITTEN_ANNOTATION}=true: not read as the alias)")
+    return note
+
+
+def volcano_label_changes(node: Mapping[str, Any], mode: NodeMode) -> dict[str, dict[str, str | None]]:
+    """In the ``volcanoAnnotations`` reporting mode: the label and annotation changes (None:
+    remove) that make ``volcano.sh/oversubscription`` follow the master's decision; empty when
+    none is needed.
+
+    - oversold by Tidal's own label: the master writes the Volcano label with its marker (and
+      marks a Volcano label already there, which it wrote before the marker existed or which
+      only repeats Tidal's label);
+    - oversold by the Volcano label alone (a user's input): it is left alone, never marked;
+    - not oversold: the label and the marker go, only when the marker says the master wrote them.
+    """
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    written = master_wrote_volcano_label(node)
+    if mode.oversold and mode.sources.get("oversubscription") == qos.OVERSUBSCRIPTION_NODE_LABEL:
+        if labels.get(VOLCANO_OVERSUBSCRIPTION_LABEL) == "true" and written:
+            return {}
+        return {"labels": {VOLCANO_OVERSUBSCRIPTION_LABEL: "true"},
+                "annotations": {VOLCANO_LABEL_WRITTEN_ANNOTATION: "true"}}
+    if not mode.oversold and written:
+        changes: dict[str, dict[str, str | None]] = {"annotations": {VOLCANO_LABEL_WRITTEN_ANNOTATION: None}}
+        if VOLCANO_OVERSUBSCRIPTION_LABEL in labels:
+            changes["labels"] = {VOLCANO_OVERSUBSCRIPTION_LABEL: None}
+        return changes
+    return {}
 
 
 def _rfc3339(moment: datetime.datetime) -> str:
@@ -118,11 +183,17 @@ def _quantity(resources: Mapping[str, Any] | None, name: str, parse) -> float | 
 
 def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, settings: OversellSettings,
                 now: datetime.datetime) -> NodeDecision:
-    """The batch resources `node` should offer now, with the breakdown of how."""
+    """The batch resources `node` should offer now, with the breakdown of how.
+
+    A node that is not oversold (its mode, `mode_of`) gets 0 for both, its profile unread; an
+    oversold node gets 0 for a resource its oversell types leave out, with the reason."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     annotations = meta.get("annotations") or {}
-    notes: list[str] = []
+    mode = mode_of(node)
+    if not mode.oversold:
+        return _not_oversold(node, mode, settings)
+    notes: list[str] = [*mode.conflicts, *mode.problems]
     ratio = _override(annotations, RATIO_OVERRIDE_ANNOTATION, settings.ratio_percent, notes)
     margin = _override(annotations, MARGIN_OVERRIDE_ANNOTATION, settings.safety_margin_percent, notes)
     report = NodeProfileStatus.from_status((profile or {}).get("status"))
@@ -138,7 +209,7 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
         notes.append(f"NodeProfile is stale ({age:.0f}s old > degrade time {settings.degrade_seconds:.0f}s): "
                      f"batch resources are 0")
     breakdowns = {}
-    for resource, key, _, parse in RESOURCES:
+    for resource, key, batch, parse in RESOURCES:
         allocatable = _quantity(status.get("allocatable"), resource, parse)
         capacity = _quantity(status.get("capacity"), resource, parse)
         reserved = max(0.0, capacity - allocatable) if capacity is not None and allocatable is not None else 0.0
@@ -154,11 +225,28 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
                                 predicted_online_peak=peak,
                                 system_usage=system_usage,
                                 system_reserved=reserved)
-        breakdowns[resource] = batch_amount(inputs, ratio, margin, settings.include_system_usage)
+        type_off = mode.type_off_reason(batch)
+        if type_off is not None:
+            breakdowns[resource] = zero_breakdown(type_off, inputs, ratio, settings.include_system_usage)
+        else:
+            breakdowns[resource] = batch_amount(inputs, ratio, margin, settings.include_system_usage)
     predictor = predictions.get("predictor") if isinstance(predictions.get("predictor"), str) else None
     return NodeDecision(meta.get("name", ""), breakdowns["cpu"], breakdowns["memory"], predictor,
                         report.observed_at,
-                        tuple(notes))
+                        tuple(notes), str(mode.mode))
+
+
+def _not_oversold(node: Mapping[str, Any], mode: NodeMode, settings: OversellSettings) -> NodeDecision:
+    status = node.get("status") or {}
+    note = not_oversold_note(mode, node)
+    breakdowns = {}
+    for resource, _, _, parse in RESOURCES:
+        allocatable = _quantity(status.get("allocatable"), resource, parse)
+        inputs = ResourceInputs(allocatable=allocatable if allocatable is not None else float("nan"),
+                                predicted_online_peak=None, system_usage=None)
+        breakdowns[resource] = zero_breakdown(note, inputs, settings.ratio_percent, settings.include_system_usage)
+    return NodeDecision((node.get("metadata") or {}).get("name", ""), breakdowns["cpu"], breakdowns["memory"],
+                        None, None, (note, *mode.conflicts, *mode.problems), str(mode.mode))
 
 
 def current_amounts(node: Mapping[str, Any], reporting_mode: str) -> dict[str, int | None]:

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The policy reconciler (leader-elected in tidal-manager): keeps the ColocationPolicy's status
-— the rollout of its current generation to the colocation nodes — up to date.
+— the rollout of its current generation to the nodes Tidal acts on — up to date.
 
-Inputs are watched (the policy, the nodes labelled for colocation, the NodeProfiles reduced to
-what the rollout needs), so a node reporting a new generation shows in the status within about
-half a second; the status is patched only when it changes.
+Inputs are watched (the policy, the nodes whose mode is active — colocation or oversubscription,
+by Tidal's labels or Volcano's aliases, `tidal.api.node_mode` — and the NodeProfiles, each
+reduced to what the rollout needs), so a node reporting a new generation shows in the status
+within about half a second; the status is patched only when it changes.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tidal.api import qos
+from tidal.api.node_mode import node_mode
 from tidal.kube import KubeAPI, ObjectWatch, Watcher
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 
@@ -32,6 +34,14 @@ def _name(obj) -> str:
     return obj["metadata"]["name"]
 
 
+def active_node(obj) -> str | None:
+    """What the reconciler keeps of a node: its name when its mode is active (either label, or
+    either alias), else None (dropped from the watch cache). A label selector cannot say
+    "colocation or oversubscription", so every node is watched and reduced to this."""
+    meta = obj.get("metadata") or {}
+    return meta.get("name") if node_mode(meta.get("labels"), meta.get("annotations")).active else None
+
+
 async def run_policy_reconciler(api: KubeAPI, interval: float = 0.5, stop: asyncio.Event | None = None,
                                 volcano=None, metrics: dict[str, str] | None = None) -> None:
     """Run until cancelled (or ``stop``); ``volcano`` a target of ``volcano_target`` (None: leave
@@ -39,8 +49,7 @@ async def run_policy_reconciler(api: KubeAPI, interval: float = 0.5, stop: async
     leave it alone)."""
     stop = stop or asyncio.Event()
     policy = ObjectWatch(api, POLICIES, DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
-    nodes = Watcher(api, "/api/v1/nodes", "colocation nodes", transform=_name,
-                    label_selector=f"{qos.COLOCATION_NODE_LABEL}={qos.NODE_LABEL_ENABLED_VALUE}")
+    nodes = Watcher(api, "/api/v1/nodes", "nodes with an active mode", transform=active_node, page_size=500)
     profiles = Watcher(api, PROFILES, "NodeProfiles",
                        transform=lambda obj: (_name(obj), NodeReport.from_profile(obj)))
     watchers = [asyncio.create_task(w.run()) for w in (policy, nodes, profiles)]
@@ -96,5 +105,5 @@ async def _reconcile(api: KubeAPI, obj, node_names, reports, scheduler=None) -> 
     await api.merge_patch(f"{POLICIES}/{DEFAULT_POLICY_NAME}/status",
                            {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status})
     if status["appliedNodes"] != current.get("appliedNodes") or generation != current.get("observedGeneration"):
-        log.info("ColocationPolicy generation %d: %d/%d colocation nodes applied", generation,
+        log.info("ColocationPolicy generation %d: %d/%d Tidal nodes applied", generation,
                  status["appliedNodes"], status["totalNodes"])

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The ColocationPolicy's rollout status, from the nodes' NodeProfiles (pure).
 
-Every colocation node's agent reports in its NodeProfile ``status.policy`` the policy generation
-it runs and what it cannot apply (``problems``). The status says how many colocation nodes run
-the current generation, and for each node that does not — or that runs it with problems — why.
+Every Tidal node's agent (a node whose mode is active: colocation, oversubscription or both,
+`tidal.api.node_mode`) reports in its NodeProfile ``status.policy`` the policy generation it
+runs and what it cannot apply (``problems``). The status says how many of those nodes run the
+current generation, and for each node that does not — or that runs it with problems — why.
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def _reason(report: NodeReport | None, generation: int, now: datetime) -> str:
 def rollout_status(generation: int, nodes: Iterable[str], reports: Mapping[str, NodeReport],
                    now: datetime, previous: Mapping[str, Any] | None = None,
                    scheduler: tuple[bool, str] | None = None) -> dict[str, Any]:
-    """The ColocationPolicy ``status`` for ``generation`` over the colocation ``nodes``;
+    """The ColocationPolicy ``status`` for ``generation`` over the Tidal ``nodes`` (mode active);
     ``scheduler`` (ok, message) adds the ``SchedulerConfigured`` condition (Volcano's
     configuration carries the policy's load-aware scheduling).
 
@@ -85,7 +86,7 @@ def rollout_status(generation: int, nodes: Iterable[str], reports: Mapping[str, 
     conditions = [
         _condition("Applied", not behind, generation,
                    "AllNodesApplied" if not behind else "NodesBehind",
-                   f"{len(applied)}/{len(rows)} colocation nodes run generation {generation}"
+                   f"{len(applied)}/{len(rows)} Tidal nodes run generation {generation}"
                    + ("" if not behind else f"; behind: {', '.join(r.name for r in behind[:10])}"
                       + (f" (+{len(behind) - 10} more)" if len(behind) > 10 else ""))),
         _condition("NodeProblems", bool(with_problems), generation,

@@ -1,0 +1,243 @@
+"""Which nodes the oversell master oversells (tidal.api.node_mode: Tidal's label or Volcano's
+alias, not the alias the master wrote itself), the oversell types, and the Volcano label with
+its marker: the pure decision table-driven, then one-off cycles against a fake API."""
+import asyncio
+import datetime
+
+import pytest
+
+from tidal.api import qos
+from tidal.api.node_mode import (OVERSELL_TYPES_ANNOTATION, VOLCANO_COLOCATION_LABEL,
+                                 VOLCANO_LABEL_WRITTEN_ANNOTATION, VOLCANO_OVERSUBSCRIPTION_TYPES_ANNOTATION)
+from tidal.manager.oversell.master import OversellMaster, master_node, volcano_patch
+from tidal.manager.oversell.node_decision import (COLOCATION_ONLY_NOTE, VOLCANO_CPU_ANNOTATION,
+                                                  VOLCANO_MEMORY_ANNOTATION, OversellSettings, decide_node,
+                                                  mode_of, volcano_label_changes)
+
+NOW = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.timezone.utc)
+GiB = 1024 ** 3
+CO, OV = qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL
+VOV, MARK = qos.VOLCANO_OVERSUBSCRIPTION_LABEL, VOLCANO_LABEL_WRITTEN_ANNOTATION
+CPU_OK = 16000 * 60 // 100 - 2000 - 1600          # 16 cores, cap 60 %, peak 2000 m, margin 10 %
+MEMORY_OK = int(64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)
+SETTINGS = OversellSettings()
+VOLCANO = OversellSettings(reporting_mode="volcanoAnnotations")
+
+
+def _node(labels=None, annotations=None, batch=None, name="n1"):
+    allocatable = {"cpu": "16", "memory": "64Gi", **(batch or {})}
+    return {"metadata": {"name": name, "uid": "uid-" + name, "labels": dict(labels or {}),
+                         "annotations": dict(annotations or {})},
+            "status": {"capacity": dict(allocatable), "allocatable": dict(allocatable)}}
+
+
+def _profile(name="n1"):
+    observed = (NOW - datetime.timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": {"name": name, "uid": "p-" + name}, "status": {"observedAt": observed, "predictions": {
+        "predictor": "tidal", "onlinePeak": {"cpuMillicores": 2000, "memoryBytes": 8 * GiB}}}}
+
+
+NOT_OVERSOLD = "node not oversold: neither colocation.tidal.io/oversubscription=true nor its alias"
+
+
+@pytest.mark.parametrize("labels, annotations, mode, cpu, memory, cpu_reason, memory_reason, note", [
+    # the four rows of the matrix
+    ({}, {}, "off", 0, 0, NOT_OVERSOLD, NOT_OVERSOLD, NOT_OVERSOLD),
+    ({CO: "true"}, {}, "colocation", 0, 0, COLOCATION_ONLY_NOTE, COLOCATION_ONLY_NOTE, COLOCATION_ONLY_NOTE),
+    ({OV: "true"}, {}, "oversubscription", CPU_OK, MEMORY_OK, "ok", "ok", None),
+    ({CO: "true", OV: "true"}, {}, "colocation+oversubscription", CPU_OK, MEMORY_OK, "ok", "ok", None),
+    # Volcano's aliases are read as Tidal's labels
+    ({VOV: "true"}, {}, "oversubscription", CPU_OK, MEMORY_OK, "ok", "ok", None),
+    ({VOLCANO_COLOCATION_LABEL: "true"}, {}, "colocation", 0, 0, COLOCATION_ONLY_NOTE, COLOCATION_ONLY_NOTE,
+     COLOCATION_ONLY_NOTE),
+    # ... but not the Volcano label the master wrote itself
+    ({VOV: "true"}, {MARK: "true"}, "off", 0, 0, NOT_OVERSOLD, NOT_OVERSOLD, "written by the oversell master itself"),
+    ({CO: "true", VOV: "true"}, {MARK: "true"}, "colocation", 0, 0, COLOCATION_ONLY_NOTE, COLOCATION_ONLY_NOTE,
+     COLOCATION_ONLY_NOTE),
+    ({OV: "true", VOV: "true"}, {MARK: "true"}, "oversubscription", CPU_OK, MEMORY_OK, "ok", "ok", None),
+    # Tidal's label wins over its alias, and the conflict is named
+    ({OV: "false", VOV: "true"}, {}, "off", 0, 0, NOT_OVERSOLD, NOT_OVERSOLD, "disagree: colocation.tidal.io/oversub"),
+    # oversell types: a type off is 0 with the reason, the other computed as usual
+    ({OV: "true"}, {OVERSELL_TYPES_ANNOTATION: "cpu"}, "oversubscription", CPU_OK, 0, "ok",
+     "memory is not oversold on this node: colocation.tidal.io/oversell-types=cpu", None),
+    ({CO: "true", OV: "true"}, {OVERSELL_TYPES_ANNOTATION: "memory"}, "colocation+oversubscription", 0, MEMORY_OK,
+     "cpu is not oversold on this node: colocation.tidal.io/oversell-types=memory", "ok", None),
+    ({OV: "true"}, {VOLCANO_OVERSUBSCRIPTION_TYPES_ANNOTATION: "cpu"}, "oversubscription", CPU_OK, 0, "ok",
+     "memory is not oversold on this node: volcano.sh/oversubscription-types=cpu", None),
+    ({OV: "true"}, {OVERSELL_TYPES_ANNOTATION: "cpu,memory"}, "oversubscription", CPU_OK, MEMORY_OK, "ok", "ok", None),
+    # types on a node that is not oversold change nothing: it is 0 for its mode
+    ({CO: "true"}, {OVERSELL_TYPES_ANNOTATION: "cpu"}, "colocation", 0, 0, COLOCATION_ONLY_NOTE,
+     COLOCATION_ONLY_NOTE, COLOCATION_ONLY_NOTE),
+    # a value not understood is named; both types stay oversold
+    ({OV: "true"}, {OVERSELL_TYPES_ANNOTATION: "gpu"}, "oversubscription", CPU_OK, MEMORY_OK, "ok", "ok",
+     "colocation.tidal.io/oversell-types='gpu' is not understood"),
+])
+def test_node_decision_follows_the_node_mode_and_oversell_types(labels, annotations, mode, cpu, memory,
+                                                                 cpu_reason, memory_reason, note):
+    decision = decide_node(_node(labels, annotations), _profile(), SETTINGS, NOW)
+    assert decision.mode == mode == str(mode_of(_node(labels, annotations)).mode)
+    assert (decision.cpu.result, decision.memory.result) == (cpu, memory)
+    assert cpu_reason in decision.cpu.reason and memory_reason in decision.memory.reason
+    if note is not None:
+        assert any(note in n for n in decision.notes), decision.notes
+    status = decision.to_status(NOW)
+    assert status["mode"] == mode
+    assert status["cpuMillicores"]["reason"] == decision.cpu.reason
+    assert status["memoryBytes"]["reason"] == decision.memory.reason
+    # a resource at 0 still shows the node's allocatable, never a computed share
+    for part, allocatable in ((status["cpuMillicores"], 16000), (status["memoryBytes"], 64 * GiB)):
+        assert part["allocatable"] == allocatable
+        if part["result"] == 0:
+            assert part["capped"] == part["predictedOnlinePeak"] == part["safetyMargin"] == 0
+
+
+def test_a_node_not_oversold_does_not_read_its_profile():
+    decision = decide_node(_node({CO: "true"}), _profile(), SETTINGS, NOW)
+    assert decision.predictor is None and decision.profile_observed_at is None
+    assert decision.notes == (COLOCATION_ONLY_NOTE,)
+
+
+@pytest.mark.parametrize("labels, annotations, changes", [
+    # oversold by Tidal's label: the master writes the Volcano label and marks it, once
+    ({OV: "true"}, {}, {"labels": {VOV: "true"}, "annotations": {MARK: "true"}}),
+    ({OV: "true", VOV: "true"}, {MARK: "true"}, {}),
+    # a Volcano label already there beside Tidal's (an older master's write) is marked
+    ({OV: "true", VOV: "true"}, {}, {"labels": {VOV: "true"}, "annotations": {MARK: "true"}}),
+    ({OV: "true", VOV: "false"}, {}, {"labels": {VOV: "true"}, "annotations": {MARK: "true"}}),
+    # oversold by the user's Volcano label alone: left alone, never marked (else it would
+    # switch itself off at the next cycle)
+    ({VOV: "true"}, {}, {}),
+    ({CO: "true", VOV: "true"}, {}, {}),
+    # no longer oversold: the label and marker the master wrote go
+    ({VOV: "true"}, {MARK: "true"}, {"labels": {VOV: None}, "annotations": {MARK: None}}),
+    ({CO: "true", VOV: "true"}, {MARK: "true"}, {"labels": {VOV: None}, "annotations": {MARK: None}}),
+    ({OV: "false", VOV: "true"}, {MARK: "true"}, {"labels": {VOV: None}, "annotations": {MARK: None}}),
+    ({}, {MARK: "true"}, {"annotations": {MARK: None}}),   # the label removed by hand: the marker too
+    # not oversold, a Volcano label the master did not write: not its to remove
+    ({OV: "false", VOV: "true"}, {}, {}),
+    ({CO: "true"}, {}, {}),
+    ({}, {}, {}),
+])
+def test_volcano_label_changes(labels, annotations, changes):
+    node = _node(labels, annotations)
+    assert volcano_label_changes(node, mode_of(node)) == changes
+
+
+def test_volcano_patch_carries_the_label_changes_in_the_same_patch():
+    amounts = {qos.BATCH_CPU_RESOURCE: 6000, qos.BATCH_MEMORY_RESOURCE: 1024}
+    assert volcano_patch(amounts, {"labels": {VOV: "true"}, "annotations": {MARK: "true"}}) == {"metadata": {
+        "labels": {VOV: "true"},
+        "annotations": {VOLCANO_CPU_ANNOTATION: "6000", VOLCANO_MEMORY_ANNOTATION: "1024", MARK: "true"}}}
+    assert volcano_patch(amounts) == {"metadata": {
+        "annotations": {VOLCANO_CPU_ANNOTATION: "6000", VOLCANO_MEMORY_ANNOTATION: "1024"}}}
+
+
+@pytest.mark.parametrize("labels, annotations, batch, kept", [
+    ({}, {}, None, False),
+    ({CO: "true"}, {}, None, False),                       # colocation-only, nothing to undo
+    ({CO: "true"}, {}, {qos.BATCH_CPU_RESOURCE: "3000"}, True),  # colocation-only with batch left: undo
+    ({VOV: "true"}, {}, None, True),                       # the alias oversells
+    ({VOV: "true"}, {MARK: "true"}, None, True),           # not oversold, but its own label to remove
+    ({}, {MARK: "true"}, None, True),
+    ({CO: "true", OV: "true"}, {}, None, True),
+])
+def test_master_keeps_the_nodes_its_mode_rule_concerns(labels, annotations, batch, kept):
+    assert (master_node(_node(labels, annotations, batch)) is not None) is kept
+
+
+class FakeAPI:
+    """The KubeAPI calls of a one-off cycle: one page per list, writes recorded in order."""
+
+    def __init__(self, nodes, profiles):
+        self.lists = {"/api/v1/nodes": nodes, "profiles": profiles}
+        self.writes = []
+
+    async def list_pages(self, path, params=None, limit=500):
+        items = self.lists["/api/v1/nodes"] if path == "/api/v1/nodes" else self.lists["profiles"]
+        yield {"metadata": {"resourceVersion": "1"}, "items": items}
+
+    async def strategic_patch(self, path, body):
+        self.writes.append(("strategic", path, body))
+
+    async def json_patch(self, path, ops):
+        self.writes.append(("json", path, {op["path"]: op["value"] for op in ops}))
+
+    async def merge_patch(self, path, body):
+        self.writes.append(("merge", path, body))
+
+    async def create(self, path, body):
+        self.writes.append(("create", path, body["reason"]))
+
+
+def _cycle(nodes, settings, profiles=None):
+    api = FakeAPI(nodes, [_profile(n["metadata"]["name"]) for n in nodes] if profiles is None else profiles)
+    result = asyncio.run(OversellMaster(api, settings, clock=lambda: NOW).cycle())
+    return api.writes, result
+
+
+def _volcano(cpu, memory):
+    return {VOLCANO_CPU_ANNOTATION: str(cpu), VOLCANO_MEMORY_ANNOTATION: str(memory)}
+
+
+@pytest.mark.parametrize("labels, annotations, node_patch", [
+    # oversold by Tidal's label: amounts, label and marker in one patch
+    ({OV: "true"}, {}, {"labels": {VOV: "true"}, "annotations": {**_volcano(CPU_OK, MEMORY_OK), MARK: "true"}}),
+    # oversold by the user's alias: amounts only, the label is the user's
+    ({VOV: "true"}, {}, {"annotations": _volcano(CPU_OK, MEMORY_OK)}),
+    # Tidal's label removed after the master wrote the alias: driven to 0, label and marker gone
+    ({VOV: "true"}, {**_volcano(3000, GiB), MARK: "true"},
+     {"labels": {VOV: None}, "annotations": {**_volcano(0, 0), MARK: None}}),
+    # switched to colocation only: the same, with the colocation-only note
+    ({CO: "true", VOV: "true"}, {**_volcano(3000, GiB), MARK: "true"},
+     {"labels": {VOV: None}, "annotations": {**_volcano(0, 0), MARK: None}}),
+    # already 0, only the label and marker left: they go all the same
+    ({VOV: "true"}, {**_volcano(0, 0), MARK: "true"}, {"labels": {VOV: None}, "annotations": {**_volcano(0, 0), MARK: None}}),
+    # a memory type off: memory 0
+    ({OV: "true", VOV: "true"}, {MARK: "true", OVERSELL_TYPES_ANNOTATION: "cpu"},
+     {"annotations": _volcano(CPU_OK, 0)}),
+    # colocation-only, nothing written before: nothing to do
+    ({CO: "true"}, {}, None),
+])
+def test_volcano_mode_cycle_writes_label_and_marker_with_the_amounts(labels, annotations, node_patch):
+    writes, result = _cycle([_node(labels, annotations)], VOLCANO)
+    node_writes = [body["metadata"] for kind, path, body in writes if kind == "strategic"]
+    assert node_writes == ([node_patch] if node_patch else [])
+    profile_writes = [body["status"]["oversell"] for kind, _, body in writes if kind == "merge"]
+    assert len(profile_writes) == (1 if node_patch else 0)
+    if profile_writes and labels.get(CO) and not labels.get(OV):
+        assert profile_writes[0]["notes"] == [COLOCATION_ONLY_NOTE] and profile_writes[0]["mode"] == "colocation"
+    if not node_patch:
+        assert result.nodes == 0
+
+
+def test_volcano_mode_cycle_after_its_own_write_writes_nothing_and_undoes_itself():
+    """The marker ends the loop: written once, read back as output, removed with Tidal's label."""
+    node = _node({OV: "true"})
+    writes, _ = _cycle([node], VOLCANO)
+    ((_, _, body),) = [w for w in writes if w[0] == "strategic"]
+    node["metadata"]["labels"].update(body["metadata"]["labels"])
+    node["metadata"]["annotations"].update(body["metadata"]["annotations"])
+    assert [w for w in _cycle([node], VOLCANO)[0] if w[0] == "strategic"] == []
+    del node["metadata"]["labels"][OV]
+    (undo,) = [w[2]["metadata"] for w in _cycle([node], VOLCANO)[0] if w[0] == "strategic"]
+    assert undo["labels"] == {VOV: None} and undo["annotations"][MARK] is None
+
+
+@pytest.mark.parametrize("labels, batch, amounts, events", [
+    ({CO: "true"}, {qos.BATCH_CPU_RESOURCE: "3000", qos.BATCH_MEMORY_RESOURCE: str(GiB)}, (0, 0), 1),
+    ({VOV: "true"}, None, (CPU_OK, MEMORY_OK), 0),
+    ({OV: "true"}, None, (CPU_OK, MEMORY_OK), 0),
+    ({CO: "true"}, None, None, 0),
+])
+def test_extended_resources_cycle_follows_the_mode(labels, batch, amounts, events):
+    writes, _ = _cycle([_node(labels, None, batch)], SETTINGS)
+    status = [ops for kind, path, ops in writes if kind == "json"]
+    if amounts is None:
+        assert writes == []
+        return
+    assert status == [{"/status/capacity/kubernetes.io~1batch-cpu": str(amounts[0]),
+                       "/status/capacity/kubernetes.io~1batch-memory": str(amounts[1]),
+                       "/status/allocatable/kubernetes.io~1batch-cpu": str(amounts[0]),
+                       "/status/allocatable/kubernetes.io~1batch-memory": str(amounts[1])}]
+    assert [w for w in writes if w[0] == "strategic"] == []   # no Volcano label in this mode
+    assert len([w for w in writes if w[0] == "create"]) == events

@@ -93,3 +93,13 @@ def test_manager_may_count_pods_and_edit_only_volcanos_scheduler_configmap():
 def test_no_volcano_configmap_access_when_the_manager_does_not_write_one(variables):
     names = {o["metadata"]["name"] for o in render("rbac.yml.j2", **variables)}
     assert "tidal-manager-volcano-scheduler-config" not in names
+
+
+def test_manager_may_watch_namespaces_and_the_policy_for_admission():
+    """Every replica's admission keeps watch caches of the namespaces (their
+    colocation.tidal.io/oversell annotation) and of the ColocationPolicy; reading is all it needs."""
+    _, rules = _manager_rules(render("rbac.yml.j2"), "ClusterRole", "tidal-manager")
+    assert {("", "namespaces", "list"), ("", "namespaces", "watch"),
+            ("colocation.tidal.io", "colocationpolicies", "list"),
+            ("colocation.tidal.io", "colocationpolicies", "watch")} <= rules
+    assert not {verb for group, resource, verb in rules if resource == "namespaces"} - {"list", "watch"}

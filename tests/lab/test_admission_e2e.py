@@ -134,8 +134,28 @@ def test_be_pod_is_stored_mutated_for_oversold_nodes(manager, core, namespace):
     assert requests == {qos.BATCH_CPU_RESOURCE: 3000, qos.BATCH_MEMORY_RESOURCE: 2 * 1024**3}
     assert resources.limits == resources.requests
     terms = spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    # issue 19: oversold nodes with or without the colocation label
     assert {(e.key, e.operator, tuple(e.values)) for e in terms[0].match_expressions} == {
-        (qos.COLOCATION_NODE_LABEL, "In", ("true",)), (qos.OVERSUBSCRIPTION_NODE_LABEL, "In", ("true",))}
+        (qos.OVERSUBSCRIPTION_NODE_LABEL, "In", ("true",))}
+
+
+def test_be_pod_opted_out_of_overselling_is_stored_with_native_requests(manager, core, namespace):
+    """colocation.tidal.io/oversell: "false" on the pod: native requests kept, colocation nodes
+    required, oversold ones preferred; no batch-resources annotation."""
+    body = _pod("native-batch", "BE", cpu="2", memory="1Gi", limits={"cpu": "3", "memory": "2Gi"})
+    body["metadata"]["annotations"]["colocation.tidal.io/oversell"] = "false"
+    stored = core.create_namespaced_pod(namespace, body)
+    assert (stored.spec.scheduler_name, stored.spec.priority_class_name) == ("volcano", "tidal-be")
+    resources = stored.spec.containers[0].resources
+    assert {k: parse_quantity(v) for k, v in resources.requests.items()} == {"cpu": 2, "memory": 1024**3}
+    assert qos.BATCH_RESOURCES_ANNOTATION not in (stored.metadata.annotations or {})
+    node_affinity = stored.spec.affinity.node_affinity
+    terms = node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert [(e.key, e.operator, e.values) for e in terms[0].match_expressions] == [
+        (qos.COLOCATION_NODE_LABEL, "In", ["true"])]
+    preferred = node_affinity.preferred_during_scheduling_ignored_during_execution
+    assert [(p.weight, p.preference.match_expressions[0].key) for p in preferred] == [
+        (50, qos.OVERSUBSCRIPTION_NODE_LABEL)]
 
 
 @pytest.mark.parametrize("level, annotation, priority_class", [

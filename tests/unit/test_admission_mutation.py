@@ -32,7 +32,13 @@ OVERSUBSCRIPTION = {
     "operator": "In",
     "values": ["true"],
 }
-TIDAL_TERM = {"matchExpressions": [COLOCATION, OVERSUBSCRIPTION]}
+TIDAL_TERM = {"matchExpressions": [OVERSUBSCRIPTION]}
+#: What BE pods were required before issue 19 (both labels): such pods are still reviewed again.
+OLD_RULE_TERM = {"matchExpressions": [COLOCATION, OVERSUBSCRIPTION]}
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+NOT_OVERSOLD = {**OVERSUBSCRIPTION, "operator": "NotIn"}
+ONLINE_PREFERENCE = {"weight": 10, "preference": {"matchExpressions": [NOT_OVERSOLD]}}
+ONLINE_AFFINITY = {"nodeAffinity": {PREFERRED: [ONLINE_PREFERENCE]}}
 GUARANTEED = {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
 
 # What the API server has filled in before a mutating webhook sees a pod with no class.
@@ -107,6 +113,7 @@ def container(name: str = "web", **resources: dict[str, Any]) -> dict[str, Any]:
             {
                 "containers": [container(**GUARANTEED)],
                 **HLS_SCHEDULING,
+                "affinity": ONLINE_AFFINITY,
                 "tolerations": [OFFLINE_EVICTING_TOLERATION],
             },
             id="hls-volcano-class-priority-toleration",
@@ -117,6 +124,7 @@ def container(name: str = "web", **resources: dict[str, Any]) -> dict[str, Any]:
             {
                 "containers": [container(requests={"cpu": "1", "memory": "1Gi"})],
                 **LS_SCHEDULING,
+                "affinity": ONLINE_AFFINITY,
                 "tolerations": [OFFLINE_EVICTING_TOLERATION],
             },
             id="ls-volcano-class-priority-toleration",
@@ -137,6 +145,7 @@ def container(name: str = "web", **resources: dict[str, Any]) -> dict[str, Any]:
             {
                 "containers": [container(requests={"cpu": "1", "memory": "1Gi"})],
                 **LS_SCHEDULING,
+                "affinity": ONLINE_AFFINITY,
                 "tolerations": [OFFLINE_EVICTING_TOLERATION],
             },
             id="absent-fields-are-added",
@@ -148,6 +157,7 @@ def container(name: str = "web", **resources: dict[str, Any]) -> dict[str, Any]:
                 "containers": [container(**GUARANTEED)],
                 **HLS_SCHEDULING,
                 "preemptionPolicy": "PreemptLowerPriority",
+                "affinity": ONLINE_AFFINITY,
                 "tolerations": [OFFLINE_EVICTING_TOLERATION],
             },
             id="preemption-policy-of-the-original-class-is-replaced",
@@ -274,7 +284,7 @@ def test_be_pod_gets_no_toleration() -> None:
 
 ZONE = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
 NODE_NAME_FIELD = {"key": "metadata.name", "operator": "In", "values": ["node-1"]}
-PREFERRED = [{"weight": 1, "preference": {"matchExpressions": [ZONE]}}]
+USER_PREFERRED = [{"weight": 1, "preference": {"matchExpressions": [ZONE]}}]
 POD_ANTI_AFFINITY = {
     "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]
 }
@@ -297,10 +307,10 @@ POD_ANTI_AFFINITY = {
             id="no-node-affinity",
         ),
         pytest.param(
-            {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": PREFERRED}},
+            {"nodeAffinity": {PREFERRED: USER_PREFERRED}},
             {
                 "nodeAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": PREFERRED,
+                    PREFERRED: USER_PREFERRED,
                     REQUIRED: {"nodeSelectorTerms": [TIDAL_TERM]},
                 }
             },
@@ -321,10 +331,10 @@ POD_ANTI_AFFINITY = {
                 "nodeAffinity": {
                     REQUIRED: {
                         "nodeSelectorTerms": [
-                            {"matchExpressions": [ZONE, COLOCATION, OVERSUBSCRIPTION]},
+                            {"matchExpressions": [ZONE, OVERSUBSCRIPTION]},
                             {
                                 "matchFields": [NODE_NAME_FIELD],
-                                "matchExpressions": [COLOCATION, OVERSUBSCRIPTION],
+                                "matchExpressions": [OVERSUBSCRIPTION],
                             },
                         ]
                     }
@@ -333,30 +343,52 @@ POD_ANTI_AFFINITY = {
             id="anded-into-every-user-term",
         ),
         pytest.param(
-            {
-                "nodeAffinity": {
-                    REQUIRED: {
-                        "nodeSelectorTerms": [{"matchExpressions": [ZONE, OVERSUBSCRIPTION]}]
-                    }
-                }
-            },
+            {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [ZONE, COLOCATION]}]}}},
             {
                 "nodeAffinity": {
                     REQUIRED: {
                         "nodeSelectorTerms": [
-                            {"matchExpressions": [ZONE, OVERSUBSCRIPTION, COLOCATION]}
+                            {"matchExpressions": [ZONE, COLOCATION, OVERSUBSCRIPTION]}
                         ]
                     }
                 }
             },
-            id="only-the-missing-expression-is-added",
+            id="a-users-colocation-expression-is-kept-and-oversubscription-added",
+        ),
+        pytest.param(
+            {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [OLD_RULE_TERM]}}},
+            {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [OLD_RULE_TERM]}}},
+            id="pod-of-the-earlier-rule-keeps-both-expressions",
         ),
         pytest.param(
             {
                 "nodeAffinity": {
                     REQUIRED: {
                         "nodeSelectorTerms": [
-                            {"matchExpressions": [{**COLOCATION, "values": ["true", "false"]}]}
+                            {"matchExpressions": [ZONE, COLOCATION, OVERSUBSCRIPTION]},
+                            {"matchExpressions": [ZONE]},
+                        ]
+                    }
+                }
+            },
+            {
+                "nodeAffinity": {
+                    REQUIRED: {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [ZONE, COLOCATION, OVERSUBSCRIPTION]},
+                            {"matchExpressions": [ZONE, OVERSUBSCRIPTION]},
+                        ]
+                    }
+                }
+            },
+            id="earlier-rule-term-kept-user-term-completed",
+        ),
+        pytest.param(
+            {
+                "nodeAffinity": {
+                    REQUIRED: {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{**OVERSUBSCRIPTION, "values": ["true", "false"]}]}
                         ]
                     }
                 }
@@ -367,8 +399,7 @@ POD_ANTI_AFFINITY = {
                         "nodeSelectorTerms": [
                             {
                                 "matchExpressions": [
-                                    {**COLOCATION, "values": ["true", "false"]},
-                                    COLOCATION,
+                                    {**OVERSUBSCRIPTION, "values": ["true", "false"]},
                                     OVERSUBSCRIPTION,
                                 ]
                             }
@@ -395,7 +426,7 @@ POD_ANTI_AFFINITY = {
                     REQUIRED: {
                         "nodeSelectorTerms": [
                             {},
-                            {"matchExpressions": [ZONE, COLOCATION, OVERSUBSCRIPTION]},
+                            {"matchExpressions": [ZONE, OVERSUBSCRIPTION]},
                         ]
                     }
                 }
@@ -404,7 +435,7 @@ POD_ANTI_AFFINITY = {
         ),
     ],
 )
-def test_be_pod_requires_colocation_nodes_without_dropping_user_terms(
+def test_be_pod_requires_oversold_nodes_without_dropping_user_terms(
     affinity: dict | None, expected: dict
 ) -> None:
     spec: dict[str, Any] = {"containers": [container()], **BE_SCHEDULING}
@@ -436,10 +467,7 @@ def test_affinity_expressions_are_appended_not_rewritten() -> None:
         pod("BE", {"containers": [container()], **BE_SCHEDULING, "affinity": affinity})
     )
     path = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms/0/matchExpressions/-"
-    assert ops == [
-        {"op": "add", "path": path, "value": COLOCATION},
-        {"op": "add", "path": path, "value": OVERSUBSCRIPTION},
-    ]
+    assert ops == [{"op": "add", "path": path, "value": OVERSUBSCRIPTION}]
 
 
 # --- BE: native resources become batch resources -----------------------------------------------

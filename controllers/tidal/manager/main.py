@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`tidal-manager`: the admission webhook (every replica) and the leader-elected oversell
-master; the policy reconciler joins it in a later issue."""
+"""`tidal-manager`: the admission webhook (every replica, with watch caches of the namespaces and
+the ColocationPolicy for its decisions) and the leader-elected oversell master and policy
+reconciler."""
 from __future__ import annotations
 
 import argparse
@@ -82,13 +83,24 @@ async def _run(config: ServerConfig, args) -> None:
     stop = stop_on_signals()
     # One registry, served at the health port's /metrics: admission and the leader's controllers.
     admission_metrics = AdmissionMetrics()
-    jobs = [serve(config, stop, admission_metrics)]
     missing = cluster_access(args.kubeconfig)
-    if missing is None:
-        jobs.append(_leader_work(args, stop, manager_metrics(admission_metrics.registry)))
-    else:
-        logging.getLogger(__name__).warning("only the webhook runs: %s", missing)
-    await asyncio.gather(*jobs)
+    if missing is not None:
+        logging.getLogger(__name__).warning(
+            "only the webhook runs, with the policy defaults and no namespace annotations: %s", missing)
+        await serve(config, stop, admission_metrics)
+        return
+    from tidal.kube import connect
+    from tidal.manager.admission.context_cache import AdmissionContexts
+    # Every replica answers reviews, so every replica keeps the admission caches (the leader's
+    # controllers have their own watches).
+    async with connect(args.kubeconfig, "tidal-manager-admission") as api:
+        contexts = AdmissionContexts(api)
+        caches = asyncio.create_task(contexts.run())
+        try:
+            await asyncio.gather(serve(config, stop, admission_metrics, contexts),
+                                 _leader_work(args, stop, manager_metrics(admission_metrics.registry)))
+        finally:
+            caches.cancel()
 
 
 def cluster_access(kubeconfig: str | None, environ=None, account=None) -> str | None:

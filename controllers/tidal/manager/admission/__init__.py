@@ -12,7 +12,8 @@ Pure core, one job per module, listed from the bottom layer up:
 * ``mutation`` — what Tidal changes on a pod of each level (a minimal JSON Patch).
 * ``workloads`` — which objects are reviewed and where their pod template lives.
 * ``decision`` — the answer (`Decision`) and the denial reasons used as metric labels.
+* ``context`` — what a review needs besides the request (namespace annotations, the policy).
 * ``review`` — the entry point: ``review(admission_review) -> AdmissionReview response``.
 
-The edges (``server``, ``configuration``, ``cli``) do the I/O around ``review``.
+The edges (``server``, ``context_cache``, ``configuration``, ``cli``) do the I/O around ``review``.
 """

@@ -13,19 +13,32 @@ Every level:
 HLS and LS: a toleration of the ``colocation.tidal.io/offline-evicting:NoSchedule`` taint the
 agent sets while it evicts offline pods, so online pods still schedule there. An existing
 toleration that already covers it (operator Exists, key empty or equal, effect empty or
-NoSchedule) is kept and none is added.
+NoSchedule) is kept and none is added. A *preferred* node affinity (weight 10) to nodes that do
+not oversell (``colocation.tidal.io/oversubscription NotIn [true]``): on an oversold node they
+still use native resources only (the HLS/LS rule refuses ``kubernetes.io/batch-*``).
 
-BE:
+BE, using oversold batch resources (the default):
 
-* a *required* node affinity to nodes labelled both ``colocation.tidal.io/colocation=true``
-  and ``colocation.tidal.io/oversubscription=true``. Kubernetes ORs ``nodeSelectorTerms``, so
-  the two expressions are ANDed into every existing term; no user term is dropped. An empty
-  term (no expressions, no fields) matches no node, and is left so.
+* a *required* node affinity to nodes labelled ``colocation.tidal.io/oversubscription=true``
+  (with or without ``colocation.tidal.io/colocation=true``). Kubernetes ORs
+  ``nodeSelectorTerms``, so the expression is ANDed into every existing term; no user term is
+  dropped. An empty term (no expressions, no fields) matches no node, and is left so. A pod
+  admitted under the earlier rule (both labels required) keeps both expressions: nothing is
+  ever removed, only what is missing is added.
 * native cpu/memory requests and limits of every container, init containers included, become
   ``kubernetes.io/batch-cpu`` (millicores) / ``kubernetes.io/batch-memory`` (bytes), see
   ``tidal.manager.admission.batch``; the native keys are removed;
 * ``colocation.tidal.io/batch-resources``: every container's batch amounts as JSON, for the NRI
   plugin (NRI does not carry extended resources to plugins).
+
+BE, keeping native requests (``colocation.tidal.io/oversell: "false"`` on the pod or its
+namespace, or the policy's ``overselling.beUsesBatchResources: false``): requests untouched and
+no annotation; a required node affinity to ``colocation.tidal.io/colocation=true`` and a
+preferred one (weight 50) to oversold nodes. With ``overselling.beFallbackToNative`` nothing is
+required: colocation and oversold nodes are preferred (weight 50 each).
+
+Preferences are ``preferredDuringSchedulingIgnoredDuringExecution`` terms of one expression,
+appended unless a term saying the same (any weight) is there; user terms are kept.
 
 The patch is minimal (only what differs, ``add`` for what is missing, including a missing
 parent map, ``replace``/``remove`` on exact paths) and idempotent: reviewing the patched pod
@@ -55,14 +68,14 @@ from tidal.api.qos import (
     QoSLevel,
 )
 
-__all__ = ["Mutation", "pod_mutation"]
+__all__ = ["Mutation", "NodePreference", "node_placement", "pod_mutation"]
 
 REQUIRED_NODE_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED_NODE_AFFINITY = "preferredDuringSchedulingIgnoredDuringExecution"
 #: What the API server defaults schedulerName to; replacing it is not worth a warning.
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 #: What an absent preemptionPolicy means.
 DEFAULT_PREEMPTION_POLICY = "PreemptLowerPriority"
-_NODE_LABELS = (COLOCATION_NODE_LABEL, OVERSUBSCRIPTION_NODE_LABEL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,45 +126,119 @@ def _scheduling(
         ops.append(set_member(spec, "preemptionPolicy", priority_class.preemption_policy, "/spec"))
 
 
-# --- BE: where it may run ----------------------------------------------------------------------
+# --- Where a pod may run, and where it would rather run ---------------------------------------
 
 
-def _colocation_requirements() -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class NodePreference:
+    """One ``preferredDuringSchedulingIgnoredDuringExecution`` term Tidal adds: a node label
+    ``In`` / ``NotIn`` ``["true"]``, with its weight (1-100, summed by the scheduler over the
+    terms a node matches; Volcano's ``nodeorder`` plugin multiplies the sum by its
+    ``nodeaffinity.weight``)."""
+
+    weight: int
+    label: str
+    operator: str = "In"
+
+    def requirement(self) -> dict[str, Any]:
+        return _requirement(self.label, self.operator)
+
+    def term(self) -> dict[str, Any]:
+        return {"weight": self.weight, "preference": {"matchExpressions": [self.requirement()]}}
+
+
+#: BE pods: nodes that oversell (Tidal acts there; native BE pods get BE isolation too).
+BE_PREFERS_OVERSOLD = NodePreference(50, OVERSUBSCRIPTION_NODE_LABEL)
+#: BE pods that may run anywhere (``beFallbackToNative``): colocation nodes, for BE isolation.
+BE_PREFERS_COLOCATION = NodePreference(50, COLOCATION_NODE_LABEL)
+#: HLS and LS pods: nodes that do not oversell, where reclaimed capacity is not sold to BE pods.
+ONLINE_PREFERS_NOT_OVERSOLD = NodePreference(10, OVERSUBSCRIPTION_NODE_LABEL, "NotIn")
+
+
+def _requirement(label: str, operator: str = "In") -> dict[str, Any]:
     # Fresh objects for every operation: a serialised patch must not alias anything.
-    return [
-        {"key": label, "operator": "In", "values": [NODE_LABEL_ENABLED_VALUE]}
-        for label in _NODE_LABELS
-    ]
+    return {"key": label, "operator": operator, "values": [NODE_LABEL_ENABLED_VALUE]}
 
 
 def _is_same_requirement(wanted: dict[str, Any], existing: Any) -> bool:
     return (
         isinstance(existing, dict)
         and existing.get("key") == wanted["key"]
-        and existing.get("operator") == "In"
+        and existing.get("operator") == wanted["operator"]
         and existing.get("values") == wanted["values"]
     )
 
 
-def _colocation_node_affinity(spec: dict[str, Any], ops: list[Operation]) -> None:
-    """Require colocation nodes with overselling: ANDed into every required term."""
+def _is_same_preference(wanted: NodePreference, existing: Any) -> bool:
+    """A user's (or an earlier review's) term that says the same, whatever its weight."""
+    if not isinstance(existing, dict):
+        return False
+    preference = existing.get("preference")
+    if not isinstance(preference, dict) or preference.get("matchFields"):
+        return False
+    expressions = preference.get("matchExpressions")
+    return (
+        isinstance(expressions, list)
+        and len(expressions) == 1
+        and _is_same_requirement(wanted.requirement(), expressions[0])
+    )
+
+
+def _new_node_affinity(
+    required_labels: tuple[str, ...], preferences: tuple[NodePreference, ...]
+) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    if required_labels:
+        terms = [{"matchExpressions": [_requirement(label) for label in required_labels]}]
+        value[REQUIRED_NODE_AFFINITY] = {"nodeSelectorTerms": terms}
+    if preferences:
+        value[PREFERRED_NODE_AFFINITY] = [preference.term() for preference in preferences]
+    return value
+
+
+def _node_affinity(
+    spec: dict[str, Any],
+    required_labels: tuple[str, ...],
+    preferences: tuple[NodePreference, ...],
+    ops: list[Operation],
+) -> None:
+    """Require every label of ``required_labels`` (``In ["true"]``) and add ``preferences``.
+
+    Nothing the pod has is removed or rewritten: an expression or a preference already there
+    (from the user or an earlier review, e.g. under the earlier rule that required both node
+    labels) is kept, and only what is missing is added.
+    """
+    if not required_labels and not preferences:
+        return
     affinity = optional_object(spec, "affinity", "spec.affinity")
     if affinity is None:
-        terms = [{"matchExpressions": _colocation_requirements()}]
-        value = {"nodeAffinity": {REQUIRED_NODE_AFFINITY: {"nodeSelectorTerms": terms}}}
+        value = {"nodeAffinity": _new_node_affinity(required_labels, preferences)}
         ops.append(set_member(spec, "affinity", value, "/spec"))
         return
     node_affinity = optional_object(affinity, "nodeAffinity", "spec.affinity.nodeAffinity")
     if node_affinity is None:
-        terms = [{"matchExpressions": _colocation_requirements()}]
-        value = {REQUIRED_NODE_AFFINITY: {"nodeSelectorTerms": terms}}
+        value = _new_node_affinity(required_labels, preferences)
         ops.append(set_member(affinity, "nodeAffinity", value, "/spec/affinity"))
         return
+    if required_labels:
+        _required_node_affinity(node_affinity, required_labels, ops)
+    if preferences:
+        _preferred_node_affinity(node_affinity, preferences, ops)
+
+
+def _required_node_affinity(
+    node_affinity: dict[str, Any], required_labels: tuple[str, ...], ops: list[Operation]
+) -> None:
+    """The labels ANDed into every required term (Kubernetes ORs ``nodeSelectorTerms``)."""
+
+    def requirements() -> list[dict[str, Any]]:
+        return [_requirement(label) for label in required_labels]
+
     node_affinity_path = "/spec/affinity/nodeAffinity"
     required_path_text = f"spec.affinity.nodeAffinity.{REQUIRED_NODE_AFFINITY}"
     required = optional_object(node_affinity, REQUIRED_NODE_AFFINITY, required_path_text)
     if required is None:
-        terms = [{"matchExpressions": _colocation_requirements()}]
+        terms = [{"matchExpressions": requirements()}]
         ops.append(
             set_member(
                 node_affinity,
@@ -169,7 +256,7 @@ def _colocation_node_affinity(spec: dict[str, Any], ops: list[Operation]) -> Non
             set_member(
                 required,
                 "nodeSelectorTerms",
-                [{"matchExpressions": _colocation_requirements()}],
+                [{"matchExpressions": requirements()}],
                 required_path,
             )
         )
@@ -184,7 +271,7 @@ def _colocation_node_affinity(spec: dict[str, Any], ops: list[Operation]) -> Non
             continue
         missing = [
             wanted
-            for wanted in _colocation_requirements()
+            for wanted in requirements()
             if not any(_is_same_requirement(wanted, existing) for existing in expressions or ())
         ]
         if not missing:
@@ -196,6 +283,50 @@ def _colocation_node_affinity(spec: dict[str, Any], ops: list[Operation]) -> Non
             ops.extend(
                 add(member(term_path, "matchExpressions") + "/-", wanted) for wanted in missing
             )
+
+
+def _preferred_node_affinity(
+    node_affinity: dict[str, Any], preferences: tuple[NodePreference, ...], ops: list[Operation]
+) -> None:
+    """Each preference appended unless a term saying the same is there (the user's weight stays)."""
+    node_affinity_path = "/spec/affinity/nodeAffinity"
+    preferred = optional_array(
+        node_affinity, PREFERRED_NODE_AFFINITY,
+        f"spec.affinity.nodeAffinity.{PREFERRED_NODE_AFFINITY}",
+    )
+    missing = [
+        wanted for wanted in preferences
+        if not any(_is_same_preference(wanted, existing) for existing in preferred or ())
+    ]
+    if not missing:
+        return
+    if preferred is None:
+        value = [wanted.term() for wanted in missing]
+        ops.append(set_member(node_affinity, PREFERRED_NODE_AFFINITY, value, node_affinity_path))
+        return
+    path = member(node_affinity_path, PREFERRED_NODE_AFFINITY) + "/-"
+    ops.extend(add(path, wanted.term()) for wanted in missing)
+
+
+def node_placement(
+    level: QoSLevel, be_native: bool = False, be_anywhere: bool = False
+) -> tuple[tuple[str, ...], tuple[NodePreference, ...]]:
+    """The node labels a pod of ``level`` requires (``In ["true"]``) and its preferences.
+
+    * BE on batch resources: ``oversubscription`` required (only oversold nodes publish
+      ``kubernetes.io/batch-*``); no preference, every node it may use oversells already.
+    * BE on native requests (``be_native``): ``colocation`` required, oversold nodes preferred;
+      with ``be_anywhere`` (``beFallbackToNative``) nothing required, colocation and oversold
+      nodes preferred.
+    * HLS and LS: nothing required, nodes that do not oversell preferred.
+    """
+    if level is not QoSLevel.BE:
+        return (), (ONLINE_PREFERS_NOT_OVERSOLD,)
+    if not be_native:
+        return (OVERSUBSCRIPTION_NODE_LABEL,), ()
+    if be_anywhere:
+        return (), (BE_PREFERS_COLOCATION, BE_PREFERS_OVERSOLD)
+    return (COLOCATION_NODE_LABEL,), (BE_PREFERS_OVERSOLD,)
 
 
 # --- HLS/LS: where they may still schedule -----------------------------------------------------
@@ -318,7 +449,8 @@ def _batch_annotation(annotations: dict[str, Any] | None, containers: list[Conta
 
 def pod_mutation(
     spec: dict[str, Any], level: QoSLevel, containers: list[Container] | None = None,
-    annotations: dict[str, Any] | None = None,
+    annotations: dict[str, Any] | None = None, *, be_native: bool = False,
+    be_anywhere: bool = False,
 ) -> Mutation:
     """The patch that makes a pod of ``level`` follow Tidal's scheduling contract.
 
@@ -326,6 +458,9 @@ def pod_mutation(
     (``rules.violations`` is empty): BE quantities are read as valid. ``containers`` is
     ``containers_of(spec, "spec")`` when the caller already has it; ``annotations`` the pod's
     ``metadata.annotations`` (where a BE pod gets ``colocation.tidal.io/batch-resources``).
+    ``be_native``: a BE pod that keeps its native requests (``oversell_opted_out``): no batch
+    resources, colocation nodes; ``be_anywhere`` (``overselling.beFallbackToNative``): such a
+    pod requires no node label, it only prefers (see `node_placement`).
 
     Raises:
         MalformedObjectError: a part of the spec the mutation reads has the wrong JSON type.
@@ -333,11 +468,13 @@ def pod_mutation(
     ops: list[Operation] = []
     warnings: list[str] = []
     _scheduling(spec, level, ops, warnings)
+    required_labels, preferences = node_placement(level, be_native, be_anywhere)
+    _node_affinity(spec, required_labels, preferences, ops)
     if level is QoSLevel.BE:
-        containers = containers_of(spec, "spec") if containers is None else containers
-        _colocation_node_affinity(spec, ops)
-        _batch_resources(containers, ops)
-        _batch_annotation(annotations, containers, ops)
+        if not be_native:
+            containers = containers_of(spec, "spec") if containers is None else containers
+            _batch_resources(containers, ops)
+            _batch_annotation(annotations, containers, ops)
     else:
         _offline_evicting_toleration(spec, ops)
     return Mutation(tuple(ops), tuple(warnings))

@@ -13,7 +13,11 @@ What is decided (`decide`):
   and CONNECT: allowed untouched.
 * Pod CREATE: a pod without a QoS annotation is allowed untouched. Otherwise the annotation
   must be valid (aliases resolved by ``tidal.api.qos.qos_level_of``), the pod must follow the rule
-  of its level (``rules``), and it is mutated (``mutation``).
+  of its level (``rules``), and it is mutated (``mutation``). A BE pod keeps its native requests
+  when ``tidal.api.node_mode.oversell_opted_out`` says so (the ``colocation.tidal.io/oversell``
+  annotation of the pod, else of its namespace, else the policy's
+  ``overselling.beUsesBatchResources``), with a warning saying why; a bad value of that
+  annotation is an "invalid-qos-annotation" denial naming it.
 * Pod UPDATE: the QoS level may not change (old and new objects compared after resolving
   aliases); anything else is allowed without mutation, as most of a pod is immutable anyway.
   An update that leaves the QoS annotations as they were is always allowed, so a pod created
@@ -26,6 +30,9 @@ What is decided (`decide`):
 
 ``dryRun`` requests get exactly the same answer: the webhook has no side effects to skip.
 
+The namespace's annotations and the policy come in as an `AdmissionContext` (the server's watch
+caches); without one, `DEFAULT_CONTEXT`: no namespace annotation, the policy's defaults.
+
 Everything here is pure and cheap: the object is read in place, never copied or re-serialised.
 """
 
@@ -35,6 +42,8 @@ import base64
 import json
 from typing import Any
 
+from tidal.api.node_mode import OVERSELL_ANNOTATION, oversell_opted_out
+from tidal.manager.admission.context import DEFAULT_CONTEXT, AdmissionContext
 from tidal.manager.admission.decision import ALLOWED, RULE_REASON_BY_LEVEL, Decision, DenialReason
 from tidal.manager.admission.mutation import pod_mutation
 from tidal.manager.admission.podspec import containers_of
@@ -46,9 +55,20 @@ from tidal.api.shape import (
     optional_string,
 )
 from tidal.manager.admission.workloads import Target, pod_template_of, target_of
-from tidal.api.qos import QOS_ALIAS_ANNOTATIONS, QOS_ANNOTATION, AnnotationError, QoSLevel, qos_level_of
+from tidal.api.qos import (
+    COLOCATION_NODE_LABEL,
+    QOS_ALIAS_ANNOTATIONS,
+    QOS_ANNOTATION,
+    AnnotationError,
+    AnnotationValueError,
+    QoSLevel,
+    qos_level_of,
+)
 
-__all__ = ["ADMISSION_API_VERSION", "ADMISSION_KIND", "review", "answer", "decide"]
+__all__ = [
+    "ADMISSION_API_VERSION", "ADMISSION_KIND", "AdmissionContext", "review", "answer", "decide",
+    "namespace_of",
+]
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 ADMISSION_KIND = "AdmissionReview"
@@ -84,7 +104,45 @@ def _qos_annotation_values(annotations: dict[str, Any] | None) -> tuple[Any, ...
 # --- Decisions per kind of request -------------------------------------------------------------
 
 
-def _pod_create(pod: dict[str, Any]) -> Decision:
+def _be_native_reason(
+    annotations: dict[str, Any] | None, context: AdmissionContext, path: str
+) -> str | None:
+    """Why a BE pod (or template) keeps its native requests; None when it uses batch resources.
+
+    Raises:
+        AnnotationError: ``colocation.tidal.io/oversell`` (on the pod, else its namespace) is
+            neither ``true`` nor ``false``; the message says where it is.
+        MalformedObjectError: the pod's annotation is not a string.
+    """
+    raw = (annotations or {}).get(OVERSELL_ANNOTATION)
+    if raw is not None and not isinstance(raw, str):
+        raise MalformedObjectError(
+            f"{path}metadata.annotations[{json.dumps(OVERSELL_ANNOTATION)}]", "a string", raw
+        )
+    try:
+        native, why = oversell_opted_out(
+            annotations, context.namespace_annotations,
+            context.overselling.be_uses_batch_resources,
+        )
+    except AnnotationValueError as error:
+        where = "pod" if raw is not None else f"namespace {context.namespace}".rstrip()
+        raise AnnotationError(f"{where}: {error}") from error
+    return why if native else None
+
+
+def _native_warning(why: str, anywhere: bool) -> str:
+    where = (
+        "any node, preferring colocation and oversold nodes (overselling.beFallbackToNative=true)"
+        if anywhere
+        else f"nodes labelled {COLOCATION_NODE_LABEL}=true only"
+    )
+    return (
+        f"BE pod keeps its native cpu/memory requests ({why}): no oversold batch resources; "
+        f"it runs on {where}"
+    )
+
+
+def _pod_create(pod: dict[str, Any], context: AdmissionContext) -> Decision:
     annotations = _annotations_of(pod, "")
     try:
         level = qos_level_of(annotations)
@@ -95,14 +153,25 @@ def _pod_create(pod: dict[str, Any]) -> Decision:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise MalformedObjectError("spec", "an object", spec)
+    native_reason = None
+    if level is QoSLevel.BE:
+        try:
+            native_reason = _be_native_reason(annotations, context, "")
+        except AnnotationError as error:
+            return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, str(error))
     containers = containers_of(spec, "spec")
-    problems = violations(spec, level, "spec", containers)
+    problems = violations(spec, level, "spec", containers, native_reason)
     if problems:
         return Decision.deny(RULE_REASON_BY_LEVEL[level], "; ".join(problems))
-    mutation = pod_mutation(spec, level, containers, annotations)
-    if not mutation.ops and not mutation.warnings:
+    anywhere = native_reason is not None and context.overselling.be_fallback_to_native
+    mutation = pod_mutation(spec, level, containers, annotations,
+                            be_native=native_reason is not None, be_anywhere=anywhere)
+    warnings = mutation.warnings
+    if native_reason is not None:
+        warnings += (_native_warning(native_reason, anywhere),)
+    if not mutation.ops and not warnings:
         return ALLOWED
-    return Decision.allow(mutation.ops, mutation.warnings)
+    return Decision.allow(mutation.ops, warnings)
 
 
 def _level_name(level: QoSLevel | None) -> str:
@@ -133,7 +202,9 @@ def _pod_update(pod: dict[str, Any], old_pod: Any) -> Decision:
     )
 
 
-def _workload(obj: dict[str, Any], old_obj: Any, operation: str, target: Target) -> Decision:
+def _workload(
+    obj: dict[str, Any], old_obj: Any, operation: str, target: Target, context: AdmissionContext
+) -> Decision:
     template = pod_template_of(obj, target)
     if template is None:
         return ALLOWED
@@ -144,14 +215,19 @@ def _workload(obj: dict[str, Any], old_obj: Any, operation: str, target: Target)
         except MalformedObjectError:
             pass  # the old object is not ours to judge; validate the new template
     prefix = target.template_path_text
+    annotations = _annotations_of(template, f"{prefix}.")
     try:
-        level = qos_level_of(_annotations_of(template, f"{prefix}."))
+        level = qos_level_of(annotations)
+        native_reason = (
+            _be_native_reason(annotations, context, f"{prefix}.")
+            if level is QoSLevel.BE else None
+        )
     except AnnotationError as error:
         return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, f"{prefix}: {error}")
     if level is None:
         return ALLOWED
     spec = optional_object(template, "spec", f"{prefix}.spec") or {}
-    problems = violations(spec, level, f"{prefix}.spec")
+    problems = violations(spec, level, f"{prefix}.spec", be_native_reason=native_reason)
     if problems:
         return Decision.deny(
             RULE_REASON_BY_LEVEL[level], "; ".join(f"{prefix}: {problem}" for problem in problems)
@@ -159,7 +235,7 @@ def _workload(obj: dict[str, Any], old_obj: Any, operation: str, target: Target)
     return ALLOWED
 
 
-def _decide(request: Any) -> Decision:
+def _decide(request: Any, context: AdmissionContext) -> Decision:
     if not isinstance(request, dict):
         raise MalformedObjectError("request", "an object", request)
     uid = request.get("uid")
@@ -181,14 +257,15 @@ def _decide(request: Any) -> Decision:
     if not isinstance(obj, dict):
         raise MalformedObjectError("request.object", "an object", obj)
     if not target.is_pod:
-        return _workload(obj, request.get("oldObject"), operation, target)
+        return _workload(obj, request.get("oldObject"), operation, target, context)
     if operation == "CREATE":
-        return _pod_create(obj)
+        return _pod_create(obj, context)
     return _pod_update(obj, request.get("oldObject"))
 
 
-def decide(request: Any) -> Decision:
-    """The decision for one ``AdmissionReview.request``.
+def decide(request: Any, context: AdmissionContext = DEFAULT_CONTEXT) -> Decision:
+    """The decision for one ``AdmissionReview.request`` in ``context`` (the namespace's
+    annotations and the policy).
 
     A request of the wrong shape is denied as "malformed-request" with the path of the problem.
     Pure: ``request`` is only read.
@@ -197,7 +274,7 @@ def decide(request: Any) -> Decision:
         Exception: only on a bug; `review` turns it into an "internal-error" denial.
     """
     try:
-        return _decide(request)
+        return _decide(request, context)
     except MalformedObjectError as error:
         return Decision.deny(DenialReason.MALFORMED_REQUEST, f"malformed request: {error}")
 
@@ -205,7 +282,7 @@ def decide(request: Any) -> Decision:
 # --- The AdmissionReview envelope -------------------------------------------------------------
 
 
-def _decide_review(admission_review: Any) -> Decision:
+def _decide_review(admission_review: Any, context: AdmissionContext) -> Decision:
     if not isinstance(admission_review, dict):
         message = f"AdmissionReview: expected an object, got {describe(admission_review)}"
         return Decision.deny(DenialReason.MALFORMED_REQUEST, f"malformed request: {message}")
@@ -214,7 +291,7 @@ def _decide_review(admission_review: Any) -> Decision:
         if value != expected:
             message = f"{field}: expected {json.dumps(expected)}, got {describe(value)}"
             return Decision.deny(DenialReason.MALFORMED_REQUEST, f"malformed request: {message}")
-    return decide(admission_review.get("request"))
+    return decide(admission_review.get("request"), context)
 
 
 def _uid_of(admission_review: Any) -> str:
@@ -256,13 +333,27 @@ def _response(uid: str, decision: Decision) -> dict[str, Any]:
     return {"apiVersion": ADMISSION_API_VERSION, "kind": ADMISSION_KIND, "response": response}
 
 
-def answer(admission_review: Any, *, with_patch: bool = True) -> tuple[dict[str, Any], Decision]:
+def namespace_of(admission_review: Any) -> str:
+    """``request.namespace`` of a review of any shape ("" when there is none), for the caller
+    that looks up the `AdmissionContext`."""
+    if isinstance(admission_review, dict):
+        request = admission_review.get("request")
+        if isinstance(request, dict) and isinstance(request.get("namespace"), str):
+            return request["namespace"]
+    return ""
+
+
+def answer(
+    admission_review: Any, *, with_patch: bool = True,
+    context: AdmissionContext = DEFAULT_CONTEXT,
+) -> tuple[dict[str, Any], Decision]:
     """The AdmissionReview response and the `Decision` behind it (for metrics and logs).
 
     Args:
         admission_review: the parsed JSON body, of any shape.
         with_patch: False for the validating webhook: same verdict, no patch, and none of the
             warnings that describe the patch (a validating webhook may not mutate).
+        context: the namespace's annotations and the policy (`DEFAULT_CONTEXT`: none, defaults).
 
     Never raises (see the module docstring).
     """
@@ -271,7 +362,7 @@ def answer(admission_review: Any, *, with_patch: bool = True) -> tuple[dict[str,
     except Exception:  # noqa: BLE001 - not even the uid is readable: answer anyway
         uid = ""
     try:
-        decision = _decide_review(admission_review)
+        decision = _decide_review(admission_review, context)
         if not with_patch and decision.allowed and (decision.patch or decision.warnings):
             decision = ALLOWED
         return _response(uid, decision), decision
@@ -280,7 +371,7 @@ def answer(admission_review: Any, *, with_patch: bool = True) -> tuple[dict[str,
         return _response(uid, decision), decision
 
 
-def review(admission_review: Any) -> dict[str, Any]:
+def review(admission_review: Any, context: AdmissionContext = DEFAULT_CONTEXT) -> dict[str, Any]:
     """The AdmissionReview (admission.k8s.io/v1) response to ``admission_review``; never raises.
 
     ``response.uid`` echoes ``request.uid`` when it is a string, else "". ``allowed`` is a bool;
@@ -288,4 +379,4 @@ def review(admission_review: Any) -> dict[str, Any]:
     allowed mutation carries ``patchType: JSONPatch`` and ``patch``, the base64 of a JSON array
     of RFC 6902 operations, only when there are operations.
     """
-    return answer(admission_review)[0]
+    return answer(admission_review, context=context)[0]

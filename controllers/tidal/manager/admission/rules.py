@@ -31,6 +31,12 @@ quantity (...)``. Other resources (ephemeral-storage, GPUs) are the API server's
   not exceed its limit, batch requests must equal batch limits, and a batch resource that is
   set must equal the native amount it would be rewritten from. Pod-level ``spec.resources``
   (cpu/memory) are refused: Kubernetes has no pod-level extended resources to rewrite them into.
+* **BE keeping native requests** (opted out of oversold resources, see
+  ``tidal.api.node_mode.oversell_opted_out``) — the native requests stay, so they are judged as
+  Kubernetes would run them: every quantity must parse, a native request may not exceed its
+  limit, and no ``kubernetes.io/batch-*`` may be set (the pod runs without oversold resources,
+  and a node without overselling publishes none: the pod would never schedule). Pod-level
+  resources are allowed: nothing is rewritten.
 """
 
 from __future__ import annotations
@@ -217,6 +223,36 @@ def _be_pod_level(spec: dict[str, Any], path: str, problems: list[str]) -> None:
                 )
 
 
+def _be_native(reason: str) -> Callable[[Container, list[str]], None]:
+    """BE keeping its native requests because of ``reason`` (e.g. ``pod annotation
+    colocation.tidal.io/oversell=false``)."""
+
+    def rule(container: Container, problems: list[str]) -> None:
+        for resource in NATIVE_RESOURCES:
+            fields = _FIELDS[resource]
+            batch = BATCH_RESOURCE_OF[resource]
+            request_raw, limit_raw = container.requests.get(resource), container.limits.get(resource)
+            request = _parse(container, fields.request, request_raw, problems)
+            limit = _parse(container, fields.limit, limit_raw, problems)
+            for map_name, values in (("requests", container.requests), ("limits", container.limits)):
+                raw = values.get(batch)
+                if raw is not None:
+                    problems.append(
+                        f"{container.label}: BE keeping native requests ({reason}) requires "
+                        f"{map_name}.{batch} to be unset: the pod runs without oversold "
+                        f"resources, use {map_name}.{resource} (got {_show(raw)})"
+                    )
+            if _INVALID in (request, limit):
+                continue
+            if request is not None and limit is not None and request > limit:
+                problems.append(
+                    f"{container.label}: BE requires {fields.request} <= {fields.limit} "
+                    f"(got {_show(request_raw)} / {_show(limit_raw)})"
+                )
+
+    return rule
+
+
 _CONTAINER_RULES: dict[QoSLevel, Callable[[Container, list[str]], None]] = {
     QoSLevel.HLS: _hls,
     QoSLevel.LS: _ls,
@@ -229,6 +265,7 @@ def violations(
     level: QoSLevel,
     path: str = "spec",
     containers: list[Container] | None = None,
+    be_native_reason: str | None = None,
 ) -> list[str]:
     """Every way a pod spec breaks the rule of ``level``; empty when it complies.
 
@@ -237,14 +274,17 @@ def violations(
         level: the QoS level the pod asks for.
         path: where ``spec`` sits in the object, for malformed-object messages.
         containers: ``containers_of(spec, path)``, when the caller already has it.
+        be_native_reason: for a BE pod that keeps its native requests, why (shown in the
+            messages); None for a BE pod whose requests become batch resources.
 
     Raises:
         MalformedObjectError: a part of the spec the rules read has the wrong JSON type.
     """
     problems: list[str] = []
-    rule = _CONTAINER_RULES[level]
+    native = level is QoSLevel.BE and be_native_reason is not None
+    rule = _be_native(be_native_reason) if native else _CONTAINER_RULES[level]  # type: ignore[arg-type]
     for container in containers_of(spec, path) if containers is None else containers:
         rule(container, problems)
-    if level is QoSLevel.BE:
+    if level is QoSLevel.BE and not native:
         _be_pod_level(spec, path, problems)
     return problems

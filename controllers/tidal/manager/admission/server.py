@@ -9,6 +9,11 @@ metrics live on a separate plain-HTTP port: ``/healthz``, ``/readyz``, ``/metric
 Whatever arrives, the API server gets a well-formed AdmissionReview back: a body
 that is not JSON is answered like any malformed review (`allowed: false`), never
 with a bare 500.
+
+Each review is decided in the `AdmissionContext` of its namespace, from
+``AdmissionContexts`` (watch caches of the namespaces and the ColocationPolicy) when the
+manager has cluster access; without it, or before the caches have listed once, in
+`DEFAULT_CONTEXT` (no namespace annotation, the policy's defaults).
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from tidal.manager.admission.review import answer
+from tidal.manager.admission.context import DEFAULT_CONTEXT, AdmissionContext
+from tidal.manager.admission.review import answer, namespace_of
 from tidal.manager.tls import ReloadingTLS
 
 log = logging.getLogger(__name__)
@@ -58,7 +64,17 @@ class ServerConfig:
     tls_check_seconds: float = 2.0
 
 
-def _admission_handler(webhook: str, metrics: AdmissionMetrics, with_patch: bool):
+def _context(contexts, body) -> AdmissionContext:
+    if contexts is None:
+        return DEFAULT_CONTEXT
+    try:
+        return contexts.context(namespace_of(body))
+    except Exception as err:  # noqa: BLE001 - a review is answered anyway, with the defaults
+        log.warning("admission context not available, using the defaults: %s", err)
+        return DEFAULT_CONTEXT
+
+
+def _admission_handler(webhook: str, metrics: AdmissionMetrics, with_patch: bool, contexts=None):
     async def handle(request: web.Request) -> web.Response:
         started = time.perf_counter()
         raw = await request.read()
@@ -66,7 +82,7 @@ def _admission_handler(webhook: str, metrics: AdmissionMetrics, with_patch: bool
             body = json.loads(raw)
         except ValueError:
             body = None  # answered as a malformed review, with the reason recorded
-        response, decision = answer(body, with_patch=with_patch)
+        response, decision = answer(body, with_patch=with_patch, context=_context(contexts, body))
         inner = response["response"]
         req = body.get("request") if isinstance(body, dict) else None
         req = req if isinstance(req, dict) else {}
@@ -83,10 +99,13 @@ def _admission_handler(webhook: str, metrics: AdmissionMetrics, with_patch: bool
     return handle
 
 
-def build_apps(metrics: AdmissionMetrics, ready: asyncio.Event) -> tuple[web.Application, web.Application]:
+def build_apps(metrics: AdmissionMetrics, ready: asyncio.Event,
+               contexts=None) -> tuple[web.Application, web.Application]:
+    """``contexts``: an object with ``context(namespace) -> AdmissionContext`` (the manager's
+    ``AdmissionContexts``), None for `DEFAULT_CONTEXT` always."""
     admission = web.Application(client_max_size=MAX_BODY_BYTES)
-    admission.router.add_post("/mutate", _admission_handler("mutate", metrics, with_patch=True))
-    admission.router.add_post("/validate", _admission_handler("validate", metrics, with_patch=False))
+    admission.router.add_post("/mutate", _admission_handler("mutate", metrics, True, contexts))
+    admission.router.add_post("/validate", _admission_handler("validate", metrics, False, contexts))
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -106,12 +125,12 @@ def build_apps(metrics: AdmissionMetrics, ready: asyncio.Event) -> tuple[web.App
 
 
 async def serve(config: ServerConfig, stop: asyncio.Event | None = None,
-                metrics: AdmissionMetrics | None = None) -> None:
-    """Run until `stop` is set (or forever)."""
+                metrics: AdmissionMetrics | None = None, contexts=None) -> None:
+    """Run until `stop` is set (or forever); ``contexts`` as in `build_apps`."""
     metrics = metrics or AdmissionMetrics()
     tls = ReloadingTLS(config.cert_file, config.key_file)
     ready = asyncio.Event()
-    admission, health = build_apps(metrics, ready)
+    admission, health = build_apps(metrics, ready, contexts)
     runners = []
     for app, address, port, ssl_context in ((admission, config.address, config.port, tls.context),
                                             (health, config.health_address, config.health_port, None)):

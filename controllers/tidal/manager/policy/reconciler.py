@@ -19,6 +19,7 @@ from tidal.api.node_mode import node_mode
 from tidal.kube import KubeAPI, ObjectWatch, Watcher
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 
+from . import volcano_node_order
 from .rollout import NodeReport, rollout_status
 from .volcano_usage import render
 
@@ -77,16 +78,18 @@ async def run_policy_reconciler(api: KubeAPI, interval: float = 0.5, stop: async
 
 
 async def _configure_volcano(api: KubeAPI, target, obj, metrics) -> tuple[bool, str] | None:
-    """Render the policy's load-aware scheduling into Volcano's configuration; (ok, message)."""
+    """Render the policy's load-aware scheduling, and node-affinity scoring for the admission
+    webhook's preferences, into Volcano's configuration; (ok, message)."""
     if target is None:
         return None
     try:
         policy = ColocationPolicy.from_spec(obj.get("spec") or {})
         text, version = await target.read(api)
-        rendered = render(text, policy.load_aware_scheduling, metrics)
+        rendered = volcano_node_order.render(render(text, policy.load_aware_scheduling, metrics))
         las = policy.load_aware_scheduling
         summary = (f"usage plugin {'on' if las.enabled else 'predicate off'}, thresholds cpu "
-                   f"{las.cpu_threshold_percent}% memory {las.memory_threshold_percent}%")
+                   f"{las.cpu_threshold_percent}% memory {las.memory_threshold_percent}%; "
+                   f"{volcano_node_order.PLUGIN} scores preferred node affinity")
         if rendered != text:
             await target.write(api, rendered, version)
             log.info("Volcano scheduler configuration (%s): %s", target.describe(), summary)

@@ -46,21 +46,32 @@ def hierarchy():
     return detect_hierarchy(DEFAULT_CGROUP_ROOT)
 
 
-@pytest.fixture
-def node(core, lab_api):
+def create_machine_node(core, lab_api, labels) -> str:
+    """A kwok node standing for this machine (its CPUs and memory, batch resources to match),
+    labelled ``labels``; Tidal's CRDs installed first."""
     create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
     name = f"tidal-qos-{secrets.token_hex(3)}"
     memory = read_meminfo("/proc/meminfo").total_bytes
     capacity = {"cpu": str(CPUS), "memory": str(memory), "pods": "110",
                 qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(memory)}
-    kwok_node(core, name, capacity, {"type": "kwok", qos.COLOCATION_NODE_LABEL: qos.NODE_LABEL_ENABLED_VALUE})
-    yield name
+    kwok_node(core, name, capacity, {"type": "kwok", **labels})
+    return name
+
+
+def delete_machine_node(core, lab_api, name) -> None:
     core.delete_node(name)
     try:
         client.CustomObjectsApi(lab_api).delete_cluster_custom_object(
             qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name)
     except ApiException:
         pass
+
+
+@pytest.fixture
+def node(core, lab_api):
+    name = create_machine_node(core, lab_api, {qos.COLOCATION_NODE_LABEL: qos.NODE_LABEL_ENABLED_VALUE})
+    yield name
+    delete_machine_node(core, lab_api, name)
 
 
 def _pod(node, name, level, requests, labels=None, limits=None):

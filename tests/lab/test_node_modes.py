@@ -12,7 +12,6 @@ neither label is left alone.
 """
 from __future__ import annotations
 
-import secrets
 import sys
 import time
 import uuid
@@ -24,17 +23,15 @@ from kubernetes.client.exceptions import ApiException
 
 from tidal.api import qos
 from tidal.api.node_mode import OVERSELL_ANNOTATION
-from tidal.agent.collector.readers import read_meminfo
-from tidal.crds import crd_manifests
 from tidal_dev.lab import processes
-from tidal_dev.lab.apply import create_or_replace_all
 from tidal_dev.lab.ports import free_port
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.kwok import kwok_node
 
 pytestmark = pytest.mark.lab
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_fixtures import CPUS, _agent, _be, _busy_percent, _pod, hierarchy, kubelet  # noqa: E402,F401
+from agent_fixtures import (CPUS, _agent, _be, _busy_percent, _pod, create_machine_node,  # noqa: E402,F401
+                            delete_machine_node, hierarchy, kubelet)
 from test_admission_e2e import manager  # noqa: E402,F401  (the webhook as a lab process)
 
 CO, OV = qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL
@@ -136,19 +133,9 @@ def _admitted(name, native=False, **spec):
 @pytest.fixture
 def machine_node(core, lab_api, request):
     """A kwok node standing for this machine, labelled as the test's row says."""
-    create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
-    name = f"tidal-mode-{secrets.token_hex(3)}"
-    memory = read_meminfo("/proc/meminfo").total_bytes
-    capacity = {"cpu": str(CPUS), "memory": str(memory), "pods": "110",
-                qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(memory)}
-    kwok_node(core, name, capacity, {"type": "kwok", **ROWS[request.param]})
+    name = create_machine_node(core, lab_api, ROWS[request.param])
     yield request.param, name
-    core.delete_node(name)
-    try:
-        client.CustomObjectsApi(lab_api).delete_cluster_custom_object(
-            qos.API_GROUP, qos.API_VERSION, "nodeprofiles", name)
-    except ApiException:
-        pass
+    delete_machine_node(core, lab_api, name)
 
 
 def _tainted(core, node):

@@ -18,10 +18,9 @@ wrote it (ruamel.yaml round trip).
 """
 from __future__ import annotations
 
-import io
-
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
+
+from .volcano_conf import VolcanoConfigError, dump, load, plugin as find_plugin
 
 __all__ = ["NODE_AFFINITY_WEIGHT", "PLUGIN", "WEIGHT_ARGUMENT", "VolcanoConfigError", "render"]
 
@@ -30,18 +29,6 @@ WEIGHT_ARGUMENT = "nodeaffinity.weight"
 #: Twice Volcano's default: a BE pod's 50-weight preference then counts as much as the
 #: least-requested score (0-100) among the plugin's other scores.
 NODE_AFFINITY_WEIGHT = 2
-
-
-class VolcanoConfigError(ValueError):
-    pass
-
-
-def _yaml() -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    yaml.width = 4096
-    yaml.indent(mapping=2, sequence=2, offset=0)
-    return yaml
 
 
 def _positive_integer(value: object) -> bool:
@@ -57,25 +44,8 @@ def render(text: str, weight: int = NODE_AFFINITY_WEIGHT) -> str:
     """
     if not _positive_integer(weight):
         raise ValueError(f"nodeaffinity.weight must be a positive integer, got {weight!r}")
-    yaml = _yaml()
-    try:
-        conf = yaml.load(text) if text.strip() else CommentedMap()
-    except Exception as err:
-        raise VolcanoConfigError(f"Volcano scheduler configuration is not valid YAML: {err}") from err
-    if not isinstance(conf, dict):
-        raise VolcanoConfigError("Volcano scheduler configuration: must be a mapping")
-    tiers = conf.setdefault("tiers", [])
-    if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):
-        raise VolcanoConfigError("Volcano scheduler configuration: tiers must be a list of {plugins: [...]}")
-    plugin = next((p for t in tiers for p in t.get("plugins") or []
-                   if isinstance(p, dict) and p.get("name") == PLUGIN), None)
-    if plugin is None:
-        if not tiers:
-            tiers.append(CommentedMap(plugins=[]))
-        if tiers[-1].get("plugins") is None:
-            tiers[-1]["plugins"] = []
-        plugin = CommentedMap(name=PLUGIN)
-        tiers[-1]["plugins"].append(plugin)
+    conf = load(text)
+    plugin = find_plugin(conf, PLUGIN)
     arguments = plugin.get("arguments")
     if arguments is None:
         arguments = plugin["arguments"] = CommentedMap()
@@ -83,7 +53,4 @@ def render(text: str, weight: int = NODE_AFFINITY_WEIGHT) -> str:
         raise VolcanoConfigError(f"Volcano scheduler configuration: plugin {PLUGIN}: arguments must be a mapping")
     if not _positive_integer(arguments.get(WEIGHT_ARGUMENT)):
         arguments[WEIGHT_ARGUMENT] = weight
-    out = io.StringIO()
-    yaml.dump(conf, out)
-    rendered = out.getvalue()
-    return text if text.strip() == rendered.strip() else rendered
+    return dump(text, conf)

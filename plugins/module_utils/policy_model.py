@@ -369,6 +369,15 @@ class BEIsolation:
     cpu_suppression: CPUSuppression = _object(
         "cpuSuppression", CPUSuppression, "Dynamic CPU quota on the parent cgroup of BE pods."
     )
+    qos_check_interval_seconds: int = _integer(
+        "qosCheckIntervalSeconds",
+        default=1,
+        minimum=1,
+        maximum=60,
+        description="How often the node agent runs its QoS round (every strategy, feature and the "
+        "eviction watermarks), in seconds; the reference agent's qosCheckInterval. Longer rounds "
+        "cost less CPU but react later to online load.",
+    )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
 
@@ -615,6 +624,22 @@ class PSIInterference:
 
 
 @dataclass(frozen=True)
+class KernelQoSLevel:
+    """openEuler's kernel QoS knobs, where the kernel has them (probed per node)."""
+
+    enabled: bool = _boolean(
+        "enabled",
+        False,
+        "Write openEuler's cpu.qos_level for every pod by its level (Volcano's LC/HLS/LS/BE -> "
+        "2/1/0/-1; Tidal's HLS is LC, LS is LS unless the pod says HLS in volcano.sh/qos-level) and "
+        "memory.qos_level -1 for BE pods. Nodes whose kernel lacks the files report it and are left "
+        "alone.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
 class NUMAAffinity:
     """Keeps an LS pod's CPUs and memory on the NUMA node(s) that fit it best."""
 
@@ -701,6 +726,11 @@ class Features:
         PSIInterference,
         "Evicts the BE pod contributing most while online pods stall on a resource (pressure "
         "stall information), one at a time with a cooldown.",
+    )
+    kernel_qos_level: KernelQoSLevel = _object(
+        "kernelQoSLevel",
+        KernelQoSLevel,
+        "openEuler kernel QoS levels (cpu.qos_level, memory.qos_level) by pod QoS level.",
     )
     numa_affinity: NUMAAffinity = _object(
         "numaAffinity",

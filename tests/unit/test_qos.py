@@ -9,11 +9,14 @@ from tidal.api.qos import (
     CacheLimitAnnotationError,
     CPUBurstAnnotationError,
     CPUBurstRequest,
+    EgressBandwidthAnnotationError,
     QoSAnnotationConflictError,
     QoSAnnotationError,
     QoSLevel,
     cache_limit_of,
     cpu_burst_of,
+    egress_bandwidth_limit_of,
+    node_egress_bandwidth_of,
     priority_class_manifests,
     qos_level_of,
 )
@@ -50,6 +53,9 @@ VOLCANO = "volcano.sh/qos-level"
         ("CPU_BURST_QUOTA_US_ANNOTATION", "colocation.tidal.io/cpu-burst-quota-us"),
         ("VOLCANO_ENABLE_QUOTA_BURST_ANNOTATION", "volcano.sh/enable-quota-burst"),
         ("VOLCANO_QUOTA_BURST_TIME_ANNOTATION", "volcano.sh/quota-burst-time"),
+        ("EGRESS_BANDWIDTH_ANNOTATION", "colocation.tidal.io/egress-bandwidth-mbps"),
+        ("NODE_EGRESS_BANDWIDTH_ANNOTATION", "colocation.tidal.io/node-egress-bandwidth-mbps"),
+        ("VOLCANO_NETWORK_BANDWIDTH_RATE_ANNOTATION", "volcano.sh/network-bandwidth-rate"),
         ("METRICS_PREFIX", "tidal_"),
     ],
 )
@@ -531,3 +537,78 @@ def test_every_annotation_error_shares_one_base_for_the_webhook() -> None:
         cache_limit_of({CACHE: "x"})
     with pytest.raises(qos.AnnotationError):
         cpu_burst_of({BURST: "x"})
+    with pytest.raises(qos.AnnotationError):
+        egress_bandwidth_limit_of({EGRESS: "x"})
+
+
+# --- Egress bandwidth -------------------------------------------------------------------------
+
+EGRESS = "colocation.tidal.io/egress-bandwidth-mbps"
+NODE_EGRESS = "colocation.tidal.io/node-egress-bandwidth-mbps"
+VOLCANO_RATE = "volcano.sh/network-bandwidth-rate"
+MBPS_ALLOWED = "allowed: a positive number of Mbit/s up to 1000000, e.g. 100 or 2.5"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        (None, None),
+        ({}, None),
+        ({EGRESS: "100"}, 100.0),
+        ({EGRESS: " 2.5 "}, 2.5),
+        ({EGRESS: "1000000"}, 1_000_000.0),
+        # Volcano's annotation is a node's bandwidth: on a pod it is no limit
+        ({VOLCANO_RATE: "100"}, None),
+        ({NODE_EGRESS: "100"}, None),
+    ],
+)
+def test_pod_egress_limit(annotations, expected) -> None:
+    assert egress_bandwidth_limit_of(annotations) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        ("0", ""),
+        ("-5", ""),
+        ("", ""),
+        ("fast", ""),
+        ("1e3", ""),
+        ("1000001", ""),
+        ("nan", ""),
+        (".5", ""),
+        ("100M", " (the unit is Mbit/s, write the number alone)"),
+        ("100 Mbps", " (the unit is Mbit/s, write the number alone)"),
+        ("100Mbit/s", " (the unit is Mbit/s, write the number alone)"),
+    ],
+)
+def test_bad_pod_egress_limit_names_the_annotation_and_the_allowed_form(value, hint) -> None:
+    with pytest.raises(EgressBandwidthAnnotationError) as caught:
+        egress_bandwidth_limit_of({EGRESS: value})
+    assert str(caught.value) == (
+        f'annotation "{EGRESS}": invalid value "{value}"; {MBPS_ALLOWED}{hint}'
+    )
+    assert caught.value.key == EGRESS
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({}, None),
+        ({NODE_EGRESS: "1000"}, (1000.0, NODE_EGRESS)),
+        ({VOLCANO_RATE: "1000"}, (1000.0, VOLCANO_RATE)),
+        ({EGRESS: "500"}, (500.0, EGRESS)),  # the deprecated name, on a node
+        # the first present decides, in order: Tidal's, the deprecated one, Volcano's
+        ({NODE_EGRESS: "1000", EGRESS: "500", VOLCANO_RATE: "200"}, (1000.0, NODE_EGRESS)),
+        ({EGRESS: "500", VOLCANO_RATE: "200"}, (500.0, EGRESS)),
+    ],
+)
+def test_node_egress_bandwidth(annotations, expected) -> None:
+    assert node_egress_bandwidth_of(annotations) == expected
+
+
+def test_a_bad_deciding_node_annotation_is_an_error_even_when_an_alias_is_fine() -> None:
+    with pytest.raises(EgressBandwidthAnnotationError) as caught:
+        node_egress_bandwidth_of({NODE_EGRESS: "10G", VOLCANO_RATE: "1000"})
+    assert caught.value.key == NODE_EGRESS
+    assert str(caught.value).startswith(f'annotation "{NODE_EGRESS}": invalid value "10G"; {MBPS_ALLOWED}')

@@ -1,6 +1,8 @@
-"""Egress bandwidth of BE pods: the pure rules (table-driven), and for real on this machine with
-network namespaces, veth pairs on a bridge, tc (ingress + IFB + TBF) and iperf3: online traffic
-above the watermark pushes the BE pod's rate to about 10 % of the node bandwidth."""
+"""Egress bandwidth of pods: the pure rules (table-driven: the BE cap, the per-pod rates with
+pods' own limits, the node's bandwidth and its annotations), feature rounds with a fake tc, and
+for real on this machine with network namespaces, veth pairs on a bridge, tc (ingress + IFB +
+TBF) and iperf3: online traffic above the watermark pushes the BE pod's rate to about 10 % of the
+node bandwidth."""
 from __future__ import annotations
 
 import json
@@ -14,11 +16,13 @@ from tidal.agent.collector.cgroups import PodQOSClass
 from tidal.agent.qos.egress_bandwidth import (
     EgressActuator,
     be_cap_mbps,
+    be_rates_mbps,
     node_bandwidth_mbps,
     parse_link_indexes,
     parse_link_peers,
-    per_pod_mbps,
+    pod_rates_mbps,
 )
+from tidal.agent.qos.pod_features import FeaturePodState
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import QoSLevel
@@ -34,23 +38,72 @@ def test_cap_follows_online_egress(online, cap):
     assert be_cap_mbps(1000, config(), online) == cap
 
 
-def test_cap_with_custom_watermarks_and_split():
+def test_cap_with_custom_watermarks():
     assert be_cap_mbps(200, config(onlineWatermarkPercent=50, offlineLowPercent=5, offlineHighPercent=20), 101) == 10
-    assert per_pod_mbps(100, 4) == 25 and per_pod_mbps(100, 0) == 0
+
+
+@pytest.mark.parametrize("cap, limits, rates", [
+    (100, [], []),
+    (100, [None, None, None, None], [25, 25, 25, 25]),             # an equal share each
+    (100, [10, None, None], [10, 45, 45]),                          # a small own limit leaves the rest
+    (100, [None, 60, None], [100 / 3, 100 / 3, 100 / 3]),           # a limit above the share: the share
+    (100, [10, 20, 500], [10, 20, 70]),
+    (100, [5, 5], [5, 5]),                                          # under the cap: the limits alone
+    (None, [None, 30], [None, 30]),                                 # no cap: own limits only
+])
+def test_be_rates_share_the_cap_max_min_fairly(cap, limits, rates):
+    got = be_rates_mbps(cap, limits)
+    assert got == pytest.approx(rates)
+    if cap is not None:
+        assert sum(got) <= cap + 1e-9
+    assert all(r is None or own is None or r <= own for r, own in zip(got, limits))
+
+
+BE, LS, HLS = QoSLevel.BE, QoSLevel.LS, QoSLevel.HLS
+
+
+@pytest.mark.parametrize("cap, pods, rates", [
+    # online pods: their own limit whatever the cap; without one, not shaped
+    (100, [(LS, None), (HLS, 300), (LS, 50)], [None, 300, 50]),
+    (None, [(LS, 50)], [50]),
+    # BE pods share the cap around online pods
+    (100, [(BE, None), (LS, 500), (BE, 20)], [80, 500, 20]),
+    # pods without a Tidal QoS level are left alone, even with a limit
+    (100, [(None, 10), (BE, None)], [None, 100]),
+    (None, [(BE, None), (None, 10)], [None, None]),
+])
+def test_pod_rates(cap, pods, rates):
+    assert pod_rates_mbps(cap, pods) == pytest.approx(rates)
+
+
+NODE = "colocation.tidal.io/node-egress-bandwidth-mbps"
+OLD = "colocation.tidal.io/egress-bandwidth-mbps"
+VOLCANO = "volcano.sh/network-bandwidth-rate"
+RENAME = f"node annotation {OLD} is deprecated as the node's bandwidth (on a pod it is the pod's own limit): rename it to {NODE}"
+ALLOWED = "allowed: a positive number of Mbit/s up to 1000000, e.g. 100 or 2.5"
 
 
 @pytest.mark.parametrize("policy_mbps, annotations, link, expected", [
-    (0, {}, 10000, (10000.0, None)),                                 # the NIC's speed
-    (2000, {}, 10000, (2000.0, None)),                               # the policy
-    (2000, {"colocation.tidal.io/egress-bandwidth-mbps": "500"}, 10000, (500.0, None)),  # the node
-    (0, {}, None, (None, "egressBandwidth.nodeBandwidthMbps is 0 and the link speed")),
-    (2000, {"colocation.tidal.io/egress-bandwidth-mbps": "fast"}, None,
-     (2000.0, "node annotation colocation.tidal.io/egress-bandwidth-mbps='fast': must be a positive number")),
+    (0, {}, 10000, (10000.0, None, None)),                                        # the NIC's speed
+    (2000, {}, 10000, (2000.0, None, None)),                                      # the policy
+    (2000, {NODE: "500"}, 10000, (500.0, None, None)),                            # the node
+    (2000, {VOLCANO: "700"}, 10000, (700.0, None, None)),                         # Volcano's name for it
+    (2000, {OLD: "500"}, 10000, (500.0, None, RENAME)),                           # the old name, deprecated
+    (0, {NODE: "500", OLD: "1", VOLCANO: "2"}, None, (500.0, None, None)),        # Tidal's name decides
+    (0, {OLD: "500", VOLCANO: "2"}, None, (500.0, None, RENAME)),
+    (0, {}, None, (None, "egressBandwidth.nodeBandwidthMbps is 0 and the link speed", None)),
+    (2000, {NODE: "fast"}, None,
+     (2000.0, f'node annotation "{NODE}": invalid value "fast"; {ALLOWED}; using 2000 Mbit/s', None)),
+    (0, {VOLCANO: "1000Mbps"}, 100,
+     (100.0, f'node annotation "{VOLCANO}": invalid value "1000Mbps"; {ALLOWED} '
+             "(the unit is Mbit/s, write the number alone); using 100 Mbit/s", None)),
+    (0, {OLD: "0"}, None, (None, f'node annotation "{OLD}": invalid value "0"; {ALLOWED}', None)),
 ])
 def test_node_bandwidth(policy_mbps, annotations, link, expected):
-    value, problem = node_bandwidth_mbps(config(nodeBandwidthMbps=policy_mbps), annotations, link)
+    value, problem, warning = node_bandwidth_mbps(config(nodeBandwidthMbps=policy_mbps), annotations, link)
     assert value == expected[0]
-    assert (problem is None) if expected[1] is None else problem.startswith(expected[1])
+    assert (problem is None) if expected[1] is None else problem.startswith(expected[1]), problem
+    assert warning == expected[2]
 
 
 def test_parse_links():
@@ -233,3 +286,85 @@ def test_egress_round_shapes_be_pods_shares_the_cap_and_undoes_once_off(tmp_path
     shaper.calls.clear()
     egress_round()
     assert shaper.calls == []  # off and nothing left: no I/O at all
+
+
+def _feature_pods(layout, specs):
+    """FeaturePodStates, each with a container cgroup holding PID 100 + n (its "veth" in FakeShaper)."""
+    pods = []
+    for n, (level, mbps, problem) in enumerate(specs, start=1):
+        qos_class = PodQOSClass.BEST_EFFORT if level is QoSLevel.BE else PodQOSClass.BURSTABLE
+        pod = FeaturePodState(f"{n}{n}{n}{n}-0000", qos_class, level, (ContainerState(f"containerd://c{n}"),),
+                              "ns", f"p{n}", egress_mbps=mbps, egress_problem=problem)
+        d = layout.cpu_dir(layout.container_relpath(pod.uid, pod.qos_class, pod.containers[0].id))
+        d.mkdir(parents=True)
+        (d / "cgroup.procs").write_text(f"{100 + n}\n")
+        pods.append(pod)
+    return pods
+
+
+BAD = 'annotation "colocation.tidal.io/egress-bandwidth-mbps": invalid value "fast"; allowed: ...'
+
+
+def test_pods_own_limits_bad_annotations_and_the_deprecated_node_name_in_rounds(tmp_path, monkeypatch, caplog):
+    from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
+    from tidal.agent.qos import egress_bandwidth
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path), CgroupDriver.CGROUPFS)
+    pods = _feature_pods(layout, [
+        (QoSLevel.BE, 50.0, ""),      # p1: its own limit, below its share
+        (QoSLevel.BE, None, BAD),     # p2: a bad annotation: its share of the cap all the same
+        (QoSLevel.LS, 30.0, ""),      # p3: online with a limit: held to it
+        (QoSLevel.LS, None, BAD),     # p4: online with a bad annotation: not shaped
+        (QoSLevel.LS, None, ""),      # p5: online without: not shaped
+        (None, 10.0, ""),             # p6: no Tidal QoS level: left alone
+    ])
+    shaper = FakeShaper({100 + n: (f"veth{n}", 10 + n) for n in range(1, 7)})
+    monkeypatch.setattr(egress_bandwidth.Path, "exists", lambda self: False)
+    monkeypatch.setattr(egress_bandwidth, "link_speed_mbps", lambda: None)
+    actuator = EgressActuator(layout, shaper)
+    cfg = config()  # nodeBandwidthMbps 0, no link speed: the annotation says
+
+    def egress_round(annotations):
+        caplog.clear()
+        with caplog.at_level("INFO", logger=egress_bandwidth.__name__):
+            assert actuator.round(0.0, True, cfg, pods, annotations, {"tc": True}) == []
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    warnings = egress_round({"colocation.tidal.io/egress-bandwidth-mbps": "1000"})  # the old node name
+    # the BE cap is 40 % of 1000: p1 takes its 50, p2 the other 350; p3 its own 30
+    assert sorted(c for c in shaper.calls if c[0] == "shape") == [
+        ("shape", "veth1", 50_000_000), ("shape", "veth2", 350_000_000), ("shape", "veth3", 30_000_000)]
+    assert sorted(warnings) == sorted([
+        f"egress bandwidth: {RENAME}",
+        f"egress bandwidth: pod ns/p2: {BAD}; its share of the BE cap only",
+        f"egress bandwidth: pod ns/p4: {BAD}; not shaped",
+    ])
+    shaper.calls.clear()
+    assert egress_round({"colocation.tidal.io/egress-bandwidth-mbps": "1000"}) == []  # reported once
+    assert [c for c in shaper.calls if c[0] == "shape"] == []
+    # renamed: no warning; Tidal's node name at 100 Mbit/s: a BE cap of 40 shared as 20 + 20
+    assert egress_round({NODE: "100"}) == []
+    assert sorted(c for c in shaper.calls if c[0] == "shape") == [
+        ("shape", "veth1", 20_000_000), ("shape", "veth2", 20_000_000)]
+    shaper.calls.clear()
+    # the node's bandwidth unknown: only the pods' own limits are left
+    caplog.clear()
+    egress_round({})
+    assert sorted(c for c in shaper.calls if c[0] in ("shape", "unshape")) == [
+        ("shape", "veth1", 50_000_000), ("unshape", 12)]
+    assert sorted(shaper.devices) == [11, 13]
+
+
+@pytest.mark.parametrize("annotations, mbps, problem", [
+    ({}, None, ""),
+    ({OLD: "250"}, 250.0, ""),
+    ({VOLCANO: "250"}, None, ""),  # Volcano's annotation is a node's bandwidth, not a pod's limit
+    ({OLD: "250M"}, None, f'annotation "{OLD}": invalid value "250M"; {ALLOWED} '
+                          "(the unit is Mbit/s, write the number alone)"),
+])
+def test_feature_pod_state_carries_the_pods_own_limit_or_its_problem(annotations, mbps, problem):
+    from tidal.agent.qos.pod_features import feature_views
+    obj = {"metadata": {"uid": "u1", "namespace": "ns", "name": "p",
+                        "annotations": {"colocation.tidal.io/qos-level": "BE", **annotations}},
+           "spec": {"containers": []}, "status": {"qosClass": "BestEffort"}}
+    _, pod = feature_views(obj)
+    assert (pod.egress_mbps, pod.egress_problem) == (mbps, problem)

@@ -63,9 +63,18 @@ __all__ = [
     "QoSAnnotationConflictError",
     "CacheLimitAnnotationError",
     "CPUBurstAnnotationError",
+    "EgressBandwidthAnnotationError",
+    "EGRESS_BANDWIDTH_ANNOTATION",
+    "NODE_EGRESS_BANDWIDTH_ANNOTATION",
+    "DEPRECATED_NODE_EGRESS_BANDWIDTH_ANNOTATION",
+    "VOLCANO_NETWORK_BANDWIDTH_RATE_ANNOTATION",
+    "NODE_EGRESS_BANDWIDTH_ANNOTATIONS",
+    "MAX_EGRESS_BANDWIDTH_MBPS",
     "qos_level_of",
     "cache_limit_of",
     "cpu_burst_of",
+    "egress_bandwidth_limit_of",
+    "node_egress_bandwidth_of",
     "priority_class_manifests",
 ]
 
@@ -135,8 +144,27 @@ VOLCANO_QUOTA_BURST_TIME_ANNOTATION = "volcano.sh/quota-burst-time"
 #: Node annotations overriding the policy's overselling for one node (percent, as the policy's fields).
 OVERSELL_RATIO_ANNOTATION = "colocation.tidal.io/oversell-ratio-percent"
 OVERSELL_SAFETY_MARGIN_ANNOTATION = "colocation.tidal.io/oversell-safety-margin-percent"
-#: Node annotation: the node's egress bandwidth in Mbit/s when the policy does not say.
+#: Pod annotation: the pod's own egress limit in Mbit/s (DESIGN.md Names, "egress bandwidth of a
+#: pod"). A BE pod sends at most min(this, its share of the BE cap); an online pod at most this.
 EGRESS_BANDWIDTH_ANNOTATION = "colocation.tidal.io/egress-bandwidth-mbps"
+#: Node annotation: the node's total egress bandwidth in Mbit/s, the base of the egress watermarks
+#: (over the policy's ``egressBandwidth.nodeBandwidthMbps`` and the link speed).
+NODE_EGRESS_BANDWIDTH_ANNOTATION = "colocation.tidal.io/node-egress-bandwidth-mbps"
+#: The node's bandwidth under its pre-issue-20 name: the pod annotation's key, set on the Node.
+#: Still read there (deprecated, with a warning); never on a pod, where the key is the pod's limit.
+DEPRECATED_NODE_EGRESS_BANDWIDTH_ANNOTATION = EGRESS_BANDWIDTH_ANNOTATION
+#: Volcano's node annotation for the node's bandwidth (integer Mbit/s; its agent's
+#: ``NetworkBandwidthRateAnnotationKey``), read as an alias. Volcano has no per-pod limit.
+VOLCANO_NETWORK_BANDWIDTH_RATE_ANNOTATION = "volcano.sh/network-bandwidth-rate"
+#: The node's bandwidth annotations, the first one present decides.
+NODE_EGRESS_BANDWIDTH_ANNOTATIONS = (
+    NODE_EGRESS_BANDWIDTH_ANNOTATION,
+    DEPRECATED_NODE_EGRESS_BANDWIDTH_ANNOTATION,
+    VOLCANO_NETWORK_BANDWIDTH_RATE_ANNOTATION,
+)
+#: The largest bandwidth an annotation may state (1 Tbit/s): beyond any NIC, and far inside tc's
+#: 64-bit rates.
+MAX_EGRESS_BANDWIDTH_MBPS = 1_000_000
 #: Node annotation -> path in the policy's spec.evictionWatermarks it overrides for that node.
 EVICTION_OVERRIDE_ANNOTATIONS: dict[str, tuple[str, ...]] = {
     "colocation.tidal.io/eviction-enabled": ("enabled",),
@@ -243,6 +271,10 @@ class CacheLimitAnnotationError(AnnotationValueError):
 
 class CPUBurstAnnotationError(AnnotationValueError):
     """A CPU burst annotation has an invalid value."""
+
+
+class EgressBandwidthAnnotationError(AnnotationValueError):
+    """An egress bandwidth annotation (a pod's limit or a node's bandwidth) has an invalid value."""
 
 
 # --- Parsing ----------------------------------------------------------------------------------
@@ -416,6 +448,52 @@ def cpu_burst_of(annotations: Mapping[str, str] | None) -> CPUBurstRequest | Non
     quota_us = _parse_microseconds(quota_key, annotations[quota_key]) if quota_key else None
     enabled = _parse_boolean(enabled_key, annotations[enabled_key]) if enabled_key else True
     return CPUBurstRequest(enabled=enabled, quota_us=quota_us)
+
+
+_MBPS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_MBPS_ALLOWED = (f"a positive number of Mbit/s up to {MAX_EGRESS_BANDWIDTH_MBPS}, e.g. 100 or 2.5",)
+_WITH_UNIT = re.compile(r"[0-9.]+\s*[A-Za-z/]+")
+
+
+def _parse_mbps(key: str, raw: str) -> float:
+    value = raw.strip()
+    if _MBPS.fullmatch(value) and 0 < float(value) <= MAX_EGRESS_BANDWIDTH_MBPS:
+        return float(value)
+    hint = "the unit is Mbit/s, write the number alone" if _WITH_UNIT.fullmatch(value) else ""
+    raise EgressBandwidthAnnotationError(key, raw, _MBPS_ALLOWED, hint)
+
+
+def egress_bandwidth_limit_of(annotations: Mapping[str, str] | None) -> float | None:
+    """A pod's own egress limit in Mbit/s (``colocation.tidal.io/egress-bandwidth-mbps``), or None.
+
+    There is no alias: Volcano's ``volcano.sh/network-bandwidth-rate`` is a node's bandwidth,
+    not a pod's limit (:func:`node_egress_bandwidth_of`).
+
+    Raises:
+        EgressBandwidthAnnotationError: the annotation is not a positive number of Mbit/s up to
+            ``MAX_EGRESS_BANDWIDTH_MBPS`` (``"100"``, ``"2.5"``; no unit, no exponent).
+    """
+    if not annotations or EGRESS_BANDWIDTH_ANNOTATION not in annotations:
+        return None
+    return _parse_mbps(EGRESS_BANDWIDTH_ANNOTATION, annotations[EGRESS_BANDWIDTH_ANNOTATION])
+
+
+def node_egress_bandwidth_of(annotations: Mapping[str, str] | None) -> tuple[float, str] | None:
+    """A node's egress bandwidth from its annotations: (Mbit/s, the key it was read from), or None.
+
+    The first of ``NODE_EGRESS_BANDWIDTH_ANNOTATIONS`` present decides:
+    ``colocation.tidal.io/node-egress-bandwidth-mbps``, then the deprecated
+    ``colocation.tidal.io/egress-bandwidth-mbps`` (its name before it became the pod's limit),
+    then Volcano's ``volcano.sh/network-bandwidth-rate``. All take the same form (Volcano's own
+    agent accepts integers only; every integer it accepts > 0 means the same here).
+
+    Raises:
+        EgressBandwidthAnnotationError: the deciding annotation has an invalid value.
+    """
+    for key in NODE_EGRESS_BANDWIDTH_ANNOTATIONS:
+        if annotations and key in annotations:
+            return _parse_mbps(key, annotations[key]), key
+    return None
 
 
 # --- PriorityClasses --------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""tc and ip writes: BE pods' egress shaping on the host side of their veths.
+"""tc and ip writes: pods' egress shaping on the host side of their veths (BE pods, and online
+pods with their own limit).
 
 How (:class:`TcShaper`, the same on cgroup v1 and v2, needing neither net_cls nor the pod's
 cooperation): traffic a pod sends arrives on its host veth's *ingress*; an ``ingress`` qdisc

@@ -7,7 +7,8 @@ online containers' native CPU requests and limits. :class:`FeaturePodState` is a
 with those extra fields (so every existing consumer sees a plain ``PodState``), built from the
 raw pod object by :func:`feature_pod_state`; :class:`FeaturePods` is the agent's pod watcher
 producing them. Annotations that do not parse are logged once and count as absent (admission
-rejects them; a pod from before admission runs without the feature).
+rejects them; a pod from before admission runs without the feature); the egress limit's problem
+is kept in the state instead, for the egress feature to report.
 """
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ class FeaturePodState(PodState):
     cpu_burst: qos.CPUBurstRequest | None = None
     cache_limit: qos.CacheLimit | None = None
     cpu: tuple[ContainerCPU, ...] = ()
+    #: ``colocation.tidal.io/egress-bandwidth-mbps`` (Mbit/s), None when absent or invalid
+    egress_mbps: float | None = None
+    #: why that annotation is invalid ("" when it is fine or absent)
+    egress_problem: str = ""
 
 
 def _millicores(amounts: Mapping[str, Any]) -> int:
@@ -65,6 +70,11 @@ def feature_pod_state(pod: Mapping[str, Any], base: PodState) -> FeaturePodState
         cache = qos.cache_limit_of(annotations)
     except qos.AnnotationValueError as err:
         log.warning("pod %s: %s; default cache level", label, err)
+    egress, egress_problem = None, ""
+    try:
+        egress = qos.egress_bandwidth_limit_of(annotations)
+    except qos.AnnotationValueError as err:
+        egress_problem = str(err)
     ids = {cs.get("name"): cs.get("containerID")
            for cs in (pod.get("status") or {}).get("containerStatuses") or []}
     cpu = []
@@ -76,7 +86,8 @@ def feature_pod_state(pod: Mapping[str, Any], base: PodState) -> FeaturePodState
         cpu.append(ContainerCPU(cid, _millicores(resources.get("requests") or {}),
                                 _millicores(resources.get("limits") or {})))
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(PodState)}
-    return FeaturePodState(**fields, cpu_burst=burst, cache_limit=cache, cpu=tuple(cpu))
+    return FeaturePodState(**fields, cpu_burst=burst, cache_limit=cache, cpu=tuple(cpu),
+                           egress_mbps=egress, egress_problem=egress_problem)
 
 
 def feature_views(obj: Mapping[str, Any]) -> tuple[PodInfo, PodState] | None:

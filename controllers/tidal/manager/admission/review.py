@@ -18,6 +18,11 @@ What is decided (`decide`):
   annotation of the pod, else of its namespace, else the policy's
   ``overselling.beUsesBatchResources``), with a warning saying why; a bad value of that
   annotation is an "invalid-qos-annotation" denial naming it.
+* The pod's own egress limit, ``colocation.tidal.io/egress-bandwidth-mbps``, on a pod (or pod
+  template) with a QoS level: a value that is not a positive number of Mbit/s
+  (``tidal.api.qos.egress_bandwidth_limit_of``) is an "invalid-qos-annotation" denial naming the
+  annotation and the allowed form, on CREATE and on an UPDATE that changes it (the agent reads
+  it live). Pods without a QoS level are not looked at: the agent leaves them alone.
 * Pod UPDATE: the QoS level may not change (old and new objects compared after resolving
   aliases); anything else is allowed without mutation, as most of a pod is immutable anyway.
   An update that leaves the QoS annotations as they were is always allowed, so a pod created
@@ -61,7 +66,9 @@ from tidal.api.qos import (
     QOS_ANNOTATION,
     AnnotationError,
     AnnotationValueError,
+    EGRESS_BANDWIDTH_ANNOTATION,
     QoSLevel,
+    egress_bandwidth_limit_of,
     qos_level_of,
 )
 
@@ -74,6 +81,8 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 ADMISSION_KIND = "AdmissionReview"
 _OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 _QOS_ANNOTATIONS = (QOS_ANNOTATION, *QOS_ALIAS_ANNOTATIONS)
+#: annotations that are parsed: each must be a string
+_PARSED_ANNOTATIONS = (*_QOS_ANNOTATIONS, EGRESS_BANDWIDTH_ANNOTATION)
 _INVALID_LEVEL = "invalid"
 
 
@@ -81,13 +90,13 @@ _INVALID_LEVEL = "invalid"
 
 
 def _annotations_of(obj: dict[str, Any], path: str) -> dict[str, Any] | None:
-    """``metadata.annotations`` of ``obj``; the QoS ones, which are parsed, must be strings."""
+    """``metadata.annotations`` of ``obj``; the ones that are parsed must be strings."""
     metadata = optional_object(obj, "metadata", f"{path}metadata")
     if metadata is None:
         return None
     annotations = optional_object(metadata, "annotations", f"{path}metadata.annotations")
     if annotations:
-        for key in _QOS_ANNOTATIONS:
+        for key in _PARSED_ANNOTATIONS:
             if key in annotations and not isinstance(annotations[key], str):
                 raise MalformedObjectError(
                     f"{path}metadata.annotations[{json.dumps(key)}]", "a string", annotations[key]
@@ -99,6 +108,15 @@ def _qos_annotation_values(annotations: dict[str, Any] | None) -> tuple[Any, ...
     if not annotations:
         return (None,) * len(_QOS_ANNOTATIONS)
     return tuple(annotations.get(key) for key in _QOS_ANNOTATIONS)
+
+
+def _egress_problem(annotations: dict[str, Any] | None) -> str | None:
+    """Why the pod's own egress limit is invalid, None when it is fine or absent."""
+    try:
+        egress_bandwidth_limit_of(annotations)
+    except AnnotationValueError as error:
+        return str(error)
+    return None
 
 
 # --- Decisions per kind of request -------------------------------------------------------------
@@ -159,6 +177,9 @@ def _pod_create(pod: dict[str, Any], context: AdmissionContext) -> Decision:
             native_reason = _be_native_reason(annotations, context, "")
         except AnnotationError as error:
             return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, str(error))
+    egress_problem = _egress_problem(annotations)
+    if egress_problem:
+        return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, egress_problem)
     containers = containers_of(spec, "spec")
     problems = violations(spec, level, "spec", containers, native_reason)
     if problems:
@@ -183,6 +204,16 @@ def _pod_update(pod: dict[str, Any], old_pod: Any) -> Decision:
         raise MalformedObjectError("request.oldObject", "an object", old_pod)
     annotations = _annotations_of(pod, "")
     old_annotations = _annotations_of(old_pod, "oldObject.")
+    if (annotations or {}).get(EGRESS_BANDWIDTH_ANNOTATION) != (old_annotations or {}).get(
+        EGRESS_BANDWIDTH_ANNOTATION
+    ):
+        try:
+            level_now = qos_level_of(annotations)
+        except AnnotationError:
+            level_now = None  # judged below when the QoS annotations changed too
+        egress_problem = _egress_problem(annotations) if level_now is not None else None
+        if egress_problem:
+            return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, egress_problem)
     if _qos_annotation_values(annotations) == _qos_annotation_values(old_annotations):
         return ALLOWED
     try:
@@ -226,6 +257,9 @@ def _workload(
         return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, f"{prefix}: {error}")
     if level is None:
         return ALLOWED
+    egress_problem = _egress_problem(annotations)
+    if egress_problem:
+        return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, f"{prefix}: {egress_problem}")
     spec = optional_object(template, "spec", f"{prefix}.spec") or {}
     problems = violations(spec, level, f"{prefix}.spec", be_native_reason=native_reason)
     if problems:

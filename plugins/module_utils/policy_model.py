@@ -655,15 +655,17 @@ class EgressBandwidth:
     """Caps BE pods' egress bandwidth, tighter while online egress is high."""
 
     enabled: bool = _boolean(
-        "enabled", False, "Limit BE pods' egress bandwidth (needs tc on the node)."
+        "enabled", False, "Limit BE pods' egress bandwidth, and each pod's to its own "
+        "colocation.tidal.io/egress-bandwidth-mbps annotation (needs tc on the node)."
     )
     node_bandwidth_mbps: int = _integer(
         "nodeBandwidthMbps",
         default=0,
         minimum=0,
         maximum=1000000,
-        description="Node egress bandwidth in megabits per second; 0 means the link speed of "
-        "the NIC.",
+        description="Node egress bandwidth in megabits per second, used when the node has no "
+        "colocation.tidal.io/node-egress-bandwidth-mbps (or Volcano's volcano.sh/network-bandwidth-rate) "
+        "annotation; 0 means the link speed of the NIC.",
     )
     online_watermark_percent: int = _integer(
         "onlineWatermarkPercent",

@@ -461,8 +461,21 @@ VOLCANO_BURST_TIME = "volcano.sh/quota-burst-time"
         ({BURST: " true "}, CPUBurstRequest(enabled=True)),
         ({BURST: "true", BURST_QUOTA: "200000"}, CPUBurstRequest(enabled=True, quota_us=200000)),
         ({BURST: "false", BURST_QUOTA: "200000"}, CPUBurstRequest(enabled=False, quota_us=200000)),
-        ({BURST_QUOTA: "0"}, CPUBurstRequest(enabled=True, quota_us=0)),
+        # 0 means the default, the quota (Volcano's agent); alone it enables nothing (rubik
+        # writes 0, Volcano's agent needs its on/off key)
+        ({BURST: "true", BURST_QUOTA: "0"}, CPUBurstRequest(enabled=True)),
+        ({VOLCANO_BURST: "true", VOLCANO_BURST_TIME: "0"}, CPUBurstRequest(enabled=True)),
+        ({BURST_QUOTA: "0"}, CPUBurstRequest(enabled=False)),
+        ({VOLCANO_BURST_TIME: "0"}, CPUBurstRequest(enabled=False)),
         ({VOLCANO_BURST: "true"}, CPUBurstRequest(enabled=True)),
+        # Volcano's agent parses its key with Go's strconv.ParseBool
+        ({VOLCANO_BURST: "1"}, CPUBurstRequest(enabled=True)),
+        ({VOLCANO_BURST: "True"}, CPUBurstRequest(enabled=True)),
+        ({VOLCANO_BURST: "TRUE"}, CPUBurstRequest(enabled=True)),
+        ({VOLCANO_BURST: "t"}, CPUBurstRequest(enabled=True)),
+        ({VOLCANO_BURST: "0", VOLCANO_BURST_TIME: "2000"}, CPUBurstRequest(enabled=False, quota_us=2000)),
+        ({VOLCANO_BURST: "False"}, CPUBurstRequest(enabled=False)),
+        ({VOLCANO_BURST: "f"}, CPUBurstRequest(enabled=False)),
         (
             {VOLCANO_BURST: "true", VOLCANO_BURST_TIME: "200000"},
             CPUBurstRequest(enabled=True, quota_us=200000),
@@ -509,8 +522,13 @@ def test_cpu_burst_annotations_map_to_request(annotations, request_) -> None:
         ),
         (
             VOLCANO_BURST,
+            "yes",
+            'annotation "volcano.sh/enable-quota-burst": invalid value "yes"; allowed: true, false',
+        ),
+        (
+            BURST,
             "1",
-            'annotation "volcano.sh/enable-quota-burst": invalid value "1"; allowed: true, false',
+            'annotation "colocation.tidal.io/cpu-burst": invalid value "1"; allowed: true, false',
         ),
         (
             VOLCANO_BURST_TIME,

@@ -25,7 +25,7 @@ def test_burst_shrinks_linearly_between_high_and_alert(load, factor):
     (50_000, 20_000, 1.0, 20_000),    # annotation asks less
     (50_000, 900_000, 1.0, 50_000),   # capped at the quota (the kernel refuses more)
     (50_000, None, 0.5, 25_000),
-    (50_000, 0, 1.0, 0),
+    (50_000, 0, 1.0, 50_000),         # 0 is the default too (Volcano's agent)
     (50_000, None, 0.0, 0),
 ])
 def test_burst_us(quota, requested, factor, expected):
@@ -72,17 +72,40 @@ def test_v2_plan_uses_cpu_max_burst_and_load_scales_it():
     }
 
 
+@pytest.mark.parametrize("level", [QoSLevel.LS, QoSLevel.HLS, None])
+def test_every_pod_that_asks_bursts_level_or_not(level):
+    # Volcano's agent bursts any pod annotated enable-quota-burst; so does Tidal, also a pod
+    # without a Tidal level (the one thing the agent does to such a pod: it asked)
+    assert files(CPUBurst().plan(state([ls_pod(level=level)]))) == {
+        "cpu,cpuacct/kubepods/burstable/podu1/cpu.cfs_burst_us": "150000",
+        "cpu,cpuacct/kubepods/burstable/podu1/a/cpu.cfs_burst_us": "100000",
+        "cpu,cpuacct/kubepods/burstable/podu1/b/cpu.cfs_burst_us": "50000",
+    }
+
+
 @pytest.mark.parametrize("pod, why", [
     (ls_pod(burst=None), "no annotation"),
+    (ls_pod(level=None, burst=None), "no level, no annotation: left alone"),
     (ls_pod(burst=CPUBurstRequest(False, 1000)), "explicit false"),
-    (ls_pod(level=QoSLevel.BE), "BE pods never burst"),
-    (ls_pod(level=QoSLevel.HLS), "HLS pods have exclusive CPUs"),
-    (ls_pod(level=None), "pods without a Tidal level are left alone"),
+    (ls_pod(level=QoSLevel.BE), "BE pods never burst: their quota is Tidal's batch-cpu limit"),
     (ls_pod(cpu=(ContainerCPU("containerd://a", 500, 0),)), "no CPU limit: nothing throttles it"),
+    (ls_pod(cpu=()), "no started container"),
     (PodState("u1", PodQOSClass.BURSTABLE, QoSLevel.LS), "plain PodState: no feature data"),
 ])
 def test_pods_that_get_no_burst(pod, why):
     assert CPUBurst().plan(state([pod])) == [], why
+
+
+@pytest.mark.parametrize("request_, container_a, container_b, pod_total", [
+    (CPUBurstRequest(True), "100000", "50000", "150000"),            # default: each quota
+    (CPUBurstRequest(True, 20_000), "20000", "20000", "40000"),      # asks less than both
+    (CPUBurstRequest(True, 70_000), "70000", "50000", "120000"),     # capped per container
+])
+def test_burst_amount_default_and_cap(request_, container_a, container_b, pod_total):
+    plan = files(CPUBurst().plan(state([ls_pod(level=None, burst=request_)])))
+    base = "cpu,cpuacct/kubepods/burstable/podu1"
+    assert (plan[f"{base}/a/cpu.cfs_burst_us"], plan[f"{base}/b/cpu.cfs_burst_us"],
+            plan[f"{base}/cpu.cfs_burst_us"]) == (container_a, container_b, pod_total)
 
 
 def test_pod_cgroup_skipped_when_a_container_is_unlimited():
@@ -132,6 +155,26 @@ def test_feature_pod_state_from_annotations(annotations, burst):
     assert pod.cpu_burst == burst
     assert pod.cpu == (ContainerCPU("containerd://abc", 250, 1000),)
     assert pod.tidal_level is QoSLevel.LS and pod.namespace == "ns"
+
+
+@pytest.mark.parametrize("annotations, planned", [
+    ({"volcano.sh/enable-quota-burst": "true"}, "100000"),
+    ({"volcano.sh/enable-quota-burst": "true", "volcano.sh/quota-burst-time": "0"}, "100000"),
+    ({"volcano.sh/enable-quota-burst": "True", "volcano.sh/quota-burst-time": "30000"}, "30000"),
+    ({"volcano.sh/quota-burst-time": "30000"}, "30000"),       # rubik: the time alone enables it
+    ({"colocation.tidal.io/cpu-burst": "true"}, "100000"),
+    ({"volcano.sh/enable-quota-burst": "false"}, None),
+    ({"volcano.sh/quota-burst-time": "0"}, None),
+    ({}, None),
+])
+def test_pod_without_a_level_bursts_from_the_reference_annotations(annotations, planned):
+    # the pod watcher keeps pods without a Tidal level; their burst comes from the annotations alone
+    _, pod = feature_views(pod_object(annotations))
+    assert pod.tidal_level is None
+    plan = files(CPUBurst().plan(state([pod])))
+    container = "cpu,cpuacct/kubepods/burstable/podu1/abc/cpu.cfs_burst_us"
+    assert plan.get(container) == planned
+    assert plan.get("cpu,cpuacct/kubepods/burstable/podu1/cpu.cfs_burst_us") == planned
 
 
 def test_feature_pod_state_skips_unstarted_containers_and_bad_quantities():

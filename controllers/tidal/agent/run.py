@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The node agent's loop: every second sample usage and run the QoS engine's round (cgroups,
-watermark eviction); every `report_interval` seconds report to the node's own NodeProfile with
+"""The node agent's loop: every second sample usage; every ``beIsolation.qosCheckIntervalSeconds``
+of the policy (default 1) run the QoS engine's round (cgroups, watermark eviction; see
+`tidal.agent.rounds`); every `report_interval` seconds report to the node's own NodeProfile with
 the policy's online-peak prediction and the capability probe."""
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.nri.probe import nri_capability
 from tidal.agent.qos.engine import QoSEngine, node_active
 from tidal.agent.qos.node_actions import NodeActions
-from tidal.agent.qos.node_qos import NodeQoS
+from tidal.agent.qos.node_qos import NodeQoS, usage_percent
+from tidal.agent.rounds import tick_loop, verify_rounds
 from tidal.agent.qos.pod_features import FeaturePods
 from tidal.kube.watch import ObjectWatch
 from tidal.metrics import node_metrics, scheduler_usage_metrics
@@ -213,44 +215,58 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics)
     watchers = [asyncio.create_task(w.run()) for w in (pods, node_watch, policy_watch)]
     loop = asyncio.get_running_loop()
-    last_round = loop.time()
+    last_tick = loop.time()
     runner = None
     if metrics_port is not None:
         runner = await serve_health(metrics_address, metrics_port, registry,
-                                    lambda: loop.time() - last_round < 10)
+                                    lambda: loop.time() - last_tick < 10)
     last_report = None
     reported: list[int | None] = [None]  # the policy generation last written, set by _report
     writer: asyncio.Task | None = None
+
+    def observe(now: float) -> None:
+        # every tick (1 s): the sample, the prediction's history, the latest policy and Node
+        sampler.sample(pods.pods.values())
+        predictions.observe(sampler, time.time())
+        node_qos.observe_policy(policy_watch.object)
+        node_qos.observe_node(node_watch.object)
+
+    def act(started: float, qos_round: bool) -> None:
+        nonlocal last_tick, last_report, writer
+        if qos_round:  # every beIsolation.qosCheckIntervalSeconds (tidal.agent.rounds)
+            engine.executor.verify_every = verify_rounds(node_qos.policy.be_isolation.qos_check_interval_seconds)
+            node_qos.round(sampler, pods.states.values())
+        now = loop.time()
+        usage = usage_percent(sampler, node_qos.node_cpus)
+        if "cpu" in usage and sampler.node_memory_total_bytes:
+            usage_metrics.observe(node, 1 - usage["cpu"] / 100, now - last_tick,
+                                  sampler.node_memory_total_bytes, sampler.node_memory_bytes or 0)
+        last_tick = now
+        # A new policy generation is reported at once (its round ran this tick: rounds.tick_loop):
+        # rollout status waits for it. The write runs beside the ticks, so an absent API server
+        # never delays enforcement.
+        behind = reported[0] != node_qos.policy_generation
+        due = last_report is None or started - last_report >= report_interval or behind
+        if due and (writer is None or writer.done()):
+            last_report = started
+            writer = asyncio.create_task(_report(api, node, report(
+                sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed),
+                node_qos.mode_status()),
+                node_qos.policy_generation, reported))
+
+    async def wait(seconds: float) -> None:
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
     try:
         await asyncio.wait_for(asyncio.gather(pods.synced.wait(), node_watch.synced.wait(),
                                               policy_watch.synced.wait()), timeout=60)
         node_qos.start()
-        while not stop.is_set():
-            started = loop.time()
-            sampler.sample(pods.pods.values())
-            predictions.observe(sampler, time.time())
-            node_qos.observe_policy(policy_watch.object)
-            node_qos.observe_node(node_watch.object)
-            round_ = node_qos.round(sampler, pods.states.values())
-            now = loop.time()
-            if "cpu" in round_.usage and sampler.node_memory_total_bytes:
-                usage_metrics.observe(node, 1 - round_.usage["cpu"] / 100, now - last_round,
-                                      sampler.node_memory_total_bytes, sampler.node_memory_bytes or 0)
-            last_round = now
-            # A new policy generation is reported at once: rollout status waits for it. The
-            # write runs beside the rounds, so an absent API server never delays enforcement.
-            behind = reported[0] != node_qos.policy_generation
-            due = last_report is None or started - last_report >= report_interval or behind
-            if due and (writer is None or writer.done()):
-                last_report = started
-                writer = asyncio.create_task(_report(api, node, report(
-                    sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed),
-                    node_qos.mode_status()),
-                    node_qos.policy_generation, reported))
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(0.05, 1.0 - (loop.time() - started)))
-            except asyncio.TimeoutError:
-                pass
+        await tick_loop(observe, act, lambda: node_qos.policy.be_isolation.qos_check_interval_seconds,
+                        stop.is_set, clock=loop.time, wait=wait,
+                        inputs=lambda: (node_qos.policy_generation, node_qos.mode.mode))
     finally:
         await node_qos.stop()
         # The DaemonSet runs only on nodes with either label (Tidal's or Volcano's alias), so

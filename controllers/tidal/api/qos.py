@@ -132,7 +132,7 @@ VOLCANO_CACHE_LIMIT_ANNOTATION = "volcano.sh/cache-limit"
 #: "true" or "false": whether the pod's containers may use CPU burst
 #: (cgroup v1 cpu.cfs_burst_us, v2 cpu.max.burst).
 CPU_BURST_ANNOTATION = "colocation.tidal.io/cpu-burst"
-#: Burst quota in microseconds per CFS period; absent means "as much as the CPU limit".
+#: Burst quota in microseconds per CFS period; absent or 0 means "as much as the CPU quota".
 CPU_BURST_QUOTA_US_ANNOTATION = "colocation.tidal.io/cpu-burst-quota-us"
 #: Written by admission on BE pods: each container's batch limits as JSON,
 #: ``{"<container>": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "1Gi"}}``.
@@ -394,8 +394,10 @@ class CPUBurstRequest:
 
     Attributes:
         enabled: whether burst is requested at all.
-        quota_us: burst quota in microseconds per CFS period, or None for "up to the CPU limit"
-            (the agent's default; it also caps any value at the limit).
+        quota_us: burst quota in microseconds per CFS period, or None for the default: each
+            container's CFS quota (its CPU limit), as Volcano's agent; the agent also caps any
+            value at the quota (the kernel refuses a burst above it). Never 0: a burst time of 0
+            means the default.
     """
 
     enabled: bool
@@ -403,10 +405,15 @@ class CPUBurstRequest:
 
 
 _BOOLEAN_VALUES = ("true", "false")
+#: what Volcano's agent accepts for ``volcano.sh/enable-quota-burst`` (Go's ``strconv.ParseBool``)
+_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
 
 def _parse_boolean(key: str, raw: str) -> bool:
     value = raw.strip()
+    if key == VOLCANO_ENABLE_QUOTA_BURST_ANNOTATION and value in (*_GO_TRUE, *_GO_FALSE):
+        return value in _GO_TRUE
     if value in _BOOLEAN_VALUES:
         return value == "true"
     raise CPUBurstAnnotationError(key, raw, _BOOLEAN_VALUES, _case_hint(value, _BOOLEAN_VALUES))
@@ -423,10 +430,21 @@ def cpu_burst_of(annotations: Mapping[str, str] | None) -> CPUBurstRequest | Non
     """The CPU burst a pod's annotations ask for, or None when it carries no burst annotation.
 
     Each canonical key decides over its Volcano counterpart independently:
-    ``colocation.tidal.io/cpu-burst`` over ``volcano.sh/enable-quota-burst`` ("true"/"false"),
+    ``colocation.tidal.io/cpu-burst`` over ``volcano.sh/enable-quota-burst`` ("true"/"false";
+    the Volcano key also takes the other spellings Volcano's agent accepts, Go's
+    ``strconv.ParseBool``: 1/0, t/f, TRUE/FALSE, True/False),
     ``colocation.tidal.io/cpu-burst-quota-us`` over ``volcano.sh/quota-burst-time``
-    (microseconds, a non-negative integer). Volcano enables burst when only a burst time is set,
-    so a quota without an on/off key means enabled; an explicit "false" wins over a quota.
+    (microseconds, a non-negative integer).
+
+    The rules of the reference agents, which read these keys:
+
+    * a burst time of 0 means "the default", the container's quota (Volcano's agent:
+      ``cpu.cfs_burst_us = cpu.cfs_quota_us`` when no burst time is given or it is 0):
+      ``quota_us`` is None;
+    * a burst time without an on/off key enables burst (openEuler rubik's quotaBurst reads only
+      ``volcano.sh/quota-burst-time``) — except a time of 0, which rubik writes as no burst and
+      Volcano's agent ignores without its on/off key: disabled;
+    * an explicit "false" wins over a burst time.
 
     Raises:
         CPUBurstAnnotationError: an annotation that is read has an invalid value.
@@ -446,8 +464,11 @@ def cpu_burst_of(annotations: Mapping[str, str] | None) -> CPUBurstRequest | Non
     if enabled_key is None and quota_key is None:
         return None
     quota_us = _parse_microseconds(quota_key, annotations[quota_key]) if quota_key else None
-    enabled = _parse_boolean(enabled_key, annotations[enabled_key]) if enabled_key else True
-    return CPUBurstRequest(enabled=enabled, quota_us=quota_us)
+    if enabled_key is not None:
+        enabled = _parse_boolean(enabled_key, annotations[enabled_key])
+    else:
+        enabled = bool(quota_us)
+    return CPUBurstRequest(enabled=enabled, quota_us=quota_us or None)
 
 
 _MBPS = re.compile(r"[0-9]+(?:\.[0-9]+)?")

@@ -1,25 +1,31 @@
 # SPDX-License-Identifier: Apache-2.0
-"""CPU burst (elastic CFS throttling) for LS pods that opt in.
+"""CPU burst (elastic CFS throttling) for pods that opt in.
 
 A CFS quota caps a cgroup at ``quota`` µs of CPU per 100 ms period, so a latency-sensitive
 server whose *average* use is well below its limit is still throttled by short bursts (a few
 requests arriving together). CFS burst (kernel >= 5.14) lets a cgroup bank unused quota, up to
 ``burst`` µs, and spend it in a later period: ``cpu.cfs_burst_us`` (v1) / ``cpu.max.burst`` (v2).
 
-Who: LS pods with ``colocation.tidal.io/cpu-burst: "true"`` (or Volcano's
-``volcano.sh/enable-quota-burst``), on every container with a CPU limit and on the pod cgroup
-(whose quota, the sum of the limits, throttles too). How much: the annotation
-``colocation.tidal.io/cpu-burst-quota-us`` (``volcano.sh/quota-burst-time``), default and
-maximum the container's quota (the kernel refuses a burst above the quota).
+Who: every pod annotated ``colocation.tidal.io/cpu-burst: "true"`` (or Volcano's
+``volcano.sh/enable-quota-burst``, or only a burst time: see
+:func:`tidal.api.qos.cpu_burst_of`), whatever its Tidal QoS level and also without one — as
+Volcano's agent, which bursts any pod that asks. It is the one thing the agent does to a pod
+without a QoS level: the pod asked for it by annotation. BE pods excepted (:func:`bursts`).
+Where: every container with a CPU limit and the pod cgroup (whose quota, the sum of the limits,
+throttles too). How much: ``colocation.tidal.io/cpu-burst-quota-us``
+(``volcano.sh/quota-burst-time``), default (also for 0) and maximum the container's quota (the
+kernel refuses a burst above the quota) — Volcano's ``cfs_burst_us = cfs_quota_us``.
 
-Dynamic by load: online CPU usage in percent of the node's CPUs (BE pods run at idle priority
-and yield to a burst, so online load is what a burst competes with): full burst up to
-``loadHighPercent`` (60), shrinking linearly to none at ``loadAlertPercent`` (80), in steps of
-5 % so a hovering load does not rewrite files every second.
+Dynamic by load (Tidal's addition; Volcano's agent sets the burst once): online CPU usage in
+percent of the node's CPUs (BE pods run at idle priority and yield to a burst, so online load
+is what a burst competes with): full burst up to ``loadHighPercent`` (60), shrinking linearly to
+none at ``loadAlertPercent`` (80), in steps of 5 % so a hovering load does not rewrite files
+every round.
 """
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 from tidal.agent.collector.cgroups import CgroupVersion
 from tidal.api.qos import QoSLevel
@@ -27,11 +33,21 @@ from tidal.api.qos import QoSLevel
 from .be_batch_resources import milli_cpu_to_quota
 from .feature import StrategyFeature
 from .pod_features import FeaturePodState
-from .strategy import CgroupWrite, NodeState, cpu_dir
+from .strategy import CgroupWrite, NodeState, PodState, cpu_dir
 
-__all__ = ["feature", "CPUBurst", "burst_factor", "burst_us", "burst_file"]
+__all__ = ["feature", "CPUBurst", "bursts", "burst_factor", "burst_us", "burst_file"]
 
 STEP = 0.05
+
+
+def bursts(pod: PodState) -> TypeGuard[FeaturePodState]:
+    """Whether ``pod`` gets CPU burst: it asks for it (annotation enabled), it has started
+    containers with their CPU data, and it is not BE. Its Tidal level does not matter otherwise:
+    HLS, LS and pods without a level alike. BE pods never burst: their CFS quota is Tidal's own
+    (the batch-cpu limit, under the suppressed BE parent), and a burst would spend banked quota
+    of offline work exactly when online load rises."""
+    return (isinstance(pod, FeaturePodState) and pod.tidal_level is not QoSLevel.BE
+            and pod.cpu_burst is not None and pod.cpu_burst.enabled and bool(pod.cpu))
 
 
 def burst_factor(load_percent: float, high_percent: float, alert_percent: float) -> float:
@@ -46,8 +62,9 @@ def burst_factor(load_percent: float, high_percent: float, alert_percent: float)
 
 
 def burst_us(quota_us: int, requested_us: int | None, factor: float) -> int:
-    """The burst to write: the requested burst (default the quota), capped at the quota, scaled."""
-    base = quota_us if requested_us is None else min(requested_us, quota_us)
+    """The burst to write: the requested burst (default — None or 0 — the quota), capped at the
+    quota, scaled."""
+    base = quota_us if not requested_us else min(requested_us, quota_us)
     return int(base * factor)
 
 
@@ -81,8 +98,7 @@ class CPUBurst:
         factor = self.factor(state)
         writes: list[CgroupWrite] = []
         for pod in state.pods:
-            if (not isinstance(pod, FeaturePodState) or pod.tidal_level is not QoSLevel.LS
-                    or pod.cpu_burst is None or not pod.cpu_burst.enabled or not pod.cpu):
+            if not bursts(pod):
                 continue
             requested = pod.cpu_burst.quota_us
             quotas = []

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The node QoS engine's round, once per second, after the collector's sample.
+"""The node QoS engine's round, after the collector's sample, every
+``beIsolation.qosCheckIntervalSeconds`` (default 1 s; the loop is :mod:`tidal.agent.rounds`).
 
 Inputs are what the agent last knew — pods of this node, this Node object, the ColocationPolicy
 (all kept by watches, so an unreachable API server leaves the last known values in force) — and

@@ -367,8 +367,8 @@ class BEIsolation:
         minimum=1,
         maximum=60,
         description="How often the node agent runs its QoS round (every strategy, feature and the "
-        "eviction watermarks), in seconds; the reference agent's qosCheckInterval. Longer rounds "
-        "cost less CPU but react later to online load.",
+        "eviction watermarks), in seconds; the reference agent's qosCheckInterval. Usage is still "
+        "sampled every second; a longer round costs less CPU but acts up to one interval later.",
     )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()

@@ -298,3 +298,21 @@ def test_a_tree_without_the_files_gets_nothing_and_the_node_says_why(tmp_path):
     assert (support["supported"], support["reason"]) == (False, reason)
     # switched off, nothing is reported
     assert not any("kernelQoSLevel" in p for p in unsupported_features(_policy(on=False).to_spec(), probed))
+
+
+@pytest.mark.parametrize("cpu, memory, problem", [
+    (True, True, False),
+    (True, False, False),   # cpu.qos_level alone is worth writing
+    (False, True, False),   # so is memory.qos_level alone (BE pods)
+    (False, False, True),
+])
+def test_either_file_is_enough_for_the_node_to_support_the_section(cpu, memory, problem):
+    from tidal.agent.qos.capabilities import Capability
+    caps = [Capability("openeuler.cpu.qos_level", cpu, "cpu reason"),
+            Capability("openeuler.memory.qos_level", memory, "memory reason")]
+    problems = unsupported_features({"features": {"kernelQoSLevel": {"enabled": True}}}, caps)
+    assert problems == ([
+        "spec.features.kernelQoSLevel: enabled but not supported on this node "
+        "(openeuler.cpu.qos_level: cpu reason; openeuler.memory.qos_level: memory reason)"] if problem else [])
+    support = {i["section"]: i for i in feature_support(caps)}["spec.features.kernelQoSLevel"]
+    assert support["supported"] is (not problem)

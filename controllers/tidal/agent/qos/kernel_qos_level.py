@@ -30,6 +30,7 @@ as it is, reported by the restore).
 from __future__ import annotations
 
 import logging
+
 from tidal.agent.collector.cgroups import PodQOSClass
 from tidal.api.qos import QoSLevel
 

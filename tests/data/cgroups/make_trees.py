@@ -144,8 +144,11 @@ def write_v2(root: Path, rel: str, u: Usage) -> None:
     write(root / rel / "memory.stat", v2_memory_stat(u.v2_stat()))
 
 
-def build(version: str, driver: str) -> dict:
-    root = HERE / f"{version}-{driver}"
+def build(version: str, driver: str, openeuler: bool = False) -> dict:
+    """``openeuler``: a v1 tree whose kernel has openEuler's ``cpu.qos_level`` and
+    ``memory.qos_level`` in every cgroup (at the kernel's default, 0: online)."""
+    tree = f"{version}-{driver}" + ("-openeuler" if openeuler else "")
+    root = HERE / tree
     shutil.rmtree(root, ignore_errors=True)
     systemd = driver == "systemd"
     runtime = "docker" if (version == "v1" and systemd) else "containerd"
@@ -212,13 +215,17 @@ def build(version: str, driver: str) -> dict:
         write_v1(cpu, memory, ".", node, system)
         for rel, (u, local) in entries.items():
             write_v1(cpu, memory, rel, u, local)
+        if openeuler:
+            for rel in [".", *entries]:
+                write(cpu / rel / "cpu.qos_level", "0\n")
+                write(memory / rel / "memory.qos_level", "0\n")
     else:
         write(root / "cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n")
         write(root / "cgroup.subtree_control", "cpuset cpu io memory pids\n")
         write_v2(root, ".", node)
         for rel, (u, _) in entries.items():
             write_v2(root, rel, u)
-    write(HERE / f"{version}-{driver}.expected.json", json.dumps(expected, indent=2) + "\n")
+    write(HERE / f"{tree}.expected.json", json.dumps(expected, indent=2) + "\n")
     return expected
 
 
@@ -226,3 +233,4 @@ if __name__ == "__main__":
     for version in ("v1", "v2"):
         for driver in ("cgroupfs", "systemd"):
             build(version, driver)
+    build("v1", "cgroupfs", openeuler=True)

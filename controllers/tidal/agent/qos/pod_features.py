@@ -3,7 +3,8 @@
 
 :class:`PodState` carries what the BE isolation strategies need (containers with their batch
 resources). CPU burst, cache limits and NUMA affinity also need a pod's opt-in annotations and its
-online containers' native CPU requests and limits. :class:`FeaturePodState` is a ``PodState``
+online containers' native CPU requests and limits; the kernel QoS level needs the raw
+``volcano.sh/qos-level`` value (Volcano's HLS is Tidal's LS, but one kernel level above LS). :class:`FeaturePodState` is a ``PodState``
 with those extra fields (so every existing consumer sees a plain ``PodState``), built from the
 raw pod object by :func:`feature_pod_state`; :class:`FeaturePods` is the agent's pod watcher
 producing them. Annotations that do not parse are logged once and count as absent (admission
@@ -48,6 +49,9 @@ class FeaturePodState(PodState):
     egress_mbps: float | None = None
     #: why that annotation is invalid ("" when it is fine or absent)
     egress_problem: str = ""
+    #: ``volcano.sh/qos-level`` as written (stripped), when it is read at all: only while the
+    #: canonical ``colocation.tidal.io/qos-level`` is absent (:func:`tidal.api.qos.qos_level_of`)
+    volcano_qos_level: str | None = None
 
 
 def _millicores(amounts: Mapping[str, Any]) -> int:
@@ -85,9 +89,12 @@ def feature_pod_state(pod: Mapping[str, Any], base: PodState) -> FeaturePodState
         resources = container.get("resources") or {}
         cpu.append(ContainerCPU(cid, _millicores(resources.get("requests") or {}),
                                 _millicores(resources.get("limits") or {})))
+    volcano = None
+    if qos.QOS_ANNOTATION not in annotations and qos.VOLCANO_QOS_ANNOTATION in annotations:
+        volcano = str(annotations[qos.VOLCANO_QOS_ANNOTATION]).strip()
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(PodState)}
     return FeaturePodState(**fields, cpu_burst=burst, cache_limit=cache, cpu=tuple(cpu),
-                           egress_mbps=egress, egress_problem=egress_problem)
+                           egress_mbps=egress, egress_problem=egress_problem, volcano_qos_level=volcano)
 
 
 def feature_views(obj: Mapping[str, Any]) -> tuple[PodInfo, PodState] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import (
     be_batch_resources, be_cpu_priority, be_cpu_suppression, cpu_burst,
-    egress_bandwidth, memory_reclaim, numa_affinity, psi_interference, resctrl,
+    egress_bandwidth, kernel_qos_level, memory_reclaim, numa_affinity, psi_interference, resctrl,
 )
 from .feature import DEFAULT_OPTIONS, Feature, Options
 
@@ -22,6 +22,7 @@ def features(options: Options = DEFAULT_OPTIONS) -> list[Feature]:
         be_cpu_priority.feature(),
         be_batch_resources.feature(),
         cpu_burst.feature(),
+        kernel_qos_level.KernelQoSLevel(),
         memory_reclaim.MemoryReclaim(),
         numa_affinity.NUMAAffinity(options),
         resctrl.CacheLimitsFeature(options),

@@ -88,6 +88,32 @@ def test_ls_cpuset_hook_is_applied_for_ls_only(runtime, start_plugin):
     assert asked == ["web"]
 
 
+# Issue 20 (NUMA affinity at creation). Written without running it (it needs the Go harness):
+# to be run with the rest of tests/nri.
+def test_numa_affinity_pins_ls_containers_at_creation_and_keeps_them_at_update(runtime, start_plugin):
+    from pathlib import Path
+
+    from tidal.agent.nri.numa import NUMAPlacer
+    from tidal.agent.qos.numa_affinity import read_topology
+
+    tree = Path(__file__).resolve().parent.parent / "data" / "numa" / "two-node"
+    connect(runtime, start_plugin, numa=NUMAPlacer(read_topology(tree)))
+    runtime.cmd("run_pod", pod=pod("ls", "LS"))
+    runtime.cmd("run_pod", pod=pod("be", "BE", BE_BATCH))
+    pool = "0-1,6-7,10-31"  # the static CPU manager's shared pool (HLS holds 2-5,8-9)
+    kubelet = {"linux": {"resources": {"cpu": {"shares": {"value": "2048"}, "cpus": pool}}}}
+    assert adjusted(runtime.cmd("create", pod_id="ls", container={"id": "c1", "name": "web", **kubelet})) == {
+        "cpu.cpus": "10-15,24-31", "cpu.mems": "1"}
+    assert adjusted(runtime.cmd("create", pod_id="ls", container={"id": "c2", "name": "side", **kubelet})) == {
+        "cpu.cpus": "0-1,6-7,16-23", "cpu.mems": "0"}
+    assert adjusted(runtime.cmd("create", pod_id="be", container={"id": "c3", "name": "worker"})) == BE_WORKER
+    # the kubelet's reconcile rewrites the cpuset to its pool: the plugin keeps the NUMA node
+    answer = runtime.cmd("update", container_id="c1", resources={"cpu": {"cpus": "0-31"}})
+    ours = [u for u in answer["update"] if u["container_id"] == "c1"]
+    assert ours and flat(ours[-1]["linux"]["resources"]).get("cpu.mems") == "1"
+    assert flat(ours[-1]["linux"]["resources"]).get("cpu.cpus") == "8-15,24-31"
+
+
 def test_update_keeps_be_limits_on_the_updated_container(runtime, start_plugin):
     connect(runtime, start_plugin)
     runtime.cmd("run_pod", pod=pod("be", "BE", BE_BATCH))

@@ -75,7 +75,7 @@ def test_placements_are_sticky_and_gone_containers_dropped():
 
 def ls(uid, name, *containers, level=QoSLevel.LS):
     return FeaturePodState(uid=uid, qos_class=PodQOSClass.BURSTABLE, tidal_level=level, namespace="web", name=name,
-                           cpu=tuple(ContainerCPU(cid, req, 0) for cid, req in containers))
+                           cpu=tuple(ContainerCPU(cid, req, 0, *name) for cid, req, *name in containers))
 
 
 @pytest.mark.parametrize("version", [CgroupVersion.V1, CgroupVersion.V2])
@@ -87,7 +87,7 @@ def test_actuator_on_a_recorded_tree(tmp_path, caplog, version):
     else:
         layout = CgroupLayout(CgroupHierarchy(version, root, root), CgroupDriver.SYSTEMD)
         cpuset = root
-    api = ls("1111-aaaa", "api", ("containerd://a1", 2000))
+    api = ls("1111-aaaa", "api", ("containerd://a1", 2000, "app"))
     hls = ls("2222-bbbb", "db", ("containerd://h1", 4000), level=QoSLevel.HLS)
     be = ls("3333-cccc", "batch", ("containerd://b1", 0), level=QoSLevel.BE)
     dirs = {}
@@ -107,7 +107,8 @@ def test_actuator_on_a_recorded_tree(tmp_path, caplog, version):
     assert (dirs["containerd://a1"] / "cpuset.mems").read_text() == "1"
     for cid in ("containerd://h1", "containerd://b1"):  # HLS and BE pods are not touched
         assert (dirs[cid] / "cpuset.cpus").read_text() == "0-31\n"
-    assert [r.getMessage() for r in caplog.records] == ["applied NUMA affinity for LS pod web/api on NUMA node 1"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "Successfully set NUMA affinity for container web/api/app: cpus=10-15,24-31 mems=1"]
     # switched off: the original cpuset comes back
     assert actuator.round(False, [api, hls, be]) == []
     assert (dirs["containerd://a1"] / "cpuset.cpus").read_text() == "0-31"

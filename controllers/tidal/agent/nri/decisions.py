@@ -12,7 +12,8 @@ level  container resources at CreateContainer (and kept at UpdateContainer)
 BE     batch-cpu m > 0: cpu shares = ``milli_cpu_to_shares(m)``, quota = ``milli_cpu_to_quota(m)``,
        period = ``CFS_PERIOD_US``; batch-cpu absent: shares = 2 (the minimum weight).
        batch-memory b > 0: memory limit = b rounded down to the page size (≥ one page).
-LS     the NUMA cpuset from the ``ls_cpuset`` hook when NUMA affinity is on (issue 6), else nothing
+LS     the NUMA cpuset (cpus and mems) from the ``ls_cpuset`` hook when NUMA affinity is on
+       (:mod:`.numa`: the node engine's placement, :mod:`tidal.agent.qos.numa_affinity`), else nothing
 HLS    nothing: exclusive CPUs are the kubelet's static CPU manager's job
 none   nothing (a pod without a QoS annotation is left alone)
 =====  ==========================================================================================
@@ -54,6 +55,7 @@ __all__ = [
     "BatchRequest",
     "BatchResourcesAnnotationError",
     "ContainerRef",
+    "Cpuset",
     "Decision",
     "LSCpusetHook",
     "Resources",
@@ -61,6 +63,7 @@ __all__ = [
     "be_resources",
     "decide",
     "page_rounded",
+    "shares_to_millicores",
     "sync_updates",
 ]
 
@@ -78,32 +81,65 @@ class Resources:
     cpu_period: int | None = None
     memory_limit: int | None = None
     cpuset_cpus: str | None = None
+    cpuset_mems: str | None = None
+
+    def _fields(self) -> tuple[tuple[str, object], ...]:
+        return (("cpu.shares", self.cpu_shares), ("cpu.quota", self.cpu_quota), ("cpu.period", self.cpu_period),
+                ("memory.limit", self.memory_limit), ("cpuset.cpus", self.cpuset_cpus),
+                ("cpuset.mems", self.cpuset_mems))
 
     def __bool__(self) -> bool:
-        return any(v is not None for v in (self.cpu_shares, self.cpu_quota, self.cpu_period,
-                                           self.memory_limit, self.cpuset_cpus))
+        return any(v is not None for _, v in self._fields())
 
     def describe(self) -> str:
-        parts = [f"{name}={value}" for name, value in (
-            ("cpu.shares", self.cpu_shares), ("cpu.quota", self.cpu_quota),
-            ("cpu.period", self.cpu_period), ("memory.limit", self.memory_limit),
-            ("cpuset.cpus", self.cpuset_cpus)) if value is not None]
-        return " ".join(parts) or "nothing"
+        return " ".join(f"{name}={value}" for name, value in self._fields() if value is not None) or "nothing"
 
 
 @dataclass(frozen=True)
 class ContainerRef:
-    """What the decisions need of a pod and one of its containers (from NRI's PodSandbox)."""
+    """What the decisions need of a pod and one of its containers (from NRI's PodSandbox and
+    Container).
+
+    Attributes:
+        container_id: the runtime's id of the container.
+        cpu_request_millicores: its CPU request, as the kubelet encodes it in the CPU shares
+            (:func:`shares_to_millicores`; 0 without shares).
+        cpuset_cpus: the CPUs the kubelet gives it (``""``: any): with the static CPU manager a
+            shared container's cpuset is the shared pool, without it nothing.
+        creating: the container is being created (CreateContainer): only then may a NUMA
+            placement be chosen; at UpdateContainer and Synchronize one is only kept.
+    """
 
     namespace: str
     pod_name: str
     pod_uid: str
     container_name: str
     pod_annotations: Mapping[str, str]
+    container_id: str = ""
+    cpu_request_millicores: int = 0
+    cpuset_cpus: str = ""
+    creating: bool = False
 
 
-#: Issue 6 (NUMA affinity) plugs in here: the cpuset ("0-3,8") for an LS container, or None.
-LSCpusetHook = Callable[[ContainerRef], "str | None"]
+@dataclass(frozen=True)
+class Cpuset:
+    """An LS container's NUMA confinement: ``cpuset.cpus`` and ``cpuset.mems`` (kernel list format)."""
+
+    cpus: str
+    mems: str
+
+
+#: NUMA affinity plugs in here (:class:`.numa.NUMAPlacer`): the cpuset of an LS container, or
+#: None. A bare string is a cpus-only cpuset.
+LSCpusetHook = Callable[[ContainerRef], "Cpuset | str | None"]
+
+
+def shares_to_millicores(shares: int | None) -> int:
+    """The CPU request behind the kubelet's CPU shares (the inverse of ``MilliCPUToShares``, to
+    the millicore): 0 for the minimum (2) or none."""
+    if not shares or shares <= 2:
+        return 0
+    return round(shares * 1000 / 1024)
 
 
 @dataclass(frozen=True)
@@ -212,8 +248,12 @@ def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
     if level is None or level is qos.QoSLevel.HLS:
         return Decision(level)
     if level is qos.QoSLevel.LS:
-        cpus = ls_cpuset(ref) if ls_cpuset else None
-        return Decision(level, Resources(cpuset_cpus=cpus) if cpus else Resources())
+        cpuset = ls_cpuset(ref) if ls_cpuset else None
+        if isinstance(cpuset, str):
+            cpuset = Cpuset(cpuset, "")
+        if not cpuset or not cpuset.cpus:
+            return Decision(level)
+        return Decision(level, Resources(cpuset_cpus=cpuset.cpus, cpuset_mems=cpuset.mems or None))
     try:
         requests = batch_requests_of(ref.pod_annotations)
     except BatchResourcesAnnotationError as err:
@@ -226,10 +266,7 @@ def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
 
 
 def _differs(wanted: Resources, current: Resources) -> bool:
-    return any(w is not None and w != c for w, c in (
-        (wanted.cpu_shares, current.cpu_shares), (wanted.cpu_quota, current.cpu_quota),
-        (wanted.cpu_period, current.cpu_period), (wanted.memory_limit, current.memory_limit),
-        (wanted.cpuset_cpus, current.cpuset_cpus)))
+    return any(w is not None and w != c for (_, w), (_, c) in zip(wanted._fields(), current._fields()))
 
 
 def sync_updates(containers: Iterable[tuple[str, ContainerRef, Resources]], *,

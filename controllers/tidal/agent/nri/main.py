@@ -1,11 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``tidal-agent nri``: the NRI plugin as a process (the DaemonSet's sidecar or the agent's)."""
+"""``tidal-agent nri``: the NRI plugin as a process (the DaemonSet's sidecar or the agent's).
+
+With API server access (``--in-cluster`` in the DaemonSet, or a kubeconfig) it also watches the
+ColocationPolicy, so NUMA affinity is applied at creation while ``features.numaAffinity`` is on;
+without it the plugin sets BE resources only (the agent's round still applies NUMA affinity)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from tidal.kube import SERVICE_ACCOUNT, connect, in_cluster_missing, resolve_kubeconfig, stop_on_signals
 
@@ -57,17 +63,57 @@ async def serve_health(address: str, port: int, plugin: TidalNRIPlugin):
     return runner
 
 
+def numa_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Callable[[], bool]:
+    """Whether the ColocationPolicy (its raw object, None: none exists -> defaults) has
+    ``features.numaAffinity.enabled``; parsed once per resourceVersion, an invalid one keeps the
+    last valid answer (as the agent keeps the last valid policy)."""
+    from tidal.api.policy import ColocationPolicy, PolicyValidationError
+
+    seen: dict[str, Any] = {"key": object(), "enabled": False}
+
+    def enabled() -> bool:
+        obj = policy_object()
+        key = None if obj is None else ((obj.get("metadata") or {}).get("resourceVersion"))
+        if key != seen["key"]:
+            seen["key"] = key
+            try:
+                on = ColocationPolicy.from_spec((obj or {}).get("spec") or {}).features.numa_affinity.enabled
+            except PolicyValidationError as err:
+                log.error("NRI: ColocationPolicy invalid (%s): NUMA affinity stays %s", err,
+                          "on" if seen["enabled"] else "off")
+            else:
+                if on != seen["enabled"]:
+                    log.info("NRI: NUMA affinity at container creation %s", "on" if on else "off")
+                seen["enabled"] = on
+        return seen["enabled"]
+
+    return enabled
+
+
 async def run_nri(args) -> None:
     stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
-        lookup = None
+        lookup = numa = None
         lookups, kubeconfig = lookup_access(args.kubeconfig, args.in_cluster)
         if lookups:
+            from tidal.api import qos
+            from tidal.api.policy import DEFAULT_POLICY_NAME
+            from tidal.kube.watch import ObjectWatch
+
+            from .numa import NUMAPlacer, node_topology
             from .pod_lookup import ApiServerPods
             api = await stack.enter_async_context(connect(kubeconfig, "tidal-agent-nri"))
             lookup = ApiServerPods(api)
+            topology = node_topology(Path(getattr(args, "sys_root", None) or "/sys"))
+            if len(topology) > 1:
+                watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
+                                    DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
+                task = asyncio.create_task(watch.run())
+                stack.callback(task.cancel)
+                numa = NUMAPlacer(topology, numa_enabled(lambda: watch.object))
         try:
-            plugin = TidalNRIPlugin(args.socket, name=args.plugin_name, index=args.plugin_index, pod_lookup=lookup)
+            plugin = TidalNRIPlugin(args.socket, name=args.plugin_name, index=args.plugin_index, pod_lookup=lookup,
+                                    numa=numa)
         except ValueError as err:
             raise SystemExit(f"tidal-agent nri: {err}") from None
         if getattr(args, "health_port", None) is not None:

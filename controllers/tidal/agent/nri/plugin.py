@@ -13,6 +13,11 @@ logged and left unadjusted — and never waits on I/O: the decision is pure and 
 container whose batch resources are not in its pod's annotations gets the minimum CPU weight at
 once and its limits later, from the pod object, through an unsolicited ``UpdateContainers``
 request (never from inside an event handler: the runtime holds its lock while it waits for us).
+
+NUMA affinity (``numa``, a :class:`.numa.NUMAPlacer`): an LS container is confined to a NUMA node
+at CreateContainer (cpus and mems), kept there at UpdateContainer, and the containers the runtime
+reports pinned at Synchronize are learnt; each pin at creation is logged with
+:data:`~tidal.agent.qos.numa_affinity.SUCCESS_LOG`, the node engine's line.
 """
 from __future__ import annotations
 
@@ -26,7 +31,18 @@ from pathlib import Path
 
 from .api import api_pb2 as api
 from .api.source import NRI_VERSION
-from .decisions import BatchRequest, ContainerRef, Decision, LSCpusetHook, Resources, decide, sync_updates
+from tidal.agent.qos.numa_affinity import SUCCESS_LOG
+
+from .decisions import (
+    BatchRequest,
+    ContainerRef,
+    Decision,
+    LSCpusetHook,
+    Resources,
+    decide,
+    shares_to_millicores,
+    sync_updates,
+)
 from .mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from .ttrpc import Client, Handler, Server
 
@@ -67,6 +83,8 @@ def linux_resources(res: Resources) -> api.LinuxResources:
         out.cpu.period.value = res.cpu_period
     if res.cpuset_cpus is not None:
         out.cpu.cpus = res.cpuset_cpus
+    if res.cpuset_mems is not None:
+        out.cpu.mems = res.cpuset_mems
     if res.memory_limit is not None:
         out.memory.limit.value = res.memory_limit
     return out
@@ -81,12 +99,20 @@ def current_resources(res: api.LinuxResources) -> Resources:
         cpu_period=cpu.period.value if cpu.HasField("period") else None,
         memory_limit=memory.limit.value if memory.HasField("limit") else None,
         cpuset_cpus=cpu.cpus or None,
+        cpuset_mems=cpu.mems or None,
     )
 
 
-def container_ref(pod: api.PodSandbox, container: api.Container) -> ContainerRef:
+def container_ref(pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources | None = None,
+                  *, creating: bool = False) -> ContainerRef:
+    """The decisions' view of a container; ``resources``: the kubelet's (an UpdateContainer's
+    request), else the container's own."""
+    cpu = (resources if resources is not None else container.linux.resources).cpu
     return ContainerRef(namespace=pod.namespace, pod_name=pod.name, pod_uid=pod.uid,
-                        container_name=container.name, pod_annotations=dict(pod.annotations))
+                        container_name=container.name, pod_annotations=dict(pod.annotations),
+                        container_id=container.id,
+                        cpu_request_millicores=shares_to_millicores(cpu.shares.value if cpu.HasField("shares") else 0),
+                        cpuset_cpus=cpu.cpus, creating=creating)
 
 
 def _update(container_id: str, res: Resources) -> api.ContainerUpdate:
@@ -100,14 +126,15 @@ class TidalNRIPlugin:
     Args:
         socket_path: the runtime's NRI socket.
         name, index: how the runtime knows the plugin; plugins are called in index order.
-        ls_cpuset: NUMA cpuset hook for LS containers (issue 6); None while NUMA affinity is off.
+        ls_cpuset: cpuset hook for LS containers (tests); ``numa`` is the real one.
+        numa: NUMA affinity at creation (:class:`.numa.NUMAPlacer`); None: none.
         pod_lookup: reads batch requests from the pod object when a BE pod lacks the annotation.
         backoff: first and longest wait between connection attempts, seconds.
         call_timeout: limit on the plugin's own calls to the runtime (RegisterPlugin, UpdateContainers).
     """
 
     def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, name: str = "tidal", index: str = "10",
-                 ls_cpuset: LSCpusetHook | None = None, pod_lookup: PodLookup | None = None,
+                 ls_cpuset: LSCpusetHook | None = None, numa=None, pod_lookup: PodLookup | None = None,
                  backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0) -> None:
         if len(index) != 2 or not index.isascii() or not index.isdigit():
             raise ValueError(f"plugin index {index!r}: must be two digits (00-99), as NRI requires")
@@ -116,7 +143,8 @@ class TidalNRIPlugin:
         self.socket_path = str(socket_path)
         self.name = name
         self.index = index
-        self.ls_cpuset = ls_cpuset
+        self.numa = numa
+        self.ls_cpuset = ls_cpuset if ls_cpuset is not None else numa
         self.pod_lookup = pod_lookup
         self.backoff = backoff
         self.call_timeout = call_timeout
@@ -252,7 +280,10 @@ class TidalNRIPlugin:
             pod = pods.get(c.pod_sandbox_id)
             if pod is None or c.state not in (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED):
                 continue
-            rows.append((c.id, container_ref(pod, c), current_resources(c.linux.resources)))
+            ref = container_ref(pod, c)
+            if self.numa is not None:
+                self.numa.learn(ref, c.linux.resources.cpu.mems)
+            rows.append((c.id, ref, current_resources(c.linux.resources)))
         updates = []
         for container_id, decision in sync_updates(rows, ls_cpuset=self.ls_cpuset):
             log.info("NRI: synchronize: container %s (%s): %s", container_id, decision.level,
@@ -276,10 +307,13 @@ class TidalNRIPlugin:
 
     async def _remove_pod(self, req: api.RemovePodSandboxRequest) -> api.RemovePodSandboxResponse:
         self._looked_up.pop(req.pod.uid, None)
+        if self.numa is not None:
+            self.numa.forget_pod(req.pod.uid)
         return api.RemovePodSandboxResponse()
 
-    def _decide(self, pod: api.PodSandbox, container: api.Container) -> tuple[ContainerRef, Decision]:
-        ref = container_ref(pod, container)
+    def _decide(self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources | None = None,
+                *, creating: bool = False) -> tuple[ContainerRef, Decision]:
+        ref = container_ref(pod, container, resources, creating=creating)
         decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=self._looked_up.get(pod.uid))
         if decision.problem:
             log.warning("NRI: %s/%s container %s: %s", ref.namespace, ref.pod_name, ref.container_name,
@@ -287,19 +321,24 @@ class TidalNRIPlugin:
         return ref, decision
 
     async def _create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
-        ref, decision = self._decide(req.pod, req.container)
+        ref, decision = self._decide(req.pod, req.container, creating=True)
         reply = api.CreateContainerResponse()
-        if decision.resources:
-            reply.adjust.linux.resources.CopyFrom(linux_resources(decision.resources))
+        res = decision.resources
+        if res:
+            reply.adjust.linux.resources.CopyFrom(linux_resources(res))
             log.info("NRI: create %s/%s container %s (%s): %s", ref.namespace, ref.pod_name, ref.container_name,
-                     decision.level, decision.resources.describe())
+                     decision.level, res.describe())
+            if res.cpuset_mems is not None:
+                log.info(SUCCESS_LOG, ref.namespace, ref.pod_name, ref.container_name, res.cpuset_cpus,
+                         res.cpuset_mems)
         if decision.needs_lookup and self.pod_lookup is not None:
             self._stages[req.container.id] = {"created": asyncio.Event(), "started": asyncio.Event()}
             self._spawn(self._resolve_later(ref, req.container.id))
         return reply
 
     async def _update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
-        ref, decision = self._decide(req.pod, req.container)
+        ref, decision = self._decide(req.pod, req.container,
+                                     req.linux_resources if req.HasField("linux_resources") else None)
         reply = api.UpdateContainerResponse()
         if decision.resources:
             # The update targets the container being updated, so the runtime merges it into the
@@ -334,6 +373,8 @@ class TidalNRIPlugin:
         return api.PostStartContainerResponse()
 
     async def _stop_container(self, req: api.StopContainerRequest) -> api.StopContainerResponse:
+        if self.numa is not None:
+            self.numa.forget(req.container.id)
         log.debug("NRI: container %s of %s/%s stopped", req.container.name, req.pod.namespace, req.pod.name)
         return api.StopContainerResponse()
 

@@ -11,6 +11,12 @@ Pure core:
   gave exclusively — minus the CPU requests of the LS containers already placed there), lowest
   node id on ties. When even that node is short of the container's request, the next freest nodes
   are added until the request fits (falling back to several nodes rather than none).
+* :func:`place` is :func:`assign` for one new container next to the placements known (the NRI
+  plugin's entry point at CreateContainer); :func:`cpuset_of` is a placement's ``cpuset.cpus`` /
+  ``cpuset.mems`` values (the NUMA nodes' shareable CPUs, the nodes), written by both paths.
+* :func:`pinned_nodes` recognises a container already confined to some NUMA nodes (its
+  ``cpuset.mems`` names a proper subset of the node's NUMA nodes): the NRI plugin pinned it at
+  creation, and the agent's round adopts that placement instead of choosing again.
 * :func:`numa_plan` turns assignments into ``cpuset.cpus`` / ``cpuset.mems`` writes on the
   containers' cgroups (v1: the ``cpuset`` hierarchy; v2: the unified one).
 
@@ -18,7 +24,10 @@ The feature (:class:`NUMAAffinity`, ``numa-affinity``) reads in ``sense`` (the t
 ``/sys/devices/system/node`` once, the kubelet's ``cpu_manager_state`` every round), plans the
 cpusets, which the executor applies into the one journal (only below the cpuset ``kubepods``
 tree) and puts back when the feature is switched off or the node leaves colocation; it logs
-``applied NUMA affinity for LS pod <ns>/<name> on NUMA node N`` once per container. With the
+:data:`SUCCESS_LOG` (``Successfully set NUMA affinity for container <ns>/<pod>/<container>:
+cpus=<list> mems=<list>``, the line the NRI plugin logs when it pins a container at creation)
+once per container it pins. A container the NRI plugin pinned at creation is adopted (kept on its
+NUMA nodes, not logged again). With the
 kubelet's static CPU manager the kubelet may rewrite shared containers' cpusets in its reconcile
 loop; the executor re-reads the files every few rounds and puts the confinement back.
 :class:`NUMAAffinityActuator` drives the feature alone with its own journal.
@@ -28,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
@@ -43,9 +52,14 @@ from .strategy import CgroupWrite, NodeState
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CPUManagerState", "JOURNAL_NAME", "NUMAAffinity", "NUMAAffinityActuator", "Placement", "assign", "format_cpu_list", "numa_plan",
-    "parse_cpu_manager_state", "read_topology",
+    "CPUManagerState", "JOURNAL_NAME", "NUMAAffinity", "NUMAAffinityActuator", "Placement", "SUCCESS_LOG", "assign",
+    "cpuset_of", "format_cpu_list", "numa_plan", "parse_cpu_manager_state", "pinned_nodes", "place", "read_topology",
+    "shareable",
 ]
+
+#: The one INFO line per pinned container, from the agent's round and the NRI plugin alike
+#: (namespace, pod, container, cpus, mems): what operators grep for.
+SUCCESS_LOG = "Successfully set NUMA affinity for container %s/%s/%s: cpus=%s mems=%s"
 
 JOURNAL_NAME = "numa-journal.json"
 DEFAULT_CPU_MANAGER_STATE = Path("/var/lib/kubelet/cpu_manager_state")
@@ -146,6 +160,39 @@ def assign(free_cpus: Mapping[int, frozenset[int]], placed: Mapping[str, Placeme
     return result
 
 
+def place(free_cpus: Mapping[int, frozenset[int]], placed: Mapping[str, Placement], pod_uid: str,
+          container_id: str, request_millicores: int) -> Placement | None:
+    """Where one new container goes, next to ``placed`` (all kept): :func:`assign`'s choice.
+    None when no NUMA node has a shareable CPU."""
+    others = [(p.pod_uid, cid, p.request_millicores) for cid, p in placed.items() if cid != container_id]
+    result = assign(free_cpus, {cid: p for cid, p in placed.items() if cid != container_id},
+                    [*others, (pod_uid, container_id, request_millicores)])
+    return result.get(container_id)
+
+
+def cpuset_of(nodes: Iterable[int], free_cpus: Mapping[int, frozenset[int]]) -> tuple[str, str] | None:
+    """``(cpuset.cpus, cpuset.mems)`` of a container confined to ``nodes``: their shareable CPUs
+    and the nodes, in the kernel's list format; None when those nodes have no shareable CPU."""
+    nodes = sorted(set(nodes))
+    cpus = frozenset().union(*(free_cpus.get(n, frozenset()) for n in nodes))
+    if not cpus or not nodes:
+        return None
+    return format_cpu_list(cpus), format_cpu_list(nodes)
+
+
+def pinned_nodes(mems: str | None, numa_nodes: Collection[int]) -> tuple[int, ...] | None:
+    """The NUMA nodes a container is confined to, when its ``cpuset.mems`` (kernel list format)
+    names a non-empty proper subset of ``numa_nodes``; None otherwise (unset, every node, or
+    unreadable): such a container is not pinned."""
+    try:
+        nodes = set(parse_cpu_list(mems or ""))
+    except ValueError:
+        return None
+    if not nodes or not nodes < set(numa_nodes):
+        return None
+    return tuple(sorted(nodes))
+
+
 def cpuset_root(layout: CgroupLayout) -> Path:
     if layout.version is CgroupVersion.V2:
         return layout.hierarchy.memory_root
@@ -158,15 +205,14 @@ def numa_plan(placements: Iterable[Placement], free_cpus: Mapping[int, frozenset
     writes = []
     for p in placements:
         pod = pods.get(p.pod_uid)
-        if pod is None:
+        cpuset = cpuset_of(p.nodes, free_cpus)
+        if pod is None or cpuset is None:
             continue
-        cpus = frozenset().union(*(free_cpus.get(n, frozenset()) for n in p.nodes))
-        if not cpus:
-            continue
+        cpus, mems = cpuset
         path = root / layout.container_relpath(pod.uid, pod.qos_class, p.container_id)
         # mems first: a v1 cpuset needs both set, and neither may be empty
-        writes.append(CgroupWrite(path, "cpuset.mems", format_cpu_list(p.nodes)))
-        writes.append(CgroupWrite(path, "cpuset.cpus", format_cpu_list(cpus)))
+        writes.append(CgroupWrite(path, "cpuset.mems", mems))
+        writes.append(CgroupWrite(path, "cpuset.cpus", cpus))
     return writes
 
 
@@ -181,13 +227,15 @@ def ls_containers(pods: Iterable) -> list[tuple[str, str, int]]:
 @dataclass(frozen=True)
 class Sensed:
     """What the NUMA feature read this round: the pods by uid, the LS containers (pod uid,
-    container id, CPU request), the shareable CPUs per NUMA node, and the placements an
-    earlier run of the agent made (recognised in the journal)."""
+    container id, CPU request), the shareable CPUs per NUMA node, the placements an
+    earlier run of the agent made (recognised in the journal), and the containers pinned at
+    creation by the NRI plugin (``cpuset.mems`` a proper subset of the NUMA nodes)."""
 
     pods: Mapping[str, FeaturePodState]
     containers: list[tuple[str, str, int]]
     free: Mapping[int, frozenset[int]]
     recovered: Mapping[str, Placement]
+    adopted: Mapping[str, Placement] = field(default_factory=dict)
 
 
 class NUMAAffinity:
@@ -223,31 +271,43 @@ class NUMAAffinity:
             return CPUManagerState()
 
     def recovered(self, containers: Iterable[tuple[str, str, int]], pods: Mapping, layout: CgroupLayout,
-                  journaled: Collection[str]) -> dict[str, Placement]:
-        """Placements made by an earlier run of the agent (restart-safe: no container moves to
-        another NUMA node because the agent restarted): an LS container not placed yet whose
-        ``cpuset.mems`` this agent changed (it is in the journal) keeps the nodes it has now."""
-        out = {}
+                  journaled: Collection[str]) -> tuple[dict[str, Placement], dict[str, Placement]]:
+        """Placements made before this round, from the containers' ``cpuset.mems``:
+
+        * recovered — made by an earlier run of the agent (restart-safe: no container moves to
+          another NUMA node because the agent restarted): an LS container not placed yet whose
+          ``cpuset.mems`` this agent changed (it is in the journal) keeps the nodes it has now;
+        * adopted — made by the NRI plugin at creation (the round must not fight it): an LS
+          container not placed yet, not in the journal, whose ``cpuset.mems`` names a proper
+          subset of the NUMA nodes (:func:`pinned_nodes`) keeps those nodes.
+        """
+        recovered, adopted = {}, {}
         for uid, cid, request in containers:
             if cid in self.placements:
                 continue
             pod = pods[uid]
             mems = cpuset_root(layout) / layout.container_relpath(pod.uid, pod.qos_class, cid) / "cpuset.mems"
-            if str(mems) not in journaled:
-                continue
             try:
-                nodes = tuple(parse_cpu_list(mems.read_text()))
-            except (OSError, ValueError):
+                text = mems.read_text()
+            except OSError:
                 continue
-            if nodes:
-                out[cid] = Placement(uid, cid, nodes, request)
-        return out
+            if str(mems) in journaled:
+                try:
+                    nodes = tuple(parse_cpu_list(text))
+                except ValueError:
+                    continue
+                if nodes:
+                    recovered[cid] = Placement(uid, cid, nodes, request)
+            elif (nodes := pinned_nodes(text, self.topology())) is not None:
+                adopted[cid] = Placement(uid, cid, nodes, request)
+        return recovered, adopted
 
     def sense(self, ctx: Context) -> Sensed:
         pods = {p.uid: p for p in ctx.state.pods}
         containers = ls_containers(pods.values())
         free = shareable(self.topology(), self.read_cpu_state())
-        return Sensed(pods, containers, free, self.recovered(containers, pods, ctx.state.layout, ctx.journaled))
+        recovered, adopted = self.recovered(containers, pods, ctx.state.layout, ctx.journaled)
+        return Sensed(pods, containers, free, recovered, adopted)
 
     # -- plan --------------------------------------------------------------------------------
 
@@ -255,6 +315,11 @@ class NUMAAffinity:
         seen: Sensed = ctx.observed[self.name]
         self.placements.update(seen.recovered)
         self._logged.update(seen.recovered)  # placed by an earlier run: logged then
+        self.placements.update(seen.adopted)
+        self._logged.update(seen.adopted)  # pinned at creation: the NRI plugin logged it
+        for cid, p in seen.adopted.items():
+            log.debug("NUMA affinity of container %s (pod %s) set at creation: kept on NUMA node %s", cid,
+                      p.pod_uid, format_cpu_list(p.nodes))
         self.placements = assign(seen.free, self.placements, seen.containers)
         return Plan(tuple(numa_plan(self.placements.values(), seen.free, seen.pods, ctx.state.layout)))
 
@@ -278,8 +343,9 @@ class NUMAAffinity:
                 path = str(cpuset_root(layout) / layout.container_relpath(pod.uid, pod.qos_class, p.container_id))
                 if path in applied:
                     self._logged.add(p.container_id)
-                    log.info("applied NUMA affinity for LS pod %s/%s on NUMA node %s", pod.namespace, pod.name,
-                             ",".join(map(str, p.nodes)))
+                    cpus, mems = cpuset_of(p.nodes, ctx.observed[self.name].free) or ("", "")
+                    name = next((c.name for c in pod.cpu if c.id == p.container_id), "") or p.container_id
+                    log.info(SUCCESS_LOG, pod.namespace, pod.name, name, cpus, mems)
         if len(self._logged) > len(self.placements):
             self._logged &= set(self.placements)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidal.api import qos
@@ -33,11 +33,13 @@ __all__ = ["ContainerCPU", "FeaturePodState", "FeaturePods", "feature_pod_state"
 
 @dataclass(frozen=True)
 class ContainerCPU:
-    """A started container's native CPU request and limit (millicores; 0 = not set)."""
+    """A started container's native CPU request and limit (millicores; 0 = not set), and its name."""
 
     id: str
     request_millicores: int = 0
     limit_millicores: int = 0
+    #: for log lines only (the container is known by its id): not part of equality
+    name: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def feature_pod_state(pod: Mapping[str, Any], base: PodState) -> FeaturePodState
             continue
         resources = container.get("resources") or {}
         cpu.append(ContainerCPU(cid, _millicores(resources.get("requests") or {}),
-                                _millicores(resources.get("limits") or {})))
+                                _millicores(resources.get("limits") or {}), str(container.get("name") or "")))
     volcano = None
     if qos.QOS_ANNOTATION not in annotations and qos.VOLCANO_QOS_ANNOTATION in annotations:
         volcano = str(annotations[qos.VOLCANO_QOS_ANNOTATION]).strip()

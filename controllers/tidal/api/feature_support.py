@@ -27,6 +27,7 @@ FEATURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "features.cacheLimits": (("resctrl.l3", "resctrl.mba"),),
     "features.numaAffinity": (("numa",),),
     "features.egressBandwidth": (("tc",),),
+    "features.kernelQoSLevel": (("openeuler.cpu.qos_level", "openeuler.memory.qos_level"),),
 }
 
 SUPPORT_UNKNOWN_REASON = "not reported by the node's agent"

@@ -12,6 +12,7 @@ const SECTIONS = [
   ["spec.features.psiInterference", "PSI interference"],
   ["spec.features.numaAffinity", "NUMA affinity"],
   ["spec.features.egressBandwidth", "Egress bandwidth"],
+  ["spec.features.kernelQoSLevel", "Kernel QoS level (openEuler cpu / memory.qos_level)"],
 ];
 
 function capabilityChips(node) {
@@ -165,7 +166,8 @@ function policyDialog(schema, policy, nodes, canWrite, onSaved) {
         `Not supported on ${unsupported.join("; ")}`) : null,
       own.map((f) => el("div", { class: `field${unsupported.length ? " dim" : ""}` },
         el("label", { for: f.path }, f.path.slice(prefix.length + 1),
-          el("div", { class: "hint" }, f.description + (f.minimum !== undefined ? ` [${f.minimum}–${f.maximum}]` : ""))),
+          el("div", { class: "hint" }, f.description + (f.minimum !== undefined ? ` [${f.minimum}–${f.maximum}]` : "")
+          + ` (default ${Array.isArray(f.default) ? f.default.join(", ") : f.default})`)),
         el("div", {}, inputFor(f, valueAt(policy.spec, f.path)), el("div", { class: "field-error", id: `${f.path}.error` })))));
     form.append(fs);
   }

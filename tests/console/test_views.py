@@ -244,7 +244,7 @@ def test_node_view_counts_pods_by_qos_and_batch_requests_of_be_pods():
     cache = next(f for f in view["featureSupport"] if f["section"] == "spec.features.cacheLimits")
     assert (cache["supported"], cache["reason"]) == (False, "resctrl.l3: resctrl not mounted")
     assert view["colocation"] and view["oversubscription"] and view["evicting"]
-    assert view["profile"] == {"present": True, "observedAt": None, "appliedGeneration": 4}
+    assert view["profile"] == {"present": True, "observedAt": None, "appliedGeneration": 4, "replayed": False}
     bare = node_view(node(), None)
     assert bare["profile"]["present"] is False and bare["capabilities"] == []
 

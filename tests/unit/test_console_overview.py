@@ -262,3 +262,28 @@ def test_the_rollout_matches_its_schema():
 def test_the_schemas_are_precise(bad):
     with pytest.raises(jsonschema.ValidationError):
         _validator("Workflow").validate(bad)
+
+
+def test_a_replayed_node_shows_the_replays_capabilities_marked_replayed():
+    """tidal-agent replay's report (issue 16: "capabilities: none reported" on the demo's nodes)
+    read back by the console: capabilities shown, the node marked replayed in every view."""
+    import datetime
+
+    from tidal.agent.qos.capabilities import Capability, to_status
+    from tidal.agent.replay import replayed_report
+    from tidal.console.views import node_view
+
+    probed = to_status([Capability("cpu.cfs_burst", True, "/sys/fs/cgroup/cpu.max.burst"),
+                        Capability("psi", False, "no /proc/pressure")])
+    status = replayed_report(probed, datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc))
+    profiles = {"n1": {"status": status}}
+    nodes = _nodes()
+    view = node_view(nodes[0], profiles["n1"])
+    assert view["profile"]["replayed"]
+    assert [(c["name"], c["supported"]) for c in view["capabilities"]] == [("cpu.cfs_burst", True), ("psi", False)]
+    assert overview(nodes, profiles, [], [])["nodes"][0]["replayed"]
+    assert rollout(None, nodes, profiles)["nodes"] == [
+        {"name": "n1", "mode": "colocation+oversubscription", "appliedGeneration": None, "upToDate": False,
+         "reason": "the node's agent reports no applied policy generation", "replayed": True}]
+    # a real agent's profile (no condition) is not replayed
+    assert not node_view(nodes[0], {"status": {"capabilities": probed}})["profile"]["replayed"]

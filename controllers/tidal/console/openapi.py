@@ -96,9 +96,13 @@ SCHEMAS: dict[str, Any] = {
                                          "needs": {"type": "array", "items": _STR,
                                                    "description": "Capability names, as the agent's "
                                                                   "probe writes them."}}}},
-            "profile": {"type": "object", "required": ["present", "observedAt", "appliedGeneration"],
+            "profile": {"type": "object", "required": ["present", "observedAt", "appliedGeneration", "replayed"],
                         "properties": {"present": _BOOL, "observedAt": _nullable(_STR),
-                                       "appliedGeneration": _nullable(_INT)}},
+                                       "appliedGeneration": _nullable(_INT),
+                                       "replayed": {**_BOOL, "description": "Written by tidal-agent replay "
+                                                                            "(condition Replayed=True): the "
+                                                                            "capabilities are the replaying "
+                                                                            "machine's."}}},
         },
     },
     "NodeMode": {
@@ -194,9 +198,13 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "generation": _nullable(_INT), "totalNodes": _INT, "appliedNodes": _INT,
             "nodes": {"type": "array", "items": {
-                "type": "object", "required": ["name", "appliedGeneration", "upToDate", "reason"],
-                "properties": {"name": _STR, "appliedGeneration": _nullable(_INT), "upToDate": _BOOL,
-                               "reason": _STR}}},
+                "type": "object", "additionalProperties": False,
+                "required": ["name", "mode", "appliedGeneration", "upToDate", "reason", "replayed"],
+                "properties": {"name": _STR, "mode": _MODE, "appliedGeneration": _nullable(_INT),
+                               "upToDate": _BOOL, "reason": {**_STR, "description": "Why the node lags "
+                                                                                   "(empty: up to date)."},
+                               "replayed": {**_BOOL, "description": "Its NodeProfile is written by "
+                                                                    "tidal-agent replay."}}}},
             "conditions": {"type": "array", "description": "The policy reconciler's conditions (policy status).",
                            "items": {"type": "object", "required": ["type", "status", "reason", "message"],
                                      "properties": {k: _STR for k in ("type", "status", "reason", "message")}}}},

@@ -21,8 +21,9 @@ from tidal.api import qos
 from tidal.api.node_mode import node_mode
 from tidal.api.node_profile import NodeProfileStatus, PolicyReport
 from tidal.api.pod_resources import batch_requested_total, pod_batch
+from tidal.console.views import replayed
 
-__all__ = ["MAX_EVENTS", "MAX_PENDING_PODS", "PENDING_REASONS", "REPLAYED_CONDITION", "TIDAL_EVENT_REASONS",
+__all__ = ["MAX_EVENTS", "MAX_PENDING_PODS", "PENDING_REASONS", "TIDAL_EVENT_REASONS",
            "NodeFacts", "Pending", "node_facts", "overview", "tidal_events", "why_pending"]
 
 MAX_PENDING_PODS = 50
@@ -36,10 +37,6 @@ TIDAL_EVENT_REASONS: dict[str, str] = {
     "TidalOfflineEvictingCleared": "tidal-agent: the offline-evicting taint removed",
     "BatchResourcesDropped": "tidal-manager: a node's batch resources dropped sharply",
 }
-
-#: The NodeProfile condition the replaying agent (``tidal-agent replay``) sets on the nodes it
-#: stands for: their capabilities are those of the machine running the replay.
-REPLAYED_CONDITION = "Replayed"
 
 #: Why a BE pod is Pending (``reason``), most fundamental first.
 PENDING_REASONS: dict[str, str] = {
@@ -338,10 +335,6 @@ def _level(pod: Mapping[str, Any]) -> str | None:
     return level.value if level is not None else None
 
 
-def _replayed(status: NodeProfileStatus) -> bool:
-    return any(c.type == REPLAYED_CONDITION and c.status == "True" for c in status.conditions or ())
-
-
 def overview(nodes: Iterable[Mapping[str, Any]], profiles: Mapping[str, Mapping[str, Any]],
              pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
              max_pending: int = MAX_PENDING_PODS, max_events: int = MAX_EVENTS) -> dict[str, Any]:
@@ -375,7 +368,7 @@ def overview(nodes: Iterable[Mapping[str, Any]], profiles: Mapping[str, Mapping[
             "bePods": {"running": sum((p.get("status") or {}).get("phase") == "Running" for p in mine),
                        "starting": sum((p.get("status") or {}).get("phase") == "Pending" for p in mine)},
             "agentReported": profile is not None,
-            "replayed": _replayed(status),
+            "replayed": replayed(status),
             "problems": list((status.policy or PolicyReport()).problems or ()),
         })
 

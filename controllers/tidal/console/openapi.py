@@ -298,14 +298,17 @@ SCHEMAS: dict[str, Any] = {
                                    "text": _STR}}}}}}},
     },
     "Monitoring": {
-        "type": "object", "required": ["scope", "node", "start", "end", "step", "panels"],
+        "type": "object", "required": ["scope", "node", "nodes", "start", "end", "step", "panels"],
         "properties": {
             "scope": {"type": "string", "enum": ["cluster", "node"]}, "node": _nullable(_STR),
+            "nodes": {**_LINES, "description": "The nodes the charts are filtered to (empty: the whole cluster)."},
             "start": _NUM, "end": _NUM, "step": _NUM,
             "panels": {"type": "array", "items": {
                 "type": "object", "required": ["name", "title", "unit", "query", "series"],
                 "properties": {
-                    "name": _STR, "title": _STR, "unit": _STR, "query": {**_STR, "description": "PromQL"},
+                    "name": _STR, "title": _STR,
+                    "unit": {"type": "string", "enum": ["millicores", "bytes", "pods", "percent", "count"]},
+                    "query": {**_STR, "description": "PromQL"},
                     "series": {"type": "array", "items": {
                         "type": "object", "required": ["name", "labels", "points"],
                         "properties": {"name": _STR, "labels": {"type": "object",
@@ -348,6 +351,13 @@ _NODE_NAME = {"name": "name", "in": "path", "required": True,
               "schema": {"type": "string", "maxLength": 253,
                          "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"},
               "description": "Node name (lowercase RFC 1123 subdomain)."}
+_NODES_FILTER = {
+    "name": "nodes", "in": "query", "required": False,
+    "schema": {"type": "string", "maxLength": 100 * 254,
+               "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+                          r"(,[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)*$"},
+    "description": "Comma-separated node names (at most 100): the charts of these nodes only, one line per node "
+                   "where a chart can; absent: the whole cluster."}
 _RANGE = [
     {"name": "start", "in": "query", "required": False,
      "schema": {"type": "string"}, "description": "Unix seconds or RFC 3339; default end - 1 h."},
@@ -407,7 +417,8 @@ def openapi_document() -> dict[str, Any]:
                                               "responses": _responses("PolicySchema")}},
             "/api/v1/policy/rollout": {"get": {"operationId": "policyRollout",
                                                "responses": _responses("Rollout")}},
-            "/api/v1/monitoring/cluster": {"get": {"operationId": "clusterMonitoring", "parameters": _RANGE,
+            "/api/v1/monitoring/cluster": {"get": {"operationId": "clusterMonitoring",
+                                                   "parameters": [_NODES_FILTER, *_RANGE],
                                                    "responses": _responses("Monitoring", 400)}},
             "/api/v1/monitoring/nodes/{name}": {"get": {"operationId": "nodeMonitoring",
                                                         "parameters": [_NODE_NAME, *_RANGE],

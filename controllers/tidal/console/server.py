@@ -26,8 +26,8 @@ from tidal.console import overview as overview_view
 from tidal.console import views
 from tidal.console.auth import (PERMISSIONS, READ_CLUSTER, READ_NODES, READ_POLICY, WRITE_NODES, WRITE_POLICY,
                                 Authorizer, Permission, User, bearer_token)
-from tidal.console.monitoring import (MonitoringError, PrometheusClient, PrometheusError, TimeRange, panels,
-                                      series_of, valid_node_name)
+from tidal.console.monitoring import (MonitoringError, PrometheusClient, PrometheusError, TimeRange,
+                                      nodes_parameter, panels, series_of, valid_node_name)
 from tidal.console.openapi import openapi_document
 from tidal.console.policy_update import desired_policy
 from tidal.console.workflow import workflow
@@ -288,7 +288,8 @@ class Console:
         node = request.match_info.get("name")
         try:
             window = TimeRange.parse(request.query)
-            charts = panels(node)
+            nodes = [] if node else nodes_parameter(request.query.get("nodes"))
+            charts = panels(node, nodes)
         except MonitoringError as err:
             raise ApiError(400, str(err), [{"field": err.field, "message": err.message}]) from None
         try:
@@ -296,7 +297,8 @@ class Console:
         except PrometheusError as err:
             self.metrics.prometheus_errors.inc()
             raise ApiError(502, str(err)) from None
-        return _json({"scope": "node" if node else "cluster", "node": node, "start": window.start,
+        return _json({"scope": "node" if node else "cluster", "node": node, "nodes": [node] if node else nodes,
+                      "start": window.start,
                       "end": window.end, "step": window.step,
                       "panels": [{"name": p.name, "title": p.title, "unit": p.unit, "query": p.query,
                                   "series": series_of(p, r)} for p, r in zip(charts, results)]})

@@ -82,7 +82,9 @@ VOLCANO_GANG = "pod group is not ready, 1 Pending, 2 minAvailable; Pending: 1 Un
     # batch capacity: 0 published, or less free than asked (the roomiest node is named)
     (be_pod(), [facts(cpu=0, memory=0)], "NoBatchCapacity", "the most free on a node it may use is 0m"),
     (be_pod(memory=16 << 30), [facts(cpu=4000, memory=1 << 30), facts("n2", cpu=8000, memory=2 << 30)],
-     "NoBatchCapacity", "(node n2)"),
+     "NoBatchCapacity", "batch-memory 16.0Gi; the most free on a node it may use is 8000m and 2.0Gi (node n2)"),
+    (be_pod(memory=512 << 20), [facts(memory=100)], "NoBatchCapacity", "512.0Mi; the most free on a node it may "
+                                                                       "use is 4000m and 100 bytes"),
     # requested beyond allocatable: negative free is shown as 0
     (be_pod(), [facts(cpu=-500)], "NoBatchCapacity", "is 0m"),
     # a node fits: the scheduler's word decides

@@ -176,6 +176,15 @@ def _untolerated(pod: Mapping[str, Any], node: NodeFacts) -> list[Mapping[str, A
     return [t for t in node.taints if t.get("effect") in _SCHEDULABLE_EFFECTS and not _tolerates(tolerations, t)]
 
 
+def _memory(amount: int) -> str:
+    """Bytes for a message: Gi or Mi with one decimal, bytes below 1 Mi."""
+    if abs(amount) >= 1 << 30:
+        return f"{amount / (1 << 30):.1f}Gi"
+    if abs(amount) >= 1 << 20:
+        return f"{amount / (1 << 20):.1f}Mi"
+    return f"{amount} bytes"
+
+
 def _names(nodes: Sequence[NodeFacts], limit: int = 5) -> str:
     names = [n.name for n in nodes]
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -279,9 +288,9 @@ def why_pending(pod: Mapping[str, Any], nodes: Iterable[NodeFacts]) -> Pending |
     if not fits:
         roomiest = max(tolerated, key=lambda n: (n.batch_free_cpu_millicores, n.batch_free_memory_bytes))
         return Pending("NoBatchCapacity", (
-            f"the pod requests batch-cpu {wants.cpu_millicores}m and batch-memory {wants.memory_bytes} bytes; "
+            f"the pod requests batch-cpu {wants.cpu_millicores}m and batch-memory {_memory(wants.memory_bytes)}; "
             f"the most free on a node it may use is {max(0, roomiest.batch_free_cpu_millicores)}m and "
-            f"{max(0, roomiest.batch_free_memory_bytes)} bytes (node {roomiest.name}). The oversell master "
+            f"{_memory(max(0, roomiest.batch_free_memory_bytes))} (node {roomiest.name}). The oversell master "
             "publishes what the online pods leave unused: see the node's batch breakdown"), scheduler_message)
     if scheduler_message:
         named = _reason_in_message(scheduler_message)

@@ -99,8 +99,8 @@ def workflow() -> dict[str, Any]:
             f"Annotate pods with {qos.QOS_ANNOTATION}: HLS (Guaranteed, whole cores), LS (online, elastic) "
             "or BE (offline).",
             "BE pods ask for native cpu/memory; the admission webhook rewrites them to kubernetes.io/batch-cpu "
-            "and batch-memory (each container's limit, or its request without one), requires a node in mode oversubscription or colocation+oversubscription, and "
-            "schedules them with Volcano. Example:"],
+            "and batch-memory (each container's limit, or its request without one), requires a node in mode "
+            "oversubscription or colocation+oversubscription, and schedules them with Volcano. Example:"],
          "snippets": [_snippet("A BE Job", "yaml", "example", BE_JOB_EXAMPLE)]},
         {"title": "Monitoring", "link": "#/monitoring", "docs": "docs/operations.md", "text": [
             "CPU and memory by QoS level, batch allocatable vs requested, evictions and pressure stall, nodes "

@@ -61,7 +61,7 @@ def test_the_kubelet_snippet_is_what_the_role_writes_with_its_defaults():
                                 "Plan the kubelet configuration", skip={"path", "backup"})
     assert yaml.safe_load(_body(KUBELET_SNIPPET)) == kubelet.desired_keys(**arguments)
     # ... and the file the module writes from a minimal configuration carries exactly those keys.
-    written, _, after = kubelet.edit("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
+    _, _, after = kubelet.edit("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n",
                                      kubelet.desired_keys(**arguments))
     assert after == yaml.safe_load(_body(KUBELET_SNIPPET))
 

@@ -215,6 +215,7 @@ def test_a_valid_policy_is_written_and_its_rollout_lists_the_colocation_nodes(co
         assert rollout["generation"] == body["generation"]
         row = next(r for r in rollout["nodes"] if r["name"] == nodes["oversold"])
         assert not row["upToDate"] and row["reason"]
+        assert row["mode"] == "colocation+oversubscription" and row["replayed"] is False
         assert nodes["plain"] not in {r["name"] for r in rollout["nodes"]}
     finally:
         spec["features"]["cpuBurst"]["enabled"] = not spec["features"]["cpuBurst"]["enabled"]
@@ -241,7 +242,7 @@ def test_monitoring_reads_the_components_metrics_through_prometheus(console, use
     assert status == 200 and body["scope"] == "node" and body["node"] == node
     charts = {p["name"]: p for p in body["panels"]}
     assert set(charts) == {"cpuByQoS", "memoryByQoS", "nodeCPU", "nodeMemory", "batchCPU", "batchMemory",
-                           "evictions", "psi"}
+                           "evictions", "psi"}  # the node and workload counts are the cluster view's
     ls = next(s for s in charts["cpuByQoS"]["series"] if s["name"] == "LS")
     assert [v for _, v in ls["points"] if v] and all(1000 <= v <= 6000 for _, v in ls["points"] if v)
     assert {s["name"] for s in charts["cpuByQoS"]["series"]} == {"HLS", "LS", "BE"}
@@ -263,6 +264,70 @@ def test_monitoring_reads_the_components_metrics_through_prometheus(console, use
         assert status == 400 and body["error"]["fields"][0]["field"] == field, (query, body)
     status, _, body = http("GET", f"{console}/api/v1/monitoring/nodes/x%22%20or%20vector(1)", users["viewer"])
     assert status == 400 and body["error"]["fields"][0]["field"] == "node"  # no PromQL injection
+
+
+def test_the_overview_says_why_a_be_pod_is_pending_and_lists_tidal_events(console, users, nodes, lab_api):
+    """Issue 16: the overview answers "is it working, and if not why" from the cluster's state."""
+    core = client.CoreV1Api(lab_api)
+    namespace = users["namespace"]
+    status, _, body = http("GET", f"{console}/api/v1/overview", users["nobody"])
+    assert status == 403 and "may not list nodeprofiles" in body["error"]["message"]
+    # A BE pod no node can take: whether or not Tidal's webhook adds its oversubscription
+    # affinity, no node matches the selector, so no scheduler binds it.
+    pod = core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "be-nowhere", "annotations": {qos.QOS_ANNOTATION: "BE"}},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": f"{nodes['plain']}-absent"},
+                 "containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                               "limits": {"cpu": "100m", "memory": "64Mi"}}}]}})
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    core.create_namespaced_event(namespace, {
+        "metadata": {"generateName": "be-nowhere.tidal-"}, "reason": "TidalEvicted", "type": "Warning",
+        "message": "test: cpu usage above the high watermark", "firstTimestamp": now, "lastTimestamp": now,
+        "count": 1, "source": {"component": "tidal-agent", "host": nodes["oversold"]},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": "be-nowhere", "namespace": namespace,
+                           "uid": pod.metadata.uid}})
+    try:
+        status, _, body = http("GET", f"{console}/api/v1/overview", users["viewer"])
+        assert status == 200, body
+        rows = {n["name"]: n for n in body["nodes"]}
+        assert rows[nodes["oversold"]]["mode"] == "colocation+oversubscription"
+        assert rows[nodes["plain"]]["mode"] == "off"
+        pending = {(p["namespace"], p["name"]): p for p in body["bePods"]["pendingPods"]}
+        mine = pending.get((namespace, "be-nowhere"))
+        assert mine is not None or body["bePods"]["truncated"], body["bePods"]
+        if mine is not None:
+            assert mine["reason"] == "NoNodeInMode", mine
+        event = next(e for e in body["events"]["items"] if e["object"]["name"] == "be-nowhere")
+        assert (event["reason"], event["node"], event["source"]) == ("TidalEvicted", nodes["oversold"], "tidal-agent")
+        assert body["limits"] == {"pendingPods": 50, "events": 50}
+    finally:
+        core.delete_namespaced_pod("be-nowhere", namespace, grace_period_seconds=0)
+
+
+def test_the_workflow_shows_what_the_roles_write(console, users):
+    assert http("GET", f"{console}/api/v1/workflow", users["nobody"])[0] == 403
+    status, _, body = http("GET", f"{console}/api/v1/workflow", users["viewer"])
+    assert status == 200
+    sources = [s["source"] for step in body["steps"] for s in step["snippets"]]
+    assert sources == ["roles/kubelet_cpu_manager", "roles/containerd_nri", "example"]
+
+
+def test_monitoring_filters_to_several_nodes(console, users, nodes, components, prometheus):
+    wanted = sorted(nodes.values())
+    wait_for(lambda: all(promql(prometheus, f'tidal_node_cpu_usage_millicores{{node="{n}"}}') for n in wanted), 90,
+             f"Prometheus to scrape both test nodes (exporter log: {components['log']})")
+    status, _, body = http("GET", f"{console}/api/v1/monitoring/cluster?nodes={','.join(wanted)}"
+                                  f"&start={time.time() - 300:.0f}", users["viewer"])
+    assert status == 200 and body["nodes"] == wanted
+    charts = {p["name"]: p for p in body["panels"]}
+    assert {s["name"] for s in charts["nodeCPU"]["series"]} == set(wanted)
+    assert {"nodeCounts", "workloadCounts"} <= set(charts)
+    reporting = next(s for s in charts["nodeCounts"]["series"] if s["name"] == "reporting")
+    assert max(v for _, v in reporting["points"] if v is not None) == 2
+    for query in ("nodes=", "nodes=A", f"nodes={wanted[0]},,{wanted[1]}"):
+        status, _, body = http("GET", f"{console}/api/v1/monitoring/cluster?{query}", users["viewer"])
+        assert status == 400 and body["error"]["fields"][0]["field"] == "nodes", (query, body)
 
 
 def test_the_console_exports_its_own_metrics(console, users):

@@ -89,11 +89,24 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     _capabilities(lab_api, nodes["oversold"])
     page, errors = _signed_in(browser, console, users["editor"])
 
-    # Overview: the workflow with links into the pages.
+    # Overview: the workflow with links into the pages, the roles' snippets and an example BE Job.
     _no_placeholders(page)
     assert page.locator(".step").count() == 4
     assert page.locator(".step a[href='#/policy']").count() == 1
     assert "kubelet" in page.inner_text(".step[data-step='1']")
+    kubelet, containerd = (f".step[data-step='1'] .snippet[data-snippet='roles/{role}']"
+                           for role in ("kubelet_cpu_manager", "containerd_nri"))
+    page.click(f"{kubelet} summary")
+    assert "cpuManagerPolicy: static" in page.inner_text(kubelet)
+    page.click(f"{containerd} summary")
+    assert "io.containerd.nri.v1.nri" in page.inner_text(containerd)
+    assert "kind: Job" in page.inner_text(".step[data-step='3'] .snippet[data-snippet='example']")
+    # ... and the cluster's state: each node's mode, BE pods and the Tidal Events (issue 16).
+    page.wait_for_selector(f"#overview-nodes tr[data-node='{nodes['oversold']}']", timeout=10000)
+    assert "colocation+oversubscription" in page.inner_text(f"#overview-nodes tr[data-node='{nodes['oversold']}']")
+    assert page.locator("#overview-error").count() == 0
+    assert page.locator("#be-summary").inner_text().startswith("BE pods: ")
+    assert page.locator("#tidal-events, #events-empty").count() == 1
     page.screenshot(path=str(artefacts / "overview.png"), full_page=True)
 
     # Policy configuration: the mode selector of our own node labels it at the API server.
@@ -117,6 +130,11 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     wait_for(lambda: _labels(core, node) == {qos.COLOCATION_NODE_LABEL: "true"}, 10, f"colocation label only on {node}")
     assert page.inner_text(f".mode-meaning[data-node='{node}']") == meaning["colocation"]
     assert selector.input_value() == "colocation"
+    # The Rollout table: one row shape, every cell filled; the conditions in a table of their own.
+    for row in page.locator("#rollout tbody tr").all():
+        cells = row.locator("td").all_inner_texts()
+        assert len(cells) == 5 and all(c.strip() for c in cells), cells
+    assert page.locator("#rollout thead th").count() == 5
     # An unsupported feature is dimmed with its reason.
     chip = page.locator(f"tr[data-node='{nodes['oversold']}'] .chip.off[data-capability='psi']")
     assert chip.get_attribute("title") == "/proc/pressure/cpu unreadable: boot with psi=1"
@@ -164,8 +182,14 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     page.wait_for_function("() => { const t = document.querySelector(\".chart[data-panel='cpuByQoS'] .chart-tooltip\");"
                            " return t && t.innerText.includes('LS') && !t.innerText.includes('HLS'); }", timeout=10000)
     page.screenshot(path=str(artefacts / "monitoring-legend-toggled.png"), full_page=True)
+    # Several nodes: the cluster view filtered to them, one line per node.
+    both = ",".join(sorted(nodes.values()))
+    _go(page, f"#/monitoring?nodes={both}&range=900")
+    assert sorted(page.eval_on_selector_all("#node-filter option:checked", "os => os.map(o => o.value)")) == \
+        sorted(nodes.values())
+    assert int(page.locator(".chart[data-panel='nodeCPU']").get_attribute("data-series")) == 2
     _go(page, "#/monitoring")
-    assert page.locator(".chart").count() == 8
+    assert page.locator(".chart").count() == 10  # with the node and workload counts
     page.screenshot(path=str(artefacts / "monitoring-cluster.png"), full_page=True)
     assert errors == []
 

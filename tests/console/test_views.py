@@ -244,7 +244,7 @@ def test_node_view_counts_pods_by_qos_and_batch_requests_of_be_pods():
     cache = next(f for f in view["featureSupport"] if f["section"] == "spec.features.cacheLimits")
     assert (cache["supported"], cache["reason"]) == (False, "resctrl.l3: resctrl not mounted")
     assert view["colocation"] and view["oversubscription"] and view["evicting"]
-    assert view["profile"] == {"present": True, "observedAt": None, "appliedGeneration": 4}
+    assert view["profile"] == {"present": True, "observedAt": None, "appliedGeneration": 4, "replayed": False}
     bare = node_view(node(), None)
     assert bare["profile"]["present"] is False and bare["capabilities"] == []
 
@@ -382,3 +382,69 @@ def test_node_views_and_switch_answers_match_the_openapi_document():
                                (node(labels={"volcano.sh/colocation": "true"}), Mode.OFF)):
         decision = mode_switch("n1", current, requested)
         _openapi_validator("ColocationResult").validate(switch_answer("n1", decision, decision.message))
+
+
+@pytest.mark.parametrize("nodes, matcher", [
+    ([], None),
+    (["a"], 'node="a"'),
+    (["a", "b.example"], 'node=~"a|b\\\\.example"'),
+])
+def test_node_filter_selects_one_or_several_nodes(nodes, matcher):
+    from tidal.console.monitoring import node_filter
+    assert node_filter(nodes) == matcher
+
+
+@pytest.mark.parametrize("value, nodes", [
+    (None, []), ("a", ["a"]), ("a,b.c,a", ["a", "b.c"]),
+    ("", "nodes"), ("a,,b", "nodes"), (" a", "nodes"), ("a,B", "nodes"), ('a,x"} or vector(1)', "nodes"),
+    (",".join(f"n{i}" for i in range(101)), "nodes"),
+])
+def test_the_nodes_parameter_is_a_list_of_node_names(value, nodes):
+    from tidal.console.monitoring import nodes_parameter
+    if nodes == "nodes":
+        with pytest.raises(MonitoringError) as err:
+            nodes_parameter(value)
+        assert err.value.field == "nodes"
+    else:
+        assert nodes_parameter(value) == nodes
+
+
+def test_the_cluster_view_counts_nodes_and_workloads_and_the_node_view_does_not():
+    assert [p.name for p in panels(None)][-2:] == ["nodeCounts", "workloadCounts"]
+    assert {"nodeCounts", "workloadCounts"}.isdisjoint(p.name for p in panels("n1"))
+    assert all('node=~"a|b"' in p.query for p in panels(None, ["a", "b"]))
+
+
+def test_panel_queries_filtered_to_several_nodes_evaluate_as_intended(tmp_path):
+    """promtool evaluates the cluster view's PromQL, filtered to a and b.c, over series of three
+    nodes — one named bxc, which an unescaped dot would match."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool missing: install the Debian package prometheus (make test does)")
+    by_name = {p.name: p.query for p in panels(None, ["a", "b.c"])}
+    series = []
+    for node, ls, be, batch, taint in (("a", 800, 300, 2000, 0), ("b.c", 500, 0, 0, 1), ("bxc", 900, 900, 4000, 1)):
+        series += [
+            {"series": f'tidal_node_cpu_usage_millicores{{node="{node}"}}', "values": f"{ls + be}x3"},
+            {"series": f'tidal_qos_cpu_usage_millicores{{node="{node}",qos="LS"}}', "values": f"{ls}x3"},
+            {"series": f'tidal_qos_cpu_usage_millicores{{node="{node}",qos="BE"}}', "values": f"{be}x3"},
+            {"series": f'tidal_qos_cpu_usage_millicores{{node="{node}",qos="HLS"}}', "values": "0x3"},
+            {"series": f'tidal_node_batch_allocatable{{node="{node}",resource="cpu"}}', "values": f"{batch}x3"},
+            {"series": f'tidal_node_offline_evicting_taint{{node="{node}"}}', "values": f"{taint}x3"},
+        ]
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": series,
+             "promql_expr_test": [
+                 {"expr": by_name["nodeCPU"], "eval_time": "2m",
+                  "exp_samples": [{"labels": '{node="a"}', "value": 1100}, {"labels": '{node="b.c"}', "value": 500}]},
+                 {"expr": by_name["nodeCounts"], "eval_time": "2m",
+                  "exp_samples": [{"labels": '{kind="reporting"}', "value": 2},
+                                  {"labels": '{kind="with batch resources"}', "value": 1},
+                                  {"labels": '{kind="evicting"}', "value": 1}]},
+                 {"expr": by_name["workloadCounts"], "eval_time": "2m",
+                  "exp_samples": [{"labels": '{qos="BE"}', "value": 1}, {"labels": '{qos="HLS"}', "value": 0},
+                                  {"labels": '{qos="LS"}', "value": 2}]},
+             ]}]}
+    path = tmp_path / "panels_test.yml"
+    path.write_text(json.dumps(tests))  # JSON is YAML
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -88,6 +88,20 @@ def test_cache_limits_need_either_resctrl_capability(capabilities, supported, re
     assert (item["supported"], item["reason"]) == (supported, reason)
 
 
+@pytest.mark.parametrize("capabilities, supported, reason", [
+    ([], None, "not reported by the node's agent: openeuler.cpu.qos_level, openeuler.memory.qos_level"),
+    ([Capability("openeuler.cpu.qos_level", False, "no cpu.qos_level: not an openEuler kernel"),
+      Capability("openeuler.memory.qos_level", False, "no memory.qos_level: not an openEuler kernel")], False,
+     "openeuler.cpu.qos_level: no cpu.qos_level: not an openEuler kernel; "
+     "openeuler.memory.qos_level: no memory.qos_level: not an openEuler kernel"),
+    ([Capability("openeuler.cpu.qos_level", True, ""),
+      Capability("openeuler.memory.qos_level", False, "no memory.qos_level")], True, ""),
+])
+def test_kernel_qos_level_needs_an_openeuler_qos_level_file(capabilities, supported, reason):
+    item = _by_section({"featureSupport": feature_support(to_status(capabilities))})["spec.features.kernelQoSLevel"]
+    assert (item["supported"], item["reason"]) == (supported, reason)
+
+
 def test_no_profile_means_unknown_never_unsupported():
     support = _by_section(node_view(NODE, None))
     assert {item["supported"] for item in support.values()} == {None}

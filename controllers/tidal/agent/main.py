@@ -103,12 +103,16 @@ async def _replay(args) -> None:
         if args.prometheus_target_file:
             from tidal.agent.replay import write_target_file
             write_target_file(args.prometheus_target_file, args.metrics_address, runner.addresses[0][1])
+    # The fake nodes stand for machines like this one: its kernel's capabilities, marked replayed.
+    from tidal.agent.qos.capabilities import probe, to_status
+    capabilities = to_status(probe())
     try:
         async with connect(args.kubeconfig, "tidal-agent-replay") as api:
             await run_replay(api, trace, [n for n in args.nodes.split(",") if n], speed=args.speed,
                              report_interval=args.report_interval, predictor=args.predictor,
                              window=args.window, stop=stop, metrics=metrics, usage_metrics=usage_metrics,
-                             node_cpus=args.node_cpus, node_memory_bytes=args.node_memory_bytes)
+                             node_cpus=args.node_cpus, node_memory_bytes=args.node_memory_bytes,
+                             capabilities=capabilities)
     finally:
         if runner is not None:
             await runner.cleanup()

@@ -13,7 +13,10 @@ cores used (stated in the profile as `model: replay`).
 
 The replaying agent never evicts and never taints: it reports each node's mode (read from the
 kwok node's labels and annotations, as a real agent reads its own) in ``status.mode`` with
-``evictionAllowed`` false and the reason.
+``evictionAllowed`` false and the reason. Given capabilities (``tidal-agent replay`` probes the
+machine it runs on, which the fake nodes stand for), it reports them for every node it replays,
+marked by the condition ``Replayed=True`` (`replayed_report`), so the console shows them as the
+replay's, not the node's.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from tidal.agent.qos.node_qos import mode_status
 from tidal.agent.run import Predictions
 from tidal.api import qos
 from tidal.api.node_mode import node_mode
+from tidal.api.node_profile import REPLAYED_CONDITION
 from tidal.kube import KubeAPI, ObjectWatch
 from tidal.kube.watch import Watcher
 from tidal.metrics import NodeMetrics, SchedulerUsageMetrics
@@ -200,6 +204,17 @@ def replayed_mode_status(node: dict | None) -> dict:
     return mode_status(mode, (False, reason))
 
 
+def replayed_report(capabilities: list[dict], since: datetime.datetime) -> dict:
+    """The part of a replayed node's status that says it is replayed: the capabilities the replay
+    stands for (``{name, supported, reason}`` as the probe writes them) and the condition
+    ``Replayed=True`` since `since` (the replay's start, so the condition does not churn)."""
+    return {"capabilities": list(capabilities), "conditions": [{
+        "type": REPLAYED_CONDITION, "status": "True", "reason": "TraceReplay",
+        "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "message": "written by tidal-agent replay: usage from a trace, capabilities probed on the machine "
+                   "running the replay; nothing is applied on this node"}]}
+
+
 def nodes_watch(api: KubeAPI, names: list[str]) -> Watcher:
     """The replayed nodes' metadata (labels, annotations), from one watch of the Nodes."""
     wanted = set(names)
@@ -225,9 +240,11 @@ async def run_replay(api: KubeAPI, trace: NodeTrace, nodes: list[str], *, speed:
                      report_interval: float = 5.0, predictor: str | None = None, window: int | None = None,
                      memory_bytes_per_core: int = 4 * 1024**3, stop: asyncio.Event | None = None,
                      metrics: NodeMetrics | None = None, usage_metrics: SchedulerUsageMetrics | None = None,
-                     node_cpus: float = 16, node_memory_bytes: int = 64 * 1024**3) -> None:
+                     node_cpus: float = 16, node_memory_bytes: int = 64 * 1024**3,
+                     capabilities: list[dict] | None = None) -> None:
     """Replay until `stop`. The predictor and window are the policy's unless given. With
-    `metrics`, each fake node also exports what a real agent does (its usage, all of it LS)."""
+    `metrics`, each fake node also exports what a real agent does (its usage, all of it LS);
+    with `capabilities` (a probe's status list), each reports them, marked replayed."""
     stop = stop or asyncio.Event()
     replayed = [ReplayedNode(name, (i * trace.span / max(1, len(nodes))) % trace.span, trace.step_seconds)
                 for i, name in enumerate(nodes)]
@@ -239,7 +256,9 @@ async def run_replay(api: KubeAPI, trace: NodeTrace, nodes: list[str], *, speed:
         await asyncio.wait_for(asyncio.gather(policy_watch.synced.wait(), node_watch.synced.wait()), timeout=60)
         await _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
                            memory_bytes_per_core, stop, metrics, policy_watch,
-                           (usage_metrics, node_cpus, node_memory_bytes), node_watch)
+                           (usage_metrics, node_cpus, node_memory_bytes), node_watch,
+                           None if capabilities is None else replayed_report(
+                               capabilities, datetime.datetime.now(datetime.timezone.utc)))
     finally:
         for watcher in watchers:
             watcher.cancel()
@@ -247,7 +266,7 @@ async def run_replay(api: KubeAPI, trace: NodeTrace, nodes: list[str], *, speed:
 
 async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
                        memory_bytes_per_core, stop, metrics, policy_watch, usage=(None, 16, 64 << 30),
-                       node_watch: Watcher | None = None) -> None:
+                       node_watch: Watcher | None = None, report: dict | None = None) -> None:
     request = api.request
     start_wall = time.monotonic()
     last_report = -report_interval
@@ -278,7 +297,7 @@ async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, 
             known = {} if node_watch is None else {
                 o["metadata"]["name"]: o for o in node_watch.objects.values()}
             results = await asyncio.gather(*(write_status(request, n.name, {
-                **n.status(policy, observed), "policy": policy_status,
+                **n.status(policy, observed), "policy": policy_status, **(report or {}),
                 "mode": replayed_mode_status(known.get(n.name))}) for n in replayed), return_exceptions=True)
             failed = False
             for node, result in zip(replayed, results):

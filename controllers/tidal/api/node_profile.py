@@ -34,12 +34,16 @@ __all__ = [
     "Capability",
     "NodeModeReport",
     "NodeProfileStatus",
+    "REPLAYED_CONDITION",
     "crd",
 ]
 
 KIND = "NodeProfile"
 PLURAL = "nodeprofiles"
 SHORT_NAME = "nprof"
+#: ``status.conditions`` type set (``True``) by ``tidal-agent replay`` on the nodes it stands for:
+#: what the profile reports (capabilities included) comes from the replay, not from the node.
+REPLAYED_CONDITION = "Replayed"
 
 _STATISTIC = {"format": "int64", "minimum": 0}
 

@@ -18,8 +18,8 @@ from typing import Any
 from tidal.api import qos
 from tidal.kube.client import KubeAPI
 
-__all__ = ["Authorizer", "Permission", "READ_NODES", "READ_POLICY", "User", "WRITE_NODES", "WRITE_POLICY",
-           "PERMISSIONS", "bearer_token"]
+__all__ = ["Authorizer", "Permission", "READ_CLUSTER", "READ_NODES", "READ_POLICY", "User", "WRITE_NODES",
+           "WRITE_POLICY", "PERMISSIONS", "bearer_token"]
 
 CACHE_SECONDS = 10.0
 CACHE_ENTRIES = 4096
@@ -44,6 +44,8 @@ class Permission:
 # Read: the node list and monitoring need list on NodeProfiles; the policy needs get.
 READ_NODES = Permission("list", "nodeprofiles", qos.API_GROUP)
 READ_POLICY = Permission("get", "colocationpolicies", qos.API_GROUP)
+# The overview shows the cluster's nodes, pods and Events: list on each, besides READ_NODES.
+READ_CLUSTER = (Permission("list", "nodes"), Permission("list", "pods"), Permission("list", "events"))
 # Write: node switches need patch on nodes; policy updates need update on the policy.
 WRITE_NODES = Permission("patch", "nodes")
 WRITE_POLICY = Permission("update", "colocationpolicies", qos.API_GROUP)

@@ -11,7 +11,7 @@ from tidal.console.monitoring import panels_for
 
 __all__ = ["grafana_dashboard"]
 
-_UNITS = {"millicores": "none", "bytes": "bytes", "percent": "percent", "pods": "short"}
+_UNITS = {"millicores": "none", "bytes": "bytes", "percent": "percent", "pods": "short", "count": "short"}
 
 
 def grafana_dashboard() -> dict:

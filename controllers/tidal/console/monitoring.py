@@ -2,10 +2,13 @@
 """The console's monitoring views: which PromQL each chart runs, the time range rules, and a
 small Prometheus HTTP adapter.
 
-`panels(node)` is pure: the charts of the cluster view (``node=None``) or of one node, each a
-PromQL expression over the metric names fixed in `tidal.metrics` and the series label that
-names a line. A node name is checked against the Kubernetes name rule before it reaches
-PromQL, so no query can be injected through it. `TimeRange.parse` turns the ``start``,
+`panels(node)` is pure: the charts of the cluster view (``node=None``, optionally filtered to
+several nodes with ``nodes``) or of one node, each a PromQL expression over the metric names
+fixed in `tidal.metrics` and the series label that names a line. Node names are checked against
+the Kubernetes name rule before they reach PromQL (`node_filter`), so no query can be injected
+through them. The cluster view also counts nodes and workloads over time, from the series Tidal
+exports (there is no per-pod series: workloads are counted as the nodes running pods of each QoS
+level). `TimeRange.parse` turns the ``start``,
 ``end`` and ``step`` query parameters into a range Prometheus accepts, or raises an error
 naming the parameter and the rule.
 """
@@ -20,12 +23,13 @@ from datetime import datetime
 
 import aiohttp
 
-__all__ = ["MonitoringError", "Panel", "PrometheusClient", "PrometheusError", "TimeRange", "panels", "panels_for",
-           "series_of", "valid_node_name"]
+__all__ = ["MAX_FILTER_NODES", "MonitoringError", "Panel", "PrometheusClient", "PrometheusError", "TimeRange",
+           "node_filter", "nodes_parameter", "panels", "panels_for", "series_of", "valid_node_name"]
 
 DEFAULT_RANGE_SECONDS = 3600
 MAX_POINTS = 11000  # Prometheus refuses more points per series
 MAX_RANGE_SECONDS = 32 * 86400
+MAX_FILTER_NODES = 100
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -67,11 +71,54 @@ def _allocatable_vs_requested(resource: str, node: str | None) -> str:
             f'label_replace(sum(tidal_node_batch_requested{sel}), "kind", "requested", "", "")')
 
 
-def panels(node: str | None = None) -> list[Panel]:
-    """The charts of the cluster view, or of one node's view."""
-    if node is not None and not valid_node_name(node):
-        raise MonitoringError("node", f"{node!r} is not a valid node name (lowercase RFC 1123 subdomain)")
-    return panels_for(f'node="{node}"' if node else None, per_node=node is None)
+def nodes_parameter(value: str | None) -> list[str]:
+    """The ``nodes`` query parameter (comma-separated node names) as a list: empty when absent
+    (the whole cluster); duplicates dropped, order kept.
+
+    Raises:
+        MonitoringError: an empty value, a name that is not a node name (spaces included), or
+            more than `MAX_FILTER_NODES`.
+    """
+    if value is None:
+        return []
+    if not value:
+        raise MonitoringError("nodes", "empty: name at least one node, or leave the parameter out for the "
+                                       "whole cluster")
+    names = list(dict.fromkeys(value.split(",")))
+    for name in names:
+        if not valid_node_name(name):
+            raise MonitoringError("nodes", f"{name!r} is not a valid node name (lowercase RFC 1123 subdomain)")
+    if len(names) > MAX_FILTER_NODES:
+        raise MonitoringError("nodes", f"at most {MAX_FILTER_NODES} nodes (got {len(names)})")
+    return names
+
+
+def node_filter(nodes: list[str]) -> str | None:
+    """The PromQL label matcher selecting `nodes`: None for none (the whole cluster),
+    ``node="a"`` for one, ``node=~"a|b\\\\.example"`` for several (each name's dots escaped, the
+    only regular-expression character a node name may hold; Prometheus anchors the regex).
+
+    Raises:
+        MonitoringError: a name that is not a node name (nothing else can reach the query).
+    """
+    for name in nodes:
+        if not valid_node_name(name):
+            raise MonitoringError("nodes", f"{name!r} is not a valid node name (lowercase RFC 1123 subdomain)")
+    if not nodes:
+        return None
+    if len(nodes) == 1:
+        return f'node="{nodes[0]}"'
+    # The PromQL string "a\\.b" is the regular expression a\.b: a literal dot.
+    return 'node=~"' + "|".join(name.replace(".", "\\\\.") for name in nodes) + '"'
+
+
+def panels(node: str | None = None, nodes: list[str] | None = None) -> list[Panel]:
+    """The charts of one node's view (`node`), or of the cluster view, optionally only of `nodes`."""
+    if node is not None:
+        if not valid_node_name(node):
+            raise MonitoringError("node", f"{node!r} is not a valid node name (lowercase RFC 1123 subdomain)")
+        return panels_for(f'node="{node}"', per_node=False)
+    return panels_for(node_filter(list(nodes or ())), per_node=True)
 
 
 def panels_for(node_matcher: str | None, per_node: bool) -> list[Panel]:
@@ -96,6 +143,27 @@ def panels_for(node_matcher: str | None, per_node: bool) -> list[Panel]:
               f"sum by ({per}) (increase(tidal_evictions_total{sel}[5m]))", per),
         Panel("psi", "Pressure stall (some avg10)", "percent",
               f"max by (resource) (tidal_psi_some_avg10_percent{sel})", "resource"),
+        *(_count_panels(node_matcher) if per_node else ()),
+    ]
+
+
+def _count_panels(node_matcher: str | None) -> list[Panel]:
+    """Nodes and workloads over time, from what Tidal exports: an agent's series per node it
+    reports for, the oversell master's batch-cpu per node, the agent's offline-evicting taint
+    gauge, and per QoS level the nodes whose pods of that level use CPU (no series counts pods)."""
+    sel = _selector(node_matcher)
+    batch = _selector(node_matcher, 'resource="cpu"')
+
+    def kind(expression: str, name: str) -> str:
+        return f'label_replace({expression}, "kind", "{name}", "", "")'
+    return [
+        Panel("nodeCounts", "Nodes: reporting, with batch resources, evicting", "count",
+              " or ".join((kind(f"count(tidal_node_cpu_usage_millicores{sel})", "reporting"),
+                           kind(f"sum(tidal_node_batch_allocatable{batch} > bool 0)", "with batch resources"),
+                           kind(f"sum(max by (node) (tidal_node_offline_evicting_taint{sel}))", "evicting"))),
+              "kind"),
+        Panel("workloadCounts", "Nodes running pods, by QoS level", "count",
+              f"sum by (qos) (tidal_qos_cpu_usage_millicores{sel} > bool 0)", "qos"),
     ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidal.api.node_mode import Mode
+from tidal.console.overview import PENDING_REASONS, TIDAL_EVENT_REASONS
 
 __all__ = ["openapi_document"]
 
@@ -36,6 +37,10 @@ _MODE = {"type": "string", "enum": _MODE_NAMES,
          "description": "A node's mode: off (neither label), colocation (colocation.tidal.io/colocation=true), "
                         "oversubscription (colocation.tidal.io/oversubscription=true), or both."}
 _LINES = {"type": "array", "items": _STR}
+_COUNT = {"type": "integer", "minimum": 0}
+_PENDING_REASON = {"type": "string", "enum": list(PENDING_REASONS),
+                   "description": "Why a BE pod is Pending: " + "; ".join(f"{k}: {v}" for k, v in
+                                                                       PENDING_REASONS.items()) + "."}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -91,9 +96,13 @@ SCHEMAS: dict[str, Any] = {
                                          "needs": {"type": "array", "items": _STR,
                                                    "description": "Capability names, as the agent's "
                                                                   "probe writes them."}}}},
-            "profile": {"type": "object", "required": ["present", "observedAt", "appliedGeneration"],
+            "profile": {"type": "object", "required": ["present", "observedAt", "appliedGeneration", "replayed"],
                         "properties": {"present": _BOOL, "observedAt": _nullable(_STR),
-                                       "appliedGeneration": _nullable(_INT)}},
+                                       "appliedGeneration": _nullable(_INT),
+                                       "replayed": {**_BOOL, "description": "Written by tidal-agent replay "
+                                                                            "(condition Replayed=True): the "
+                                                                            "capabilities are the replaying "
+                                                                            "machine's."}}},
         },
     },
     "NodeMode": {
@@ -189,22 +198,117 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "generation": _nullable(_INT), "totalNodes": _INT, "appliedNodes": _INT,
             "nodes": {"type": "array", "items": {
-                "type": "object", "required": ["name", "appliedGeneration", "upToDate", "reason"],
-                "properties": {"name": _STR, "appliedGeneration": _nullable(_INT), "upToDate": _BOOL,
-                               "reason": _STR}}},
+                "type": "object", "additionalProperties": False,
+                "required": ["name", "mode", "appliedGeneration", "upToDate", "reason", "replayed"],
+                "properties": {"name": _STR, "mode": _MODE, "appliedGeneration": _nullable(_INT),
+                               "upToDate": _BOOL, "reason": {**_STR, "description": "Why the node lags "
+                                                                                   "(empty: up to date)."},
+                               "replayed": {**_BOOL, "description": "Its NodeProfile is written by "
+                                                                    "tidal-agent replay."}}}},
             "conditions": {"type": "array", "description": "The policy reconciler's conditions (policy status).",
                            "items": {"type": "object", "required": ["type", "status", "reason", "message"],
                                      "properties": {k: _STR for k in ("type", "status", "reason", "message")}}}},
     },
+    "Overview": {
+        "type": "object", "additionalProperties": False,
+        "required": ["nodes", "bePods", "events", "limits", "pendingReasons"],
+        "properties": {
+            "nodes": {"type": "array", "items": {
+                "type": "object", "additionalProperties": False,
+                "required": ["name", "mode", "ready", "unschedulable", "evicting", "batch", "bePods", "agentReported",
+                             "replayed", "problems"],
+                "properties": {
+                    "name": _STR, "mode": _MODE, "ready": _BOOL, "unschedulable": _BOOL,
+                    "evicting": {**_BOOL, "description": "Taint colocation.tidal.io/offline-evicting is on."},
+                    "batch": {"type": "object", "required": ["allocatable", "requested"],
+                              "properties": {"allocatable": _RESOURCES,
+                                             "requested": {**_RESOURCES, "description": "By the BE pods bound to "
+                                                                                      "the node."}}},
+                    "bePods": {"type": "object", "additionalProperties": False, "required": ["running", "starting"],
+                               "properties": {"running": _COUNT,
+                                              "starting": {**_COUNT, "description": "Bound, containers not "
+                                                                                    "running yet."}}},
+                    "agentReported": {**_BOOL, "description": "The node has a NodeProfile (its agent reported)."},
+                    "replayed": {**_BOOL, "description": "The NodeProfile is written by tidal-agent replay (a "
+                                                         "demo node): condition Replayed=True."},
+                    "problems": {**_LINES, "description": "What the node's agent cannot apply (NodeProfile "
+                                                          "status.policy.problems), e.g. features its kernel "
+                                                          "lacks."}}}},
+            "bePods": {
+                "type": "object", "additionalProperties": False,
+                "required": ["running", "pending", "pendingByReason", "pendingPods", "truncated"],
+                "properties": {
+                    "running": _COUNT, "pending": _COUNT,
+                    "pendingByReason": {"type": "object", "additionalProperties": _COUNT,
+                                        "description": "Pending BE pods per reason (keys: pendingReasons)."},
+                    "pendingPods": {"type": "array", "description": "Oldest first, at most limits.pendingPods.",
+                                    "items": {"type": "object", "additionalProperties": False,
+                                              "required": ["namespace", "name", "created", "node", "reason",
+                                                           "message", "schedulerMessage"],
+                                              "properties": {
+                                                  "namespace": _STR, "name": _STR,
+                                                  "created": {**_STR, "description": "creationTimestamp"},
+                                                  "node": {**_nullable(_STR), "description": "Bound node, if any."},
+                                                  "reason": _PENDING_REASON,
+                                                  "message": {**_STR, "description": "Names the nodes and "
+                                                                                     "amounts."},
+                                                  "schedulerMessage": {**_STR, "description": "The scheduler's "
+                                                                       "PodScheduled=False message, verbatim "
+                                                                       "(empty: none)."}}}},
+                    "truncated": {**_BOOL, "description": "More pods are pending than pendingPods lists."}}},
+            "events": {
+                "type": "object", "additionalProperties": False, "required": ["items", "truncated"],
+                "properties": {
+                    "items": {"type": "array", "description": "Newest first, at most limits.events.",
+                              "items": {"type": "object", "additionalProperties": False,
+                                        "required": ["reason", "type", "message", "time", "count", "object",
+                                                     "source", "node"],
+                                        "properties": {
+                                            "reason": {"type": "string", "enum": list(TIDAL_EVENT_REASONS)},
+                                            "type": _STR, "message": _STR,
+                                            "time": {**_STR, "description": "lastTimestamp (or eventTime), "
+                                                                            "RFC 3339; empty when absent."},
+                                            "count": _INT,
+                                            "object": {"type": "object", "required": ["kind", "namespace", "name"],
+                                                       "properties": {"kind": _STR, "namespace": _STR,
+                                                                      "name": _STR}},
+                                            "source": {**_STR, "description": "The component that wrote it."},
+                                            "node": {**_STR, "description": "The node it concerns, when known."}}}},
+                    "truncated": {**_BOOL, "description": "More Tidal Events exist than items lists."}}},
+            "limits": {"type": "object", "additionalProperties": False, "required": ["pendingPods", "events"],
+                       "properties": {"pendingPods": _COUNT, "events": _COUNT}},
+            "pendingReasons": {"type": "object", "additionalProperties": _STR,
+                               "description": "Every pending reason with what it means."}},
+    },
+    "Workflow": {
+        "type": "object", "additionalProperties": False, "required": ["steps"],
+        "properties": {"steps": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["title", "link", "docs", "text", "snippets"],
+            "properties": {
+                "title": _STR,
+                "link": {**_nullable(_STR), "description": "A page of the console (#/policy), or null."},
+                "docs": {**_nullable(_STR), "description": "Tidal's documentation page (a path in the "
+                                                          "repository), or null."},
+                "text": _LINES,
+                "snippets": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False,
+                    "required": ["title", "language", "source", "text"],
+                    "properties": {"title": _STR, "language": {"type": "string", "enum": ["yaml", "toml"]},
+                                   "source": {**_STR, "description": "The role that writes it, or example."},
+                                   "text": _STR}}}}}}},
+    },
     "Monitoring": {
-        "type": "object", "required": ["scope", "node", "start", "end", "step", "panels"],
+        "type": "object", "required": ["scope", "node", "nodes", "start", "end", "step", "panels"],
         "properties": {
             "scope": {"type": "string", "enum": ["cluster", "node"]}, "node": _nullable(_STR),
+            "nodes": {**_LINES, "description": "The nodes the charts are filtered to (empty: the whole cluster)."},
             "start": _NUM, "end": _NUM, "step": _NUM,
             "panels": {"type": "array", "items": {
                 "type": "object", "required": ["name", "title", "unit", "query", "series"],
                 "properties": {
-                    "name": _STR, "title": _STR, "unit": _STR, "query": {**_STR, "description": "PromQL"},
+                    "name": _STR, "title": _STR,
+                    "unit": {"type": "string", "enum": ["millicores", "bytes", "pods", "percent", "count"]},
+                    "query": {**_STR, "description": "PromQL"},
                     "series": {"type": "array", "items": {
                         "type": "object", "required": ["name", "labels", "points"],
                         "properties": {"name": _STR, "labels": {"type": "object",
@@ -247,6 +351,13 @@ _NODE_NAME = {"name": "name", "in": "path", "required": True,
               "schema": {"type": "string", "maxLength": 253,
                          "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"},
               "description": "Node name (lowercase RFC 1123 subdomain)."}
+_NODES_FILTER = {
+    "name": "nodes", "in": "query", "required": False,
+    "schema": {"type": "string", "maxLength": 100 * 254,
+               "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+                          r"(,[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)*$"},
+    "description": "Comma-separated node names (at most 100): the charts of these nodes only, one line per node "
+                   "where a chart can; absent: the whole cluster."}
 _RANGE = [
     {"name": "start", "in": "query", "required": False,
      "schema": {"type": "string"}, "description": "Unix seconds or RFC 3339; default end - 1 h."},
@@ -272,6 +383,16 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             "/api/v1/whoami": {"get": {"operationId": "whoami", "summary": "The caller and what it may do",
                                        "responses": _responses("WhoAmI")}},
+            "/api/v1/overview": {"get": {
+                "operationId": "overview",
+                "summary": "The cluster's state: per node its mode, batch resources and BE pods; BE pods "
+                           "pending and why; Tidal's recent Events (needs list on nodeprofiles, nodes, pods "
+                           "and events)",
+                "responses": _responses("Overview")}},
+            "/api/v1/workflow": {"get": {
+                "operationId": "workflow",
+                "summary": "The colocation workflow with the configuration the roles write and an example BE Job",
+                "responses": _responses("Workflow")}},
             "/api/v1/nodes": {"get": {"operationId": "listNodes", "summary": "Nodes with their colocation state",
                                       "responses": _responses("NodeList")}},
             "/api/v1/nodes/{name}": {"get": {"operationId": "getNode", "parameters": [_NODE_NAME],
@@ -296,7 +417,8 @@ def openapi_document() -> dict[str, Any]:
                                               "responses": _responses("PolicySchema")}},
             "/api/v1/policy/rollout": {"get": {"operationId": "policyRollout",
                                                "responses": _responses("Rollout")}},
-            "/api/v1/monitoring/cluster": {"get": {"operationId": "clusterMonitoring", "parameters": _RANGE,
+            "/api/v1/monitoring/cluster": {"get": {"operationId": "clusterMonitoring",
+                                                   "parameters": [_NODES_FILTER, *_RANGE],
                                                    "responses": _responses("Monitoring", 400)}},
             "/api/v1/monitoring/nodes/{name}": {"get": {"operationId": "nodeMonitoring",
                                                         "parameters": [_NODE_NAME, *_RANGE],

@@ -4,7 +4,7 @@
 - ``tidal-console``: what the console itself does once a caller was allowed — TokenReview and
   SubjectAccessReview, reading nodes/pods/NodeProfiles, patching node labels, writing the policy.
 - ``tidal-console-viewer``: the read permissions the console checks (list NodeProfiles, get the
-  ColocationPolicy).
+  ColocationPolicy; list nodes, pods and Events for the overview).
 - ``tidal-console-editor``: viewer plus the write permissions (patch nodes, update the policy).
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ EDITOR_ROLE = "tidal-console-editor"
 _READ = [
     {"apiGroups": [qos.API_GROUP], "resources": ["nodeprofiles"], "verbs": ["get", "list"]},
     {"apiGroups": [qos.API_GROUP], "resources": ["colocationpolicies"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["nodes", "pods", "events"], "verbs": ["list"]},
 ]
 _WRITE = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
@@ -38,7 +39,7 @@ def cluster_roles() -> list[dict]:
             {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
             {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
             {"apiGroups": [qos.API_GROUP], "resources": ["nodeprofiles"], "verbs": ["get", "list"]},
             {"apiGroups": [qos.API_GROUP], "resources": ["colocationpolicies"],
              "verbs": ["get", "list", "create", "update"]},

@@ -22,13 +22,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from tidal.api import qos
+from tidal.console import overview as overview_view
 from tidal.console import views
-from tidal.console.auth import (PERMISSIONS, READ_NODES, READ_POLICY, WRITE_NODES, WRITE_POLICY, Authorizer,
-                                Permission, User, bearer_token)
-from tidal.console.monitoring import (MonitoringError, PrometheusClient, PrometheusError, TimeRange, panels,
-                                      series_of, valid_node_name)
+from tidal.console.auth import (PERMISSIONS, READ_CLUSTER, READ_NODES, READ_POLICY, WRITE_NODES, WRITE_POLICY,
+                                Authorizer, Permission, User, bearer_token)
+from tidal.console.monitoring import (MonitoringError, PrometheusClient, PrometheusError, TimeRange,
+                                      nodes_parameter, panels, series_of, valid_node_name)
 from tidal.console.openapi import openapi_document
 from tidal.console.policy_update import desired_policy
+from tidal.console.workflow import workflow
 from tidal.kube import ApiError as KubeApiError
 from tidal.kube import KubeAPI, custom_path
 from tidal.metrics import ConsoleMetrics, console_metrics
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
+EVENTS = "/api/v1/events"
+#: Events read per Tidal reason for the overview (the newest `overview.MAX_EVENTS` are shown).
+EVENTS_PER_REASON = 500
 NODE_PROFILES = custom_path("nodeprofiles")
 POLICY = custom_path("colocationpolicies", DEFAULT_POLICY_NAME)
 MAX_BODY_BYTES = 1024 * 1024
@@ -134,6 +139,13 @@ class Console:
             selector += f",spec.nodeName={node}"
         return (await self.api.get(PODS, {"fieldSelector": selector})).get("items", [])
 
+    async def _tidal_events(self) -> list[dict]:
+        # One field-selected list per reason: the API server filters, and each list is bounded.
+        listings = await asyncio.gather(*(
+            self.api.get(EVENTS, {"fieldSelector": f"reason={reason}", "limit": EVENTS_PER_REASON})
+            for reason in overview_view.TIDAL_EVENT_REASONS))
+        return [item for listing in listings for item in listing.get("items", [])]
+
     async def _policy_object(self) -> dict | None:
         return await self.api.get_optional(POLICY)
 
@@ -152,6 +164,23 @@ class Console:
                  for n in nodes]
         items.sort(key=lambda v: v["name"])
         return _json({"items": items, "modes": views.modes()})
+
+    async def overview(self, request: web.Request) -> web.Response:
+        """The cluster's state (`tidal.console.overview`): needs list on NodeProfiles, nodes, pods
+        and Events."""
+        user = await self.require(request, READ_NODES)
+        for permission in READ_CLUSTER:
+            if not await self.auth.allowed(user, permission):
+                self.metrics.denials.labels("forbidden").inc()
+                raise ApiError(403, f"user {user.username!r} may not {permission.describe()}")
+        nodes, profiles, pods, events = await asyncio.gather(self._nodes(), self._profiles(), self._pods(),
+                                                             self._tidal_events())
+        return _json(overview_view.overview(nodes, profiles, pods, events))
+
+    async def workflow_steps(self, request: web.Request) -> web.Response:
+        """The overview's four steps with the configuration the roles write (`tidal.console.workflow`)."""
+        await self.require(request, READ_NODES)
+        return _json(workflow())
 
     def _node_name(self, request: web.Request) -> str:
         name = request.match_info["name"]
@@ -259,7 +288,8 @@ class Console:
         node = request.match_info.get("name")
         try:
             window = TimeRange.parse(request.query)
-            charts = panels(node)
+            nodes = [] if node else nodes_parameter(request.query.get("nodes"))
+            charts = panels(node, nodes)
         except MonitoringError as err:
             raise ApiError(400, str(err), [{"field": err.field, "message": err.message}]) from None
         try:
@@ -267,7 +297,8 @@ class Console:
         except PrometheusError as err:
             self.metrics.prometheus_errors.inc()
             raise ApiError(502, str(err)) from None
-        return _json({"scope": "node" if node else "cluster", "node": node, "start": window.start,
+        return _json({"scope": "node" if node else "cluster", "node": node, "nodes": [node] if node else nodes,
+                      "start": window.start,
                       "end": window.end, "step": window.step,
                       "panels": [{"name": p.name, "title": p.title, "unit": p.unit, "query": p.query,
                                   "series": series_of(p, r)} for p, r in zip(charts, results)]})
@@ -294,6 +325,8 @@ class Console:
         r = app.router
         r.add_get("/api/v1/openapi.json", self.openapi)
         r.add_get("/api/v1/whoami", self.whoami)
+        r.add_get("/api/v1/overview", self.overview)
+        r.add_get("/api/v1/workflow", self.workflow_steps)
         r.add_get("/api/v1/nodes", self.list_nodes)
         r.add_get("/api/v1/nodes/{name}", self.get_node)
         r.add_put("/api/v1/nodes/{name}/colocation", self.set_colocation)

@@ -13,7 +13,8 @@
 - `mode_switch`: what setting a node's mode does — the label patch (Tidal's labels only), the
   resulting mode with its meaning, warnings when an alias label keeps the node in another mode —
   or why it is refused.
-- `rollout`: which nodes Tidal acts on (any mode but off) run which policy generation.
+- `rollout`: which nodes Tidal acts on (any mode but off) run which policy generation (and
+  whether ``tidal-agent replay`` reports for them).
 
 No I/O here: `server` reads the objects and writes the patches.
 """
@@ -27,11 +28,12 @@ from tidal.api import qos
 from tidal.api.feature_support import feature_support
 from tidal.api.node_mode import Mode, NodeMode, node_mode
 from tidal.api.pod_resources import BatchRequest, batch_requested_total
-from tidal.api.node_profile import NodeModeReport, NodeProfileStatus, PolicyReport
+from tidal.api.node_profile import REPLAYED_CONDITION, NodeModeReport, NodeProfileStatus, PolicyReport
 from tidal.api.quantities import cpu_millicores, memory_bytes
 
 __all__ = ["MODES", "SwitchDecision", "SwitchRequestError", "be_pods_left_message", "mode_switch", "mode_view",
-           "modes", "node_view", "pod_level", "pods_by_node", "rollout", "switch_answer", "switch_request"]
+           "modes", "node_view", "pod_level", "pods_by_node", "replayed", "rollout", "switch_answer",
+           "switch_request"]
 
 QOS_BUCKETS = ("HLS", "LS", "BE", "none")
 
@@ -84,6 +86,12 @@ def pods_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[st
     return out
 
 
+def replayed(status: NodeProfileStatus) -> bool:
+    """Whether ``tidal-agent replay`` wrote the NodeProfile (condition ``Replayed=True``): its
+    capabilities are those of the machine running the replay, which the node stands for."""
+    return any(c.type == REPLAYED_CONDITION and c.status == "True" for c in status.conditions or ())
+
+
 def _batch_view(amount: BatchRequest) -> dict[str, int]:
     return {"cpuMillicores": amount.cpu_millicores, "memoryBytes": amount.memory_bytes}
 
@@ -131,6 +139,7 @@ def node_view(node: Mapping[str, Any], profile: Mapping[str, Any] | None,
             "present": profile is not None,
             "observedAt": profile_status.observed_at,
             "appliedGeneration": (profile_status.policy or PolicyReport()).applied_generation,
+            "replayed": replayed(profile_status),
         },
     }
 
@@ -328,11 +337,13 @@ def rollout(policy: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]
     generation = ((policy or {}).get("metadata") or {}).get("generation")
     rows = []
     for node in nodes:
-        if not _mode_of(node).active:
+        mode = _mode_of(node)
+        if not mode.active:
             continue
         name = (node.get("metadata") or {}).get("name", "")
         profile = profiles.get(name)
-        report = NodeProfileStatus.from_status((profile or {}).get("status")).policy or PolicyReport()
+        status = NodeProfileStatus.from_status((profile or {}).get("status"))
+        report = status.policy or PolicyReport()
         applied = report.applied_generation
         if profile is None:
             reason = "no NodeProfile: the node's tidal-agent has not reported"
@@ -342,7 +353,8 @@ def rollout(policy: Mapping[str, Any] | None, nodes: Iterable[Mapping[str, Any]]
             reason = f"the node's agent runs generation {applied}, the policy is at {generation}"
         else:
             reason = ""
-        rows.append({"name": name, "appliedGeneration": applied, "upToDate": reason == "", "reason": reason})
+        rows.append({"name": name, "mode": str(mode.mode), "appliedGeneration": applied, "upToDate": reason == "",
+                     "reason": reason, "replayed": replayed(status)})
     rows.sort(key=lambda r: r["name"])
     # The policy reconciler's own conditions (Applied, NodeProblems, ...), as it wrote them.
     conditions = [{k: str(c.get(k) or "") for k in ("type", "status", "reason", "message")}

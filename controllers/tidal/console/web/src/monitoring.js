@@ -35,30 +35,43 @@ export function leaveMonitoring() {
   charts.clear();
 }
 
-async function fetchPanels(node, range) {
+// One node: that node's view; several: the cluster view filtered to them (one line per node).
+async function fetchPanels(nodes, range) {
   const end = Math.floor(Date.now() / 1000);
-  const q = `?start=${end - range}&end=${end}`;
-  return api("GET", (node ? `/monitoring/nodes/${encodeURIComponent(node)}` : "/monitoring/cluster") + q);
+  const q = `start=${end - range}&end=${end}`;
+  if (nodes.length === 1) return api("GET", `/monitoring/nodes/${encodeURIComponent(nodes[0])}?${q}`);
+  return api("GET", `/monitoring/cluster?${q}${nodes.length ? `&nodes=${encodeURIComponent(nodes.join(","))}` : ""}`);
 }
 
 export async function monitoringPage(root) {
   leaveMonitoring();
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
-  const node = params.get("node") || "";
+  // ?node=a (one node, kept for links) or ?nodes=a,b (several); neither: the whole cluster.
+  const chosen = [...new Set([params.get("node"), ...(params.get("nodes") || "").split(",")].filter(Boolean))];
   const range = Number(params.get("range") || 3600);
   const nodes = await api("GET", "/nodes");
-  const nodeSelect = el("select", { id: "node-filter", "aria-label": "node filter" },
-    el("option", { value: "" }, "Whole cluster"), nodes.items.map((n) => el("option", { value: n.name }, n.name)));
-  nodeSelect.value = node;
+  const nodeSelect = el("select", { id: "node-filter", multiple: true, size: String(Math.min(6, Math.max(2, nodes.items.length))),
+    "aria-label": "node filter (none selected: the whole cluster)" },
+  nodes.items.map((n) => el("option", { value: n.name }, n.name)));
+  for (const option of nodeSelect.options) option.selected = chosen.includes(option.value);
   const rangeSelect = el("select", { id: "range", "aria-label": "time range" }, RANGES.map(([l, s]) => el("option", { value: String(s) }, l)));
   rangeSelect.value = String(range);
-  const go = () => { location.hash = `#/monitoring?${new URLSearchParams({ node: nodeSelect.value, range: rangeSelect.value })}`; };
-  nodeSelect.addEventListener("change", go);
-  rangeSelect.addEventListener("change", go);
-  root.append(el("h1", {}, node ? `Monitoring: node ${node}` : "Monitoring: cluster"),
-    el("div", { class: "toolbar" }, el("label", {}, "Node ", nodeSelect), el("label", {}, "Range ", rangeSelect),
-      el("span", { class: "muted" }, `refreshed every ${REFRESH_MS / 1000} s`)));
-  const data = await fetchPanels(node, range);
+  const go = (names) => {
+    const query = new URLSearchParams({ range: rangeSelect.value });
+    if (names.length) query.set("nodes", names.join(","));
+    location.hash = `#/monitoring?${query}`;
+  };
+  const selected = () => [...nodeSelect.selectedOptions].map((o) => o.value);
+  nodeSelect.addEventListener("change", () => go(selected()));
+  rangeSelect.addEventListener("change", () => go(selected()));
+  const all = el("button", { type: "button", class: "secondary", id: "whole-cluster", onclick: () => go([]) }, "Whole cluster");
+  const title = chosen.length === 0 ? "Monitoring: cluster" : chosen.length === 1 ? `Monitoring: node ${chosen[0]}`
+    : `Monitoring: nodes ${chosen.join(", ")}`;
+  root.append(el("h1", {}, title),
+    el("div", { class: "toolbar" }, el("label", { class: "node-filter" }, "Nodes ", nodeSelect), all,
+      el("label", {}, "Range ", rangeSelect),
+      el("span", { class: "muted" }, `ctrl/cmd-click for several nodes; refreshed every ${REFRESH_MS / 1000} s`)));
+  const data = await fetchPanels(chosen, range);
   const grid = el("div", { class: "charts" });
   root.append(grid);
   const byName = new Map();
@@ -75,7 +88,7 @@ export async function monitoringPage(root) {
   refreshTimer = setInterval(async () => {
     if (document.hidden) return;
     try {
-      const fresh = await fetchPanels(node, range);
+      const fresh = await fetchPanels(chosen, range);
       for (const panel of fresh.panels) {
         const target = byName.get(panel.name);
         if (!target) continue;

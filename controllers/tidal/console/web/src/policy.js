@@ -12,14 +12,19 @@ const SECTIONS = [
   ["spec.features.psiInterference", "PSI interference"],
   ["spec.features.numaAffinity", "NUMA affinity"],
   ["spec.features.egressBandwidth", "Egress bandwidth"],
+  ["spec.features.kernelQoSLevel", "Kernel QoS level (openEuler cpu / memory.qos_level)"],
 ];
 
 function capabilityChips(node) {
   if (!node.capabilities.length) return el("span", { class: "muted" }, node.profile.present ? "none reported" : "no NodeProfile");
-  return node.capabilities.map((c) => c.supported
+  // A replayed node (tidal-agent replay) shows the capabilities of the machine running the replay.
+  const replayed = node.profile.replayed
+    ? el("span", { class: "chip replayed", title: "reported by tidal-agent replay: the replaying machine's capabilities" }, "replayed")
+    : null;
+  return [replayed, ...node.capabilities.map((c) => c.supported
     ? el("span", { class: "chip", "data-capability": c.name }, c.name)
     : el("span", { class: "chip off", "data-capability": c.name, title: c.reason, "aria-disabled": "true" },
-      `${c.name}`, el("span", { class: "visually-reason" }, ` (${c.reason})`)));
+      `${c.name}`, el("span", { class: "visually-reason" }, ` (${c.reason})`)))];
 }
 
 // The node's mode selector: the four modes (from the API; what each means is in the legend under
@@ -165,7 +170,8 @@ function policyDialog(schema, policy, nodes, canWrite, onSaved) {
         `Not supported on ${unsupported.join("; ")}`) : null,
       own.map((f) => el("div", { class: `field${unsupported.length ? " dim" : ""}` },
         el("label", { for: f.path }, f.path.slice(prefix.length + 1),
-          el("div", { class: "hint" }, f.description + (f.minimum !== undefined ? ` [${f.minimum}–${f.maximum}]` : ""))),
+          el("div", { class: "hint" }, f.description + (f.minimum !== undefined ? ` [${f.minimum}–${f.maximum}]` : "")
+          + ` (default ${Array.isArray(f.default) ? f.default.join(", ") : f.default})`)),
         el("div", {}, inputFor(f, valueAt(policy.spec, f.path)), el("div", { class: "field-error", id: `${f.path}.error` })))));
     form.append(fs);
   }
@@ -188,6 +194,33 @@ function policyDialog(schema, policy, nodes, canWrite, onSaved) {
   return dialog;
 }
 
+// Rollout: one row shape for the nodes (every cell filled), the reconciler's conditions in a
+// table of their own with its own header, so the two never share (and misalign) columns.
+function rolloutSection(rollout) {
+  const generation = rollout.generation === null ? "no policy (defaults)" : `generation ${rollout.generation}`;
+  return [
+    el("h2", {}, "Rollout"),
+    el("p", { class: "muted", id: "rollout-summary" }, `${generation}: applied on ${rollout.appliedNodes} of ${rollout.totalNodes} nodes Tidal acts on.`),
+    rollout.nodes.length
+      ? el("table", { id: "rollout" },
+        el("thead", {}, el("tr", {}, ["Node", "Mode", "Applied generation", "State", "Reported by"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rollout.nodes.map((r) => el("tr", { "data-node": r.name },
+          el("td", {}, r.name),
+          el("td", {}, r.mode),
+          el("td", {}, r.appliedGeneration === null ? "none" : String(r.appliedGeneration)),
+          el("td", { class: r.upToDate ? null : "errors" }, r.upToDate ? "applied" : r.reason),
+          el("td", {}, r.replayed ? "tidal-agent replay" : "tidal-agent")))))
+      : el("p", { class: "muted" }, "No node in a mode other than off."),
+    el("h3", {}, "Policy reconciler conditions"),
+    rollout.conditions.length
+      ? el("table", { id: "policy-conditions" },
+        el("thead", {}, el("tr", {}, ["Condition", "Status", "Reason", "Message"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rollout.conditions.map((c) => el("tr", { "data-condition": c.type },
+          el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason || "–"), el("td", { class: "muted" }, c.message || "–")))))
+      : el("p", { class: "muted", id: "policy-conditions" }, "The policy reconciler has written no conditions yet."),
+  ];
+}
+
 export async function policyPage(root, me) {
   const [nodes, schema, policy, rollout] = await Promise.all([
     api("GET", "/nodes"), api("GET", "/policy/schema"), api("GET", "/policy"), api("GET", "/policy/rollout")]);
@@ -203,13 +236,7 @@ export async function policyPage(root, me) {
     el("tbody", {}, nodes.items.map((n) => nodeRow(n, nodes.modes, canWriteNodes)))));
   root.append(el("dl", { id: "modes", class: "modes" }, nodes.modes.flatMap((m) => [
     el("dt", {}, m.name), el("dd", {}, `${m.meaning}. BE pods are evicted: ${m.evictionRule}.`)])));
-  root.append(...[el("h2", {}, "Rollout"), rollout.nodes.length
-    ? el("table", { id: "rollout" }, el("tbody", {}, rollout.nodes.map((r) => el("tr", {},
-      el("td", {}, r.name), el("td", {}, r.appliedGeneration ?? "–"), el("td", {}, r.upToDate ? "applied" : r.reason)))))
-    : el("p", { class: "muted" }, "No node in a mode other than off."),
-    rollout.conditions.length ? el("table", { id: "policy-conditions" }, el("tbody", {}, rollout.conditions.map((c) =>
-      el("tr", {}, el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason), el("td", { class: "muted" }, c.message)))))
-      : null].filter(Boolean));
+  root.append(...rolloutSection(rollout));
   const dialog = policyDialog(schema, policy, nodes.items, canWritePolicy, () => window.dispatchEvent(new HashChangeEvent("hashchange")));
   root.append(dialog);
   open.addEventListener("click", () => dialog.showModal());

@@ -104,18 +104,24 @@ _FIELDS = {
 }
 
 
+def _batch_set(container: Container, resource: str) -> list[tuple[str, str, Any]]:
+    """(map name, batch resource, value) for each of requests/limits that sets the batch
+    counterpart of the native ``resource``."""
+    batch = BATCH_RESOURCE_OF[resource]
+    return [(map_name, batch, values[batch])
+            for map_name, values in (("requests", container.requests), ("limits", container.limits))
+            if values.get(batch) is not None]
+
+
 def _online_without_batch(level: QoSLevel, container: Container, problems: list[str]) -> None:
     """HLS and LS: no oversold ``kubernetes.io/batch-*`` resource, in requests or limits."""
     for resource in NATIVE_RESOURCES:
-        batch = BATCH_RESOURCE_OF[resource]
-        for map_name, values in (("requests", container.requests), ("limits", container.limits)):
-            raw = values.get(batch)
-            if raw is not None:
-                problems.append(
-                    f"{container.label}: {level.value} requires {map_name}.{batch} to be unset: "
-                    f"oversold batch resources are for BE pods only, online pods use native "
-                    f"{map_name}.{resource} (got {_show(raw)})"
-                )
+        for map_name, batch, raw in _batch_set(container, resource):
+            problems.append(
+                f"{container.label}: {level.value} requires {map_name}.{batch} to be unset: "
+                f"oversold batch resources are for BE pods only, online pods use native "
+                f"{map_name}.{resource} (got {_show(raw)})"
+            )
 
 
 def _hls(container: Container, problems: list[str]) -> None:
@@ -230,18 +236,15 @@ def _be_native(reason: str) -> Callable[[Container, list[str]], None]:
     def rule(container: Container, problems: list[str]) -> None:
         for resource in NATIVE_RESOURCES:
             fields = _FIELDS[resource]
-            batch = BATCH_RESOURCE_OF[resource]
             request_raw, limit_raw = container.requests.get(resource), container.limits.get(resource)
             request = _parse(container, fields.request, request_raw, problems)
             limit = _parse(container, fields.limit, limit_raw, problems)
-            for map_name, values in (("requests", container.requests), ("limits", container.limits)):
-                raw = values.get(batch)
-                if raw is not None:
-                    problems.append(
-                        f"{container.label}: BE keeping native requests ({reason}) requires "
-                        f"{map_name}.{batch} to be unset: the pod runs without oversold "
-                        f"resources, use {map_name}.{resource} (got {_show(raw)})"
-                    )
+            for map_name, batch, raw in _batch_set(container, resource):
+                problems.append(
+                    f"{container.label}: BE keeping native requests ({reason}) requires "
+                    f"{map_name}.{batch} to be unset: the pod runs without oversold "
+                    f"resources, use {map_name}.{resource} (got {_show(raw)})"
+                )
             if _INVALID in (request, limit):
                 continue
             if request is not None and limit is not None and request > limit:

@@ -66,6 +66,8 @@ def test_the_modelled_usage_is_online_usage_plus_be_pods_at_their_batch_requests
     assert modelled_usage(1200, 5 << 30, [(500, 512 << 20), (1000, 1 << 30)]) == {
         "cpu": 2700, "memory": (5 << 30) + (512 << 20) + (1 << 30)}
     assert modelled_usage(1200, 100, []) == {"cpu": 1200, "memory": 100}
+    # a node uses no more than it has: an online peak at 95 % and 2 BE cores make 100 %, not 107.5 %
+    assert modelled_usage(15200, 100, [(2000, 0)], {"cpu": 16000, "memory": 1000}) == {"cpu": 16000, "memory": 100}
 
 
 def test_a_peak_raises_the_nodes_cpu_usage_but_not_the_predictors_history():

@@ -139,12 +139,14 @@ MODEL = ("replayed node: the watermarks compare a modelled usage, the replayed o
 
 
 def modelled_usage(online_millicores: float, online_memory_bytes: float,
-                   be_requests: list[tuple[int, int]]) -> dict[str, float]:
+                   be_requests: list[tuple[int, int]], capacity: dict[str, float] | None = None) -> dict[str, float]:
     """A replayed node's usage as the watermarks see it: the replayed online usage plus each BE
     pod at its batch requests ((cpu millicores, memory bytes) per pod) — kwok runs the pods,
-    they use nothing, so the request stands for what a BE pod would use."""
-    return {"cpu": online_millicores + sum(cpu for cpu, _ in be_requests),
+    they use nothing, so the request stands for what a BE pod would use — at most the node's
+    `capacity` (a node uses no more than it has)."""
+    used = {"cpu": online_millicores + sum(cpu for cpu, _ in be_requests),
             "memory": online_memory_bytes + sum(memory for _, memory in be_requests)}
+    return {r: min(v, (capacity or {}).get(r, v)) for r, v in used.items()}
 
 
 @dataclass
@@ -337,7 +339,7 @@ class ReplayedEviction:
         if not self.mode.active:
             self.machine = WatermarkEviction(config=self.machine.config)
             return []
-        used = modelled_usage(online_millicores, online_memory_bytes, self.be_requests())
+        used = modelled_usage(online_millicores, online_memory_bytes, self.be_requests(), capacity)
         usage = watermark_usage_percent(used, used, capacity, policy.overselling.include_system_usage)
         pods = [Candidate(info.uid, info.tidal_level is QoSLevel.BE, state.priority,
                           {"cpu": float(info.cpu_request_millicores), "memory": float(info.memory_request_bytes)},

@@ -181,6 +181,54 @@ def test_the_replayed_nodes_have_live_metrics_in_the_labs_prometheus(lab, site):
                  f"{metric} of lab-node-0 and lab-node-1 from the replaying agent in Prometheus")
 
 
+def test_the_demo_peak_evicts_a_be_pod_taints_the_node_and_recovers(lab, site, core):
+    """Issue 16's bar: within 15 minutes of `make site`, a `TidalEvicted` Event from the demo's
+    scripted peak on a kwok node (the replaying agent evicting as an agent would), the node
+    tainted while it evicts, the eviction in the lab's Prometheus (the console's evictions
+    chart), then the recovery: the taint removed and the evicted BE pods replaced and running."""
+    import time
+    import urllib.parse
+    import urllib.request
+
+    from kubernetes import client
+    from tidal_dev.lab.pytest_plugin import wait_for
+
+    assert site.returncode == 0
+    started = time.monotonic()
+    inventory = yaml.safe_load((ROOT / "inventories/lab/hosts.yml").read_text())
+    peaks = inventory["lab"]["vars"]["tidal_demo_peaks"]
+    demo_nodes = {peak.split("=", 1)[0] for peak in peaks}
+
+    def evicted():
+        events = core.list_namespaced_event("tidal-demo", field_selector="reason=TidalEvicted").items
+        return [e for e in events if e.source and e.source.host in demo_nodes and e.source.component == "tidal-agent"]
+    events = wait_for(evicted, 900, f"a TidalEvicted Event in tidal-demo from a demo peak on {sorted(demo_nodes)}",
+                      interval=2)
+    node = events[0].source.host
+    print(f"first TidalEvicted on {node} {time.monotonic() - started:.0f}s into this test: {events[0].message}")
+    assert "above high watermark" in events[0].message or "after crossing high" in events[0].message, events[0].message
+    taint = "colocation.tidal.io/offline-evicting"
+
+    def node_events(reason):
+        return [e for e in core.list_namespaced_event("default", field_selector=f"reason={reason}").items
+                if e.involved_object.name == node]
+    wait_for(lambda: node_events("TidalOfflineEvicting"), 30, f"the TidalOfflineEvicting Event of {node}")
+
+    def series():
+        query = urllib.parse.urlencode({"query": f'tidal_evictions_total{{node="{node}"}}'})
+        with urllib.request.urlopen(f"{lab.prometheus_url}/api/v1/query?{query}", timeout=5) as r:
+            return [s for s in json.load(r)["data"]["result"] if float(s["value"][1]) > 0]
+    wait_for(series, 120, f"tidal_evictions_total of {node} above 0 in the lab's Prometheus", interval=2)
+    # recovery: the peak ends (120 s), usage falls to the low watermark, the taint goes
+    wait_for(lambda: not any(t.key == taint for t in core.read_node(node).spec.taints or []), 300,
+             f"the offline-evicting taint removed from {node}", interval=2)
+    wait_for(lambda: node_events("TidalOfflineEvictingCleared"), 30, f"the TidalOfflineEvictingCleared Event of {node}")
+    apps = client.AppsV1Api(core.api_client)
+    wait_for(lambda: (apps.read_namespaced_deployment("analytics", "tidal-demo").status.ready_replicas or 0) == 4,
+             300, "the demo's BE Deployment analytics back at 4 running pods", interval=2)
+    print(f"recovered {time.monotonic() - started:.0f}s into this test")
+
+
 def test_a_second_run_changes_nothing(lab, site):
     assert site.returncode == 0
     again = play("playbooks/site.yml", lab, timeout=900)

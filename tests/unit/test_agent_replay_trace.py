@@ -72,4 +72,5 @@ def test_the_replaying_agent_keeps_only_its_nodes_metadata():
             "status": {"allocatable": {"cpu": "16"}}}
     watch.apply("ADDED", mine)
     watch.apply("ADDED", {"metadata": {"name": "other", "uid": "u2", "labels": {}}})
-    assert watch.objects == {"u1": {"metadata": {"name": "kwok-1", "labels": {"a": "b"}, "annotations": None}}}
+    assert watch.objects == {"u1": {"metadata": {"name": "kwok-1", "labels": {"a": "b"}, "annotations": None},
+                                    "spec": {"taints": None}, "status": {"allocatable": {"cpu": "16"}}}}

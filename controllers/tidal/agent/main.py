@@ -19,6 +19,14 @@ from tidal.api.policy import Predictor
 _NRI_SOCKET = "/var/run/nri/nri.sock"
 
 
+def _peak(text: str):
+    from tidal.agent.replay import parse_peak
+    try:
+        return parse_peak(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tidal-agent")
     sub = p.add_subparsers(dest="command", required=True)
@@ -36,6 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--fill", type=float, default=0.5,
                    help="scale the trace so its largest total request is this share of --node-cpus "
                         "(0 < fill <= 1; default 0.5); 0 keeps the trace's own sizes")
+    r.add_argument("--evict", action="store_true",
+                   help="evict as the agent does: per node the watermark state machine and the mode's rule on a "
+                        "modelled usage (replayed online usage + BE pods at their batch requests), the "
+                        "offline-evicting taint, evictions and Events (default: never evict or taint)")
+    r.add_argument("--peak", action="append", default=[], type=_peak, metavar="NODE=START_S:DURATION_S:PERCENT[:EVERY_S]",
+                   help="a scripted demo peak: NODE's online CPU at least PERCENT of its CPUs for DURATION_S "
+                        "seconds from START_S seconds after the replay started, again every EVERY_S seconds "
+                        "(repeatable)")
     r.add_argument("--metrics-address", default="127.0.0.1", help="address of /metrics and /healthz")
     r.add_argument("--metrics-port", type=int, help="serve the fake nodes' metrics on this port (0: any)")
     r.add_argument("--prometheus-target-file", type=Path,
@@ -112,7 +128,7 @@ async def _replay(args) -> None:
                              report_interval=args.report_interval, predictor=args.predictor,
                              window=args.window, stop=stop, metrics=metrics, usage_metrics=usage_metrics,
                              node_cpus=args.node_cpus, node_memory_bytes=args.node_memory_bytes,
-                             capabilities=capabilities)
+                             capabilities=capabilities, evict=args.evict, peaks=args.peak)
     finally:
         if runner is not None:
             await runner.cleanup()

@@ -52,7 +52,7 @@ from .strategy import ApplyResult, NodeState, PodState
 log = logging.getLogger(__name__)
 
 __all__ = ["NodeQoS", "Round", "eviction_usage_percent", "mode_status", "node_allocatable", "node_requests_percent",
-           "usage_percent"]
+           "taint_event", "usage_percent"]
 
 #: a pod whose eviction a PodDisruptionBudget refused is not chosen again for this long
 BLOCKED_RETRY_SECONDS = 30.0
@@ -109,6 +109,18 @@ def mode_status(mode: NodeMode, gate: tuple[bool, str]) -> dict[str, Any]:
     merge patch removes the ones a fixed label left behind."""
     return {"conflicts": None, "problems": None, **mode.to_status(),
             "evictionAllowed": gate[0], "evictionReason": gate[1]}
+
+
+def taint_event(want: bool, eviction: WatermarkEviction) -> tuple[str, str]:
+    """The Node Event's reason and message when the offline-evicting taint was set (``want``) or
+    removed: the agent's and the replaying agent's (:mod:`tidal.agent.replay`) alike."""
+    if want:
+        resource = next((r for r in RESOURCES if eviction.resources[r].evicting), None)
+        usage = f" ({resource} above its high watermark)" if resource else ""
+        return ("TidalOfflineEvicting",
+                f"node tainted colocation.tidal.io/offline-evicting:NoSchedule{usage}: "
+                "no new BE pods until usage is back at or below the low watermarks")
+    return "TidalOfflineEvictingCleared", "offline-evicting taint removed: every resource at or below its low watermark"
 
 
 def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
@@ -415,17 +427,10 @@ class NodeQoS:
             return
         if await self.actions.set_offline_taint(want):
             self.node_tainted = want
-            resource = next((r for r in RESOURCES if self.eviction.resources[r].evicting), None)
-            if want:
-                usage = f" ({resource} above its high watermark)" if resource else ""
-                message = (f"node tainted colocation.tidal.io/offline-evicting:NoSchedule{usage}: "
-                           "no new BE pods until usage is back at or below the low watermarks")
-            else:
-                message = "offline-evicting taint removed: every resource at or below its low watermark"
+            reason, message = taint_event(want, self.eviction)
             log.info("node %s: %s", self.node, message)
             await self.actions.event(kind="Node", name=self.node, namespace="", uid=None,
-                                     reason="TidalOfflineEvicting" if want else "TidalOfflineEvictingCleared",
-                                     message=message, warning=want)
+                                     reason=reason, message=message, warning=want)
         else:
             self.node_tainted = want
 

@@ -18,44 +18,13 @@ pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
-# ansible-core 2.19.3's results thread can die with a KeyError in _queued_task_cache and leave the
-# run hanging (ansible/ansible#86027, #85879): such a run is retried once, saying so.
-UPSTREAM_RACE = "_queued_task_cache"
-
-
+from tidal_dev.testing.playbook import run as playbook_run  # noqa: E402
 def play(playbook: str, lab, timeout: float = 240, *extra: str) -> subprocess.CompletedProcess:
-    """Run a playbook against the lab. A run whose results thread died of the upstream race is
-    stopped as soon as its traceback shows (the run would hang until the timeout) and retried once."""
-    import tempfile
-    import time
+    """Run a playbook against the lab (retried once past ansible-core's results-thread race:
+    tidal_dev.testing.playbook)."""
     env = dict(os.environ, TIDAL_LAB_DIR=str(lab.dir), ANSIBLE_NOCOLOR="1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    for attempt in (1, 2):
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen([PLAYBOOK, playbook, *extra], cwd=ROOT, env=env, stdout=out, stderr=err,
-                                    text=True)
-            deadline, raced = time.monotonic() + timeout, False
-            while proc.poll() is None:
-                err.seek(0)
-                if UPSTREAM_RACE in err.read():
-                    raced = True
-                    proc.kill()
-                    proc.wait()
-                    break
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    out.seek(0)
-                    raise AssertionError(f"{playbook} still running after {timeout:.0f}s:\n{out.read()[-10000:]}")
-                time.sleep(1)
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-        if raced and attempt == 1:
-            print(f"{playbook}: ansible-core results-thread race, retrying")
-            continue
-        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    raise AssertionError("unreachable")
+    return playbook_run([PLAYBOOK, playbook, *extra], ROOT, env, timeout)
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

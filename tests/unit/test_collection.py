@@ -17,6 +17,8 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from tidal_dev.testing.playbook import run as playbook_run
+
 import ansible.release
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +42,7 @@ def run_playbook(playbook: str, *extra_vars: str, env: dict | None = None,
     run_env.update({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
     run_env.update(env or {})
     # From the checkout root, so ansible.cfg (inventory, roles_path) applies as in `make site`.
-    return subprocess.run(args, cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=300)
+    return playbook_run(args, ROOT, run_env, timeout=300)  # past ansible-core's results-thread race
 
 
 def recap(result: subprocess.CompletedProcess) -> dict[str, int]:

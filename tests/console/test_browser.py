@@ -2,7 +2,8 @@
 executable path) against tidal-console on the lab: every page loads, a node's mode selector
 changes the node's labels at the API server, an invalid policy shows the field error, a chart answers a hover.
 Screenshots go to tests/output/console/ (git-ignored)."""
-import shutil
+import sys
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -14,50 +15,10 @@ from tidal_dev.lab.pytest_plugin import wait_for
 from .conftest import http, promql
 
 pytestmark = pytest.mark.lab
-sync_api = pytest.importorskip("playwright.sync_api")
-
-
-def _chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.fail("Debian's chromium is not installed (make test installs it: DEBIAN_PACKAGES)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=_chromium(), headless=True,
-                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        yield chromium
-        chromium.close()
-
-
-def _signed_in(browser, console, token):
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    errors = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    # The console's Content-Security-Policy must not block anything the pages do.
-    page.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
-    page.goto(console + "/")
-    page.fill("#token", token)
-    page.click("#login button[type=submit]")
-    page.wait_for_selector("#page[data-ready=true]", timeout=20000)
-    return page, errors
-
-
-def _go(page, hash_):
-    page.evaluate("h => { location.hash = h; }", hash_)
-    page.wait_for_function("h => location.hash === h && document.querySelector('#page').dataset.ready === 'true'",
-                           arg=hash_, timeout=20000)
-    _no_placeholders(page)
-
-
-def _no_placeholders(page):
-    """No JavaScript value leaked into the page as text."""
-    text = page.inner_text("#page")
-    for word in ("null", "undefined", "NaN", "[object Object]"):
-        assert word not in text.split(), f"{word!r} shown on {page.url}"
+pytest.importorskip("playwright.sync_api")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from browser_helpers import browser  # noqa: E402,F401 (a fixture)
+from browser_helpers import go as _go, no_placeholders as _no_placeholders, signed_in as _signed_in  # noqa: E402
 
 
 def _labels(core, node):

@@ -17,6 +17,10 @@ import yaml
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "console"))
+from browser_helpers import browser  # noqa: E402,F401 (a fixture)
+from browser_helpers import go, signed_in  # noqa: E402
+
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 from tidal_dev.testing.playbook import run as playbook_run  # noqa: E402
 def play(playbook: str, lab, timeout: float = 240, *extra: str) -> subprocess.CompletedProcess:
@@ -38,8 +42,12 @@ NAMESPACE = "tidal-system"
 
 @pytest.fixture(scope="module")
 def site(lab):
-    """site.yml run once for the module; uninstall.yml afterwards, which must leave no residue."""
+    """site.yml run once for the module (`started`: when it began, UTC, for the bars timed from
+    `make site`); uninstall.yml afterwards, which must leave no residue."""
+    from datetime import datetime, timezone
+    started = datetime.now(timezone.utc)
     first = play("playbooks/site.yml", lab, timeout=900)
+    first.started = started
     try:
         yield first
     finally:
@@ -206,6 +214,186 @@ def test_a_second_run_changes_nothing(lab, site):
     changed = {host: counts["changed"] for host, counts in recap(output).items()}
     assert changed == {"localhost": 0, "lab-node-0": 0, "lab-node-1": 0, "lab-node-2": 0, REAL_NODE: 0}, \
         output[-15000:]
+
+
+def _console_call(method: str, url: str, token: str, body=None, timeout: float = 20.0):
+    """(status, parsed JSON or text) of one console API call; status None while nothing answers."""
+    import urllib.error
+    import urllib.request
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        status, raw = err.code, err.read()
+    except OSError as err:  # refused, unreachable, timed out: not answering (yet)
+        return None, str(err)
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+@pytest.mark.timeout(1800)
+def test_the_console_shows_the_demo_working_and_switches_a_node_off(lab, site, core, browser):
+    """Issue 16's browser test and bars, as a new user meets them after `make site`: the console
+    at the URL the summary prints, signed in with the token of the account it names; within 5
+    minutes of `make site` live series for every demo node and a BE pod Running on oversold
+    capacity; within 15 minutes a TidalEvicted Event of a demo peak, in the evictions chart; a
+    demo node switched off in the browser loses its mode labels and batch resources (switched
+    back on through the API afterwards). Screenshots: tests/output/site-*.png."""
+    import time
+    import urllib.parse
+    from datetime import datetime, timedelta, timezone
+
+    from tidal.api import qos
+    from tidal_dev.lab.pytest_plugin import wait_for
+
+    assert site.returncode == 0
+    started = site.started
+    output = site.stdout + site.stderr
+
+    def left(bar_seconds: float, floor: float) -> float:
+        """Seconds left until `bar_seconds` after `make site` began (at least `floor`)."""
+        return max(bar_seconds - (datetime.now(timezone.utc) - started).total_seconds(), floor)
+
+    inventory = yaml.safe_load((ROOT / "inventories/lab/hosts.yml").read_text())
+    demo_nodes = sorted(name for name, host in inventory["nodes"]["hosts"].items()
+                        if host.get("tidal_colocation") and not host.get("lab_real_node"))
+    peak_nodes = {peak.split("=", 1)[0] for peak in inventory["lab"]["vars"]["tidal_demo_peaks"]}
+    assert demo_nodes == ["lab-node-0", "lab-node-1"] and peak_nodes <= set(demo_nodes), (demo_nodes, peak_nodes)
+    out = ROOT / "tests" / "output"
+    out.mkdir(parents=True, exist_ok=True)
+
+    # 1. The URL and the token, as the summary says (its kubectl command, through the API).
+    url = re.search(r"console: (http://[0-9a-z.:\[\]-]+)/ \(the tidal-console Service", output)
+    assert url, f"the summary prints no console URL:\n{output[-5000:]}"
+    console = url.group(1)
+    command = re.search(r"sign in with the token of: kubectl --kubeconfig \S+ -n ([a-z0-9-]+) create token "
+                        r"([a-z0-9-]+)", output)
+    assert command, f"the summary prints no token command:\n{output[-5000:]}"
+    namespace, account = command.groups()
+    token = core.create_namespaced_service_account_token(
+        account, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+
+    def call(method, path, body=None):
+        return _console_call(method, f"{console}/api/v1{path}", token, body)
+
+    # 2. Within 5 minutes: the console answers, every demo node has live series, BE pods run on
+    # oversold capacity.
+    wait_for(lambda: call("GET", "/whoami")[0] == 200, left(300, 30),
+             f"the console at {console} answering {namespace}/{account}'s token")
+    since = started.timestamp() - 60
+
+    def live():
+        status, body = call("GET", "/monitoring/cluster?" + urllib.parse.urlencode(
+            {"start": f"{since:.0f}", "end": f"{time.time():.0f}", "nodes": ",".join(demo_nodes)}))
+        if status != 200:
+            return None
+        recent = time.time() - 120
+        panels = {p["name"]: p for p in body["panels"]}
+        for name in ("nodeCPU", "nodeMemory"):
+            shown = {s["labels"].get("node") for s in panels[name]["series"]
+                     if any(v is not None and t >= recent for t, v in s["points"])}
+            if not set(demo_nodes) <= shown:
+                return None
+        return panels, body["step"]
+    panels, step = wait_for(live, left(300, 60), f"live nodeCPU and nodeMemory series of {demo_nodes} "
+                                                 "in GET /api/v1/monitoring/cluster", interval=2)
+    for series in panels["nodeCPU"]["series"]:
+        if series["labels"].get("node") in demo_nodes:
+            first = min(t for t, v in series["points"] if v is not None and t >= started.timestamp())
+            assert first - started.timestamp() <= 300 + step, \
+                f"{series['labels']['node']}'s first point {first - started.timestamp():.0f}s after make site began"
+    oversold = ("oversubscription", "colocation+oversubscription")
+
+    def be_on_oversold():
+        status, body = call("GET", "/overview")
+        if status != 200:
+            return None
+        return [row for row in body["nodes"] if row["mode"] in oversold and row["bePods"]["running"] > 0
+                and row["batch"]["allocatable"]["cpuMillicores"] > 0]
+    rows = wait_for(be_on_oversold, left(300, 60), "a node in an oversold mode with a BE pod Running in "
+                                                    "GET /api/v1/overview", interval=2)
+    print("BE pods running on oversold capacity:", {r["name"]: r["bePods"]["running"] for r in rows})
+
+    page, errors = signed_in(browser, console, token)
+    for name in demo_nodes:
+        page.wait_for_selector(f"#overview-nodes tr[data-node='{name}']", timeout=20000)
+    page.screenshot(path=str(out / "site-signed-in.png"), full_page=True)
+
+    # 3. Within 15 minutes: a TidalEvicted Event of a demo peak (this run's: not before make site),
+    # and the evictions chart showing it.
+    def when(event):
+        return event.first_timestamp or event.event_time or event.metadata.creation_timestamp
+
+    def evicted():
+        events = core.list_namespaced_event("tidal-demo", field_selector="reason=TidalEvicted").items
+        return [e for e in events if e.source and e.source.host in peak_nodes and e.source.component == "tidal-agent"
+                and when(e) >= started - timedelta(seconds=5)]
+    events = wait_for(evicted, left(900, 60), f"a TidalEvicted Event of a demo peak on {sorted(peak_nodes)}",
+                      interval=2)
+    first = min(events, key=when)
+    assert (when(first) - started).total_seconds() <= 900, \
+        f"the first TidalEvicted came {(when(first) - started).total_seconds():.0f}s after make site began"
+    filtered = ",".join(demo_nodes)
+
+    def chart_evictions():
+        status, body = call("GET", f"/monitoring/cluster?nodes={filtered}")
+        if status != 200:
+            return None
+        panel = next(p for p in body["panels"] if p["name"] == "evictions")
+        return {s["name"] for s in panel["series"] if any(v for _, v in s["points"])}
+    wait_for(chart_evictions, 180, f"a non-zero point of the evictions chart of {filtered} "
+                                   "(GET /api/v1/monitoring/cluster)", interval=2)
+    with page.expect_response(lambda r: "/api/v1/monitoring/cluster" in r.url, timeout=30000) as answer:
+        go(page, f"#/monitoring?nodes={filtered}&range=3600")
+    assert answer.value.status == 200
+    panel = next(p for p in answer.value.json()["panels"] if p["name"] == "evictions")
+    assert any(v for s in panel["series"] for _, v in s["points"]), \
+        f"the evictions chart the browser drew is all zero: {panel}"
+    chart = page.locator(".chart[data-panel='evictions']")
+    chart.wait_for(state="visible", timeout=20000)
+    assert int(chart.get_attribute("data-series")) >= 1
+    chart.scroll_into_view_if_needed()
+    page.screenshot(path=str(out / "site-eviction.png"), full_page=True)
+
+    # 4. A demo node switched off in the browser: its mode labels go, the oversell master takes
+    # its batch resources to 0. Then on again (through the API), as make site left it.
+    node = "lab-node-1"
+    mode_labels = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)
+    batch_names = (qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE)
+    go(page, "#/policy")
+    selector = page.locator(f"select.mode[data-node='{node}']")
+    assert selector.input_value() == "colocation+oversubscription"
+    try:
+        selector.select_option("off")
+        page.wait_for_selector(f".toast:has-text('node {node} set to mode off')", timeout=10000)
+
+        def switched_off():
+            current = core.read_node(node)
+            labels = {k: v for k, v in (current.metadata.labels or {}).items() if k in mode_labels}
+            batch = {k: v for k, v in (current.status.allocatable or {}).items() if k in batch_names and v != "0"}
+            return (labels, batch) if labels or batch else "off"
+        wait_for(lambda: switched_off() == "off", 60, f"no mode label and no batch resource (or 0) on {node}",
+                 interval=1)
+        status, view = call("GET", f"/nodes/{node}")
+        assert status == 200 and view["mode"]["name"] == "off", view
+        go(page, "#/overview")
+        go(page, "#/policy")
+        assert page.locator(f"select.mode[data-node='{node}']").input_value() == "off"
+        page.screenshot(path=str(out / "site-node-off.png"), full_page=True)
+        assert errors == []
+    finally:
+        status, body = call("PUT", f"/nodes/{node}/colocation", {"mode": "colocation+oversubscription"})
+        assert status == 200 and body["mode"] == "colocation+oversubscription", body
+        wait_for(lambda: int(core.read_node(node).status.allocatable.get(qos.BATCH_CPU_RESOURCE, "0")) > 0, 180,
+                 f"batch-cpu back on {node}", interval=2)
+        page.close()
 
 
 # -- the whole chain on the real node, with Tidal deployed as pods ---------------------------

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tidal_dev.testing.playbook import run as playbook_run
+
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +24,8 @@ from browser_helpers import browser  # noqa: E402,F401 (a fixture)
 from browser_helpers import go, signed_in  # noqa: E402
 
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
-from tidal_dev.testing.playbook import run as playbook_run  # noqa: E402
+
+
 def play(playbook: str, lab, timeout: float = 240, *extra: str) -> subprocess.CompletedProcess:
     """Run a playbook against the lab (retried once past ansible-core's results-thread race:
     tidal_dev.testing.playbook)."""

@@ -236,7 +236,7 @@ def test_volcano_binds_be_pods_only_to_oversold_nodes(manager, oversold_nodes, c
             return {p.metadata.name: p.spec.node_name for p in pods}
         return None
 
-    placed = wait_for(placements, 120, "all 10 pods Running", interval=1)
+    placed = wait_for(placements, 300, "all 10 pods Running", interval=1)
     assert {placed[f"be-{i}"] for i in range(6)} <= set(oversold_nodes), placed
     assert placed["ls-plain"] == PLAIN_NODE
 

@@ -236,7 +236,20 @@ def test_volcano_binds_be_pods_only_to_oversold_nodes(manager, oversold_nodes, c
             return {p.metadata.name: p.spec.node_name for p in pods}
         return None
 
-    placed = wait_for(placements, 300, "all 10 pods Running", interval=1)
+    def pods_and_nodes():
+        lines = []
+        for p in core.list_namespaced_pod(namespace).items:
+            conditions = "; ".join(f"{c.type}={c.status} {c.reason or ''} {c.message or ''}".strip()
+                                   for c in p.status.conditions or [])
+            lines.append(f"pod {p.metadata.name}: {p.status.phase} on {p.spec.node_name} [{conditions}]")
+        for n in core.list_node().items:
+            labels = {k: v for k, v in (n.metadata.labels or {}).items() if "colocation" in k or "oversubscription" in k}
+            batch = {k: v for k, v in (n.status.allocatable or {}).items() if "batch" in k}
+            lines.append(f"node {n.metadata.name}: labels {labels} taints "
+                         f"{[(t.key, t.effect) for t in n.spec.taints or []]} batch {batch}")
+        return "\n".join(lines)
+
+    placed = wait_for(placements, 300, "all 10 pods Running", interval=1, describe=pods_and_nodes)
     assert {placed[f"be-{i}"] for i in range(6)} <= set(oversold_nodes), placed
     assert placed["ls-plain"] == PLAIN_NODE
 

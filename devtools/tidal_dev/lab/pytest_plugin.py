@@ -54,9 +54,10 @@ def lab_api(lab):
         yield api
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, describe=None):
     """Poll `predicate` until it returns something truthy and return that; on timeout
-    fail the test naming `what` and the last value seen."""
+    fail the test naming `what` and the last value seen, plus ``describe()`` when given (the
+    state that explains the wait: pods' conditions, a log's tail, ...)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -64,4 +65,10 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    detail = ""
+    if describe is not None:
+        try:
+            detail = f"\n{describe()}"
+        except Exception as err:  # the diagnosis must not hide the timeout
+            detail = f"\n(describing the state failed: {err!r})"
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r}){detail}")

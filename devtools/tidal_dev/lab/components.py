@@ -343,6 +343,11 @@ def prometheus_config(ctx: LabContext) -> dict:
             {"job_name": "tidal",
              "file_sd_configs": [{"files": [str(ctx.lab_dir / PROMETHEUS_TARGETS_DIR / "*.json")],
                                   "refresh_interval": "5s"}],
+             # A series' own `node` (the node it is about: tidal-manager reports every node's batch
+             # resources) wins over the target's `node` (where the scraped pod runs); without it
+             # Prometheus renames the series' label to exported_node and the manager's per-node
+             # series all read as the manager's own node.
+             "honor_labels": True,
              # Volcano's usage plugin matches node_exporter-style series by instance = node name;
              # agents (one process may act for many fake nodes) label each series with `node`.
              "metric_relabel_configs": [{"source_labels": ["node"], "regex": "(.+)",

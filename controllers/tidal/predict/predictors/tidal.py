@@ -15,27 +15,34 @@ rule                B_c(t)
 ``recent-peak``     the node total's maximum over the last horizon
 ==================  ==========================================================================
 
-(R the sum of the online pods' requests, u their usage.) Once a rule has enough elapsed
-horizons, its *calibrated* prediction is
+(R the sum of the online pods' requests, u their usage.) The node is judged by the peak of its
+whole online usage over (s, s + horizon], *arrivals included*: a pod that arrives within the
+horizon counts against the prediction made before it. Two conformal margins per rule see to
+that (split conformal prediction run online: Vovk et al. 2005; Angelopoulos & Bates 2021),
+each the ⌈(n+1)(1−α)⌉-th smallest of the n scores of the last 14 days' elapsed decision points:
 
-    P_c(t) = m_c(t) × B_c(t),   m_c(t) = the ⌈(n+1)(1−α)⌉-th smallest of the n ratios
-                                 peak(s) / B_c(s) of the last 14 days' elapsed decision points
+* ``rule/all``       P(t) = m × B(t), m over the ratios peak(s) / B(s), peak(s) the node's whole
+                     peak; for exchangeable errors it is exceeded at a rate of at most α;
+* ``rule/arrivals``  P(t) = m' × B(t) + a, m' over the ratios of the peak of the pods *present*
+                     at s to B(s) (the level of the pods there now), and a ≥ 0 over the excesses
+                     of peak(s) over that prediction as made at s (what arrivals added beyond
+                     it, in cores).
 
-with peak(s) the maximum over (s, s + horizon] of the usage of the pods on the node at s (a
-pod that arrives later is the scheduler's news, not an error of this prediction): split
-conformal prediction run online (Vovk et al. 2005; Angelopoulos & Bates 2021). The rule's own
-past errors are the calibration set, so for exchangeable errors its violation rate is at most α
-whatever the trace's scale, noise or shape. The margin is a ratio: it carries over when the
-level moves (day and night, pods arriving or leaving). Nothing here is fitted to a trace; every
-constant is either a peer's published default or derived from the violation budget and the
-horizon.
+A ratio carries over when the level moves (day and night, pods leaving); an arrival adds cores,
+not a share of the level, which the additive reserve says. On a node where pods never arrive
+both come out alike. The peers' rules (``koordinator``, ``volcano``) are candidates too, *as
+their systems use them*, uncalibrated: each may be used while its realised violations on this
+node stay within α with a prior of one clean day (violations / (points + one day of points)
+≤ α), so a rule that missed is dropped at once and one that never misses keeps its standing
+slack for arrivals. Nothing here is fitted to a trace; every constant is a peer's published
+default or derived from the violation budget and the horizon.
 
-**Which rule.** The rule used is the one whose *realised* calibrated predictions were lowest on
-average over the calibration window (the most reclaim), among the rules that may be used now.
-Choosing by the window's average rather than by today's margin keeps the choice stable, so the
-realised violation rate stays near that of one calibrated rule, not the union of all. What
+**Which candidate.** The one whose *realised* predictions were lowest on average over the
+calibration window (the most reclaim), among those that may be used now. Choosing by the
+window's average rather than by today's margin keeps the choice stable, so the realised
+violation rate stays near that of one calibrated candidate, not the union of all. What
 selection bias remains is paid for by one more conformal margin, on the chosen prediction
-itself (its own past peak/prediction ratios, never below 1).
+itself (its past peak-of-present-pods / prediction ratios, never below 1).
 
 **Floors.** P never drops below the current usage (never offer what is in use right now) plus
 the idle request of the pods that arrived within the last horizon (a pod new to an established
@@ -43,26 +50,18 @@ node has no usage to learn from; the pods present when the history starts count 
 so a new node or a restarted agent does not hold everything back). A base below 1 % of the
 requests counts as 1 %, so an idle node cannot produce an unbounded ratio.
 
-**Cold start (regime ``warming-up``).** Before a rule has ⌈1/α⌉ − 1 elapsed horizons (about
-12 h at 5-minute steps, the first point at which the conformal rank exists), only the two peers'
-rules may be used, *uncalibrated*, as their systems use them in production; each is used only
-while its observed violations stay within α with a prior of one clean day
-(violations / (points + one day of points) ≤ α): a rule that violated in the first hours is
-dropped at once. So from its first sample a node new to the cluster reclaims what the better of
-the peers reclaims, and moves to the calibrated rules as history accumulates.
+**Cold start (regime ``warming-up``).** A calibrated margin needs ⌈1/α⌉ − 1 elapsed horizons
+(about 12 h at 5-minute steps, the first point at which the conformal rank exists); until then
+only the peers' rules may be used, under the rule above. So from its first sample a node new to
+the cluster reclaims what the better of the peers reclaims.
 
-**Fallback (regime ``fallback``).** When no rule may be used (both peers violated before any
-rule is calibrated) the node's whole request is held back: nothing is offered that cannot be
+**Fallback (regime ``fallback``).** When no candidate may be used (both peers violated before
+any rule is calibrated) the node's whole request is held back: nothing is offered that cannot be
 justified.
 
 **α** is the 1 % budget minus one standard deviation of a 30-day period's realised rate
 (`Tidal.target_rate`): violations come in runs of up to a horizon, so a month's realised rate is
 noisy; about 0.69 % at 5-minute steps and a 1 h horizon.
-
-**Known limit.** Where pods arrive all the time (jobs refilled back to back) the benchmark
-counts every arrival as a miss of the prediction made before it, and this predictor has no
-standing slack for arrivals the way the peers' 35–40 % reserve does: it misses the 1 % budget
-there (`tests/unit/test_predict_synthetic.py`).
 
 `Tidal.explain` says which regime and rule made a prediction and on what evidence; the agent
 writes it to ``NodeProfile.status.predictions``.
@@ -140,12 +139,12 @@ class Tidal(Predictor):
 
     def margins(self, history: NodeHistory) -> dict[str, float]:
         """Calibrated margin per rule; ``inf`` while a rule has too few elapsed horizons."""
-        return {c.name: c.margin for c in self._engine(history).rules}
+        return {c.name: c.margin for c in self._engine(history).candidates if c.kind != "raw"}
 
     def chosen(self, history: NodeHistory) -> str | None:
         """The rule used now; None in the fallback regime."""
-        choice = self._engine(history).choose()
-        return None if choice is None else choice[0].name
+        choice = self._engine(history).current
+        return None if choice is None else choice.name
 
     def predict(self, history: NodeHistory) -> float:
         if len(history) == 0:
@@ -158,7 +157,7 @@ class Tidal(Predictor):
         if len(history) == 0:
             return {"regime": FALLBACK, "reason": "no history yet", "cpuCores": 0.0}
         e = self._engine(history)
-        choice = e.choose()
+        choice = e.current
         out: dict = {"historySteps": len(history), "stepSeconds": history.step,
                      "targetViolationRate": round(e.alpha, 5)}
         if choice is None:
@@ -166,20 +165,35 @@ class Tidal(Predictor):
                 "no rule is calibrated yet and both peers' rules missed the online peak more "
                 "often than the budget allows: the whole request is held back"))
         else:
-            rule, calibrated = choice
-            out.update(regime=CALIBRATED if calibrated else WARMING_UP, rule=rule.name,
-                       baseCores=round(rule.base[-1], 4))
-            if calibrated:
-                c = rule.calibration
-                out.update(margin=round(c.value, 4), calibrationPoints=len(c),
-                           reason=f"{rule.name} × {c.value:.3f}, the {c.rank}-th smallest of "
-                                  f"{len(c)} past peak/base ratios (level {e.alpha:.2%}); the "
-                                  "rule whose predictions were lowest over the window")
+            base = e.bases[choice.rule][-1]
+            out.update(regime=WARMING_UP if choice.kind == RAW else CALIBRATED, rule=choice.rule,
+                       form=choice.kind, baseCores=round(base, 4),
+                       observedViolations=choice.violations, observedPoints=len(choice.record))
+            if choice.kind == RAW:
+                out["reason"] = (
+                    f"{choice.rule}'s rule as its system uses it, uncalibrated: its realised "
+                    f"violations on this node ({choice.violations} of {len(choice.record)} "
+                    f"points) are within the level with a clean day's prior, and its predictions "
+                    f"were the lowest of the usable rules over the window")
             else:
-                out.update(observedViolations=rule.raw_violations, observedPoints=len(rule.raw),
-                           reason=f"warming up: {rule.name}'s rule as its system uses it, "
-                                  f"uncalibrated, until the rules have {e.min_points} elapsed "
-                                  f"horizons ({len(rule.raw)} so far)")
+                c = choice.calibration
+                out.update(margin=round(c.value, 4), calibrationPoints=len(c))
+                if choice.kind == ALL:
+                    out["reason"] = (
+                        f"{choice.rule} × {c.value:.3f}, the {c.rank}-th smallest of {len(c)} "
+                        f"past ratios of the node's whole peak (arrivals included) to the base "
+                        f"(level {e.alpha:.2%}); the lowest predictions of the usable rules "
+                        f"over the window")
+                else:
+                    pc = e.by_name[f"{choice.rule}/{PRESENT}"].calibration
+                    out.update(presentMargin=round(pc.value, 4),
+                               arrivalReserveCores=round(max(0.0, c.value), 4))
+                    out["reason"] = (
+                        f"{choice.rule} × {pc.value:.3f} (the conformal margin on the peaks of "
+                        f"the pods present) + {max(0.0, c.value):.3f} cores, the {c.rank}-th "
+                        f"smallest of {len(c)} past excesses of the node's whole peak over "
+                        f"that (what arrivals added; level {e.alpha:.2%}); the lowest "
+                        f"predictions of the usable rules over the window")
             if e.young_idle > 0:
                 out["youngPodsIdleRequestCores"] = round(e.young_idle, 4)
         if math.isfinite(e.ensemble.value) and e.ensemble.value > 1.0:
@@ -220,36 +234,55 @@ def _ratio(peak: float, base: float) -> float:
     return peak / base if base > 0.0 else (0.0 if peak <= 0.0 else math.inf)
 
 
-class _Rule:
-    """One rule: its bases, its calibration, its raw-violation record, its realised cost."""
+#: The kinds of candidate, in report order (see the module docstring).
+RAW, PRESENT, ALL, ARRIVALS = "raw", "present", "all", "arrivals"
 
-    def __init__(self, name: str, peer: bool, window: int) -> None:
-        self.name = name
-        self.peer = peer
-        self.base: list[float] = []  # B_c(s), floored
-        self.calibration = _Conformal()
-        self.raw: deque[tuple[int, bool]] = deque()  # (s, the uncalibrated base missed)
-        self.raw_violations = 0
-        self.calibrated_at: list[float | None] = []  # P_c(s) as it was at s (None: uncalibrated)
-        # means over the calibration window, for the choice
-        self.base_mean = RollingStats(window)
-        self.calibrated_mean = RollingStats(window)
-        self.calibrated_values: list[float] = []  # the non-None calibrated_at, in order
+
+class _Candidate:
+    """One way of predicting from one rule's base, with its realised record.
+
+    ``raw``: the base as it is (the peers' rules only). ``present``: base × the conformal margin
+    on the peaks of the pods present at the decision point (an input of ``arrivals``, not a
+    candidate itself). ``all``: base × the conformal margin on the node's whole peak, arrivals
+    included. ``arrivals``: the ``present`` prediction plus the conformal (1 − α) quantile of
+    what the whole peak exceeded it by (never below 0).
+    """
+
+    def __init__(self, rule: str, kind: str, window: int) -> None:
+        self.rule = rule
+        self.kind = kind
+        self.name = rule if kind == RAW else f"{rule}/{kind}"
+        self.calibration = _Conformal() if kind != RAW else None
+        self.at: list[float | None] = []  # the prediction at s (None: not available at s)
+        self.values: list[float] = []  # the non-None ones, in order
+        self.mean = RollingStats(window)
+        self.record: deque[tuple[int, bool]] = deque()  # (s, the prediction at s was exceeded)
+        self.violations = 0
 
     @property
     def margin(self) -> float:
-        return self.calibration.value
+        return self.calibration.value if self.calibration is not None else 1.0
 
-    def prediction(self, calibrated: bool) -> float:
-        return self.margin * self.base[-1] if calibrated else self.base[-1]
+    def predict(self, base: float, u: float, present: float | None) -> float | None:
+        """The prediction now from the rule's base, the current usage and (for ``arrivals``)
+        the ``present`` candidate's prediction now; None while it is not calibrated."""
+        m = self.margin
+        if not math.isfinite(m):
+            return None
+        if self.kind == ARRIVALS:
+            return None if present is None else max(present + max(0.0, m), u)
+        return max(m * base, u)
 
-    def mean_cost(self, calibrated: bool) -> float:
-        """Average of what the rule predicted over the window (its realised predictions once
-        calibrated: a choice by the margin of today alone would favour whichever rule's recent
-        ratios happened to be kindest)."""
-        if calibrated and len(self.calibrated_mean):
-            return self.calibrated_mean.mean_std()[0]
-        return self.base_mean.mean_std()[0] if len(self.base_mean) else self.base[-1]
+    def push(self, p: float | None) -> None:
+        self.at.append(p)
+        if p is not None:
+            self.values.append(p)
+            self.mean.sync(self.values, len(self.values))
+
+    def mean_cost(self) -> float:
+        """Average of its realised predictions over the window (a choice by today's margin
+        alone would favour whichever candidate's recent errors happened to be kindest)."""
+        return self.mean.mean_std()[0]
 
 
 class _Engine:
@@ -267,7 +300,12 @@ class _Engine:
         self.prior = history.steps(p.prior_seconds) if p.prior_seconds > 0 else 0
         self.alpha = p.target_rate(history.step)
         self.min_points = max(1, math.ceil(1.0 / self.alpha) - 1)
-        self.rules = [_Rule(name, name in PEER_RULES, self.cal) for name in RULES]
+        self.bases: dict[str, list[float]] = {name: [] for name in RULES}
+        self.candidates = [_Candidate(name, RAW, self.cal) for name in PEER_RULES]
+        self.candidates += [_Candidate(name, kind, self.cal)
+                            for kind in (PRESENT, ALL, ARRIVALS) for name in RULES]
+        self.by_name = {c.name: c for c in self.candidates}
+        self.current: _Candidate | None = None
         self.half_lives = {"level-2h": 7200 / history.step, "level-30m": 1800 / history.step}
         self.pod_level: dict[str, list[float | None]] = {n: [None] * self.k for n in self.half_lives}
         self.nsigma = RollingStats(history.steps(p.nsigma_window_seconds))
@@ -342,32 +380,27 @@ class _Engine:
         for s in range(self.seen, n):
             bases = self._bases(history, s)
             u = history.total_usage[s]
-            for rule in self.rules:
-                b = bases[rule.name]
-                rule.base.append(b)
-                rule.base_mean.sync(rule.base, s + 1)
+            for name, b in bases.items():
+                self.bases[name].append(b)
             self._calibrate(history, s)
-            for rule in self.rules:
-                cp = max(rule.margin * rule.base[s], u) if math.isfinite(rule.margin) else None
-                rule.calibrated_at.append(cp)
-                if cp is not None:
-                    rule.calibrated_values.append(cp)
-                    rule.calibrated_mean.sync(rule.calibrated_values, len(rule.calibrated_values))
+            for c in self.candidates:  # PRESENT before ARRIVALS
+                present = self.by_name[f"{c.rule}/{PRESENT}"].at[-1] if c.kind == ARRIVALS else None
+                c.push(c.predict(bases[c.rule], u, present))
             upper = max(history.total_request[s], u)
-            choice = self.choose()
+            choice = self.current = self.choose()
             chosen = upper
             if choice is not None:
                 # never below what is in use now, nor below the young pods' requests
-                chosen = min(upper, max(choice[0].prediction(choice[1]), u + self.young_idle))
+                chosen = min(upper, max(choice.at[-1], u + self.young_idle))
             self.chosen.append(chosen)
             self.final.append(min(upper, max(1.0, self.ensemble.value if math.isfinite(self.ensemble.value)
                                              else 1.0) * chosen))
         self.seen = n
 
     def _peak(self, history: NodeHistory, s: int) -> float:
-        """The maximum over (s, s + horizon] of the usage of the pods on the node at s: a pod
-        that arrives later is the scheduler's news, not an error of the prediction at s (the
-        agent counts a new pod at its request from its first sample)."""
+        """The maximum over (s, s + horizon] of the usage of the pods on the node at s (their
+        level, which the ``present`` margins calibrate; what later arrivals add is the
+        ``arrivals`` reserve's)."""
         end = s + self.h + 1
         m = self.mask[s]
         if not any(self.mask[i] & ~m for i in range(s + 1, end)):
@@ -386,43 +419,51 @@ class _Engine:
                 continue  # no online pod on the node: nothing was predicted
             full = max(total[s + 1 : s + h + 1])
             peak = self._peak(history, s)
-            for rule in self.rules:
-                b = rule.base[s]
-                rule.calibration.add(s, _ratio(peak, b))
-                # the peers' rules are judged as the benchmark judges them: arrivals count
-                violated = full > b
-                rule.raw.append((s, violated))
-                rule.raw_violations += violated
+            for c in self.candidates:
+                if c.kind == ARRIVALS:
+                    q = self.by_name[f"{c.rule}/{PRESENT}"].at[s]
+                    if q is not None:
+                        c.calibration.add(s, full - q)
+                elif c.calibration is not None:
+                    c.calibration.add(s, _ratio(full if c.kind == ALL else peak, self.bases[c.rule][s]))
+                # every candidate is judged as the benchmark judges it: arrivals count
+                p = c.at[s]
+                if p is not None:
+                    violated = full > p
+                    c.record.append((s, violated))
+                    c.violations += violated
             self.ensemble.add(s, _ratio(peak, self.chosen[s]))
         self.calibrated = max(self.calibrated, last + 1)
         oldest = last - self.cal + 1
         self.ensemble.update(oldest, self.alpha, self.min_points)
-        for rule in self.rules:
-            rule.calibration.update(oldest, self.alpha, self.min_points)
-            while rule.raw and rule.raw[0][0] < oldest:
-                rule.raw_violations -= rule.raw.popleft()[1]
+        for c in self.candidates:
+            if c.calibration is not None:
+                c.calibration.update(oldest, self.alpha, self.min_points)
+            while c.record and c.record[0][0] < oldest:
+                c.violations -= c.record.popleft()[1]
 
     def within_budget(self, violations: int, points: int) -> bool:
         """Observed violations within α, with a prior of one clean day of points."""
         return violations <= self.alpha * (points + self.prior)
 
-    def usable(self, rule: _Rule) -> bool | None:
-        """True: calibrated; False: usable uncalibrated (a peer within budget); None: not now."""
-        if math.isfinite(rule.margin):
-            return True
-        if rule.peer and self.within_budget(rule.raw_violations, len(rule.raw)):
+    def usable(self, c: _Candidate) -> bool:
+        """May ``c`` be used now? A calibrated ``all`` or ``arrivals`` candidate may (its
+        margin covers the node's whole peak at level α); a peer's rule as it is may while its
+        realised record on this node stays within α with a clean day's prior; ``present`` never
+        (it is blind to arrivals, which the node is judged on)."""
+        if c.at[-1] is None or c.kind == PRESENT:
             return False
-        return None
+        if c.kind == RAW:
+            return self.within_budget(c.violations, len(c.record))
+        return True
 
-    def choose(self) -> tuple[_Rule, bool] | None:
-        """The usable rule whose prediction was lowest on average, and whether it is calibrated."""
-        best: tuple[float, int, _Rule, bool] | None = None
-        for i, rule in enumerate(self.rules):
-            calibrated = self.usable(rule)
-            if calibrated is None:
+    def choose(self) -> _Candidate | None:
+        """The usable candidate whose predictions were lowest on average over the window."""
+        best = None
+        for i, c in enumerate(self.candidates):
+            if not self.usable(c):
                 continue
-            cost = rule.mean_cost(calibrated)
-            if best is None or (cost, i) < best[:2]:
-                best = (cost, i, rule, calibrated)
-        return None if best is None else (best[2], best[3])
-
+            key = (c.mean_cost(), i)
+            if best is None or key < best[0]:
+                best = (key, c)
+        return None if best is None else best[1]

@@ -55,9 +55,17 @@ requests counts as 1 %, so an idle node cannot produce an unbounded ratio.
 only the peers' rules may be used, under the rule above. So from its first sample a node new to
 the cluster reclaims what the better of the peers reclaims.
 
-**Fallback (regime ``fallback``).** When no candidate may be used (both peers violated before
-any rule is calibrated) the node's whole request is held back: nothing is offered that cannot be
-justified.
+Besides the peers' rules, the traces README's reference row ``rc-nsigma-max`` (Σ per-pod p95
+over 24 h, at least mean + 3 σ over 2 h; Bashir et al., EuroSys 2021) may be used as it is while
+warming up, but on its own record only: from one elapsed horizon of it, and only while its
+violations stay within α without a prior (none in its first 12 h). It is not computed once a rule
+is calibrated (it would cost a per-pod sorted window in the agent).
+
+**Fallback (regime ``fallback``).** When no candidate may be used (both peers missed before any
+rule is calibrated, which on the traces is pods arriving while a node fills) the peer's rule
+that missed least is used. Holding the whole request back would be no answer: an arrival exceeds
+today's request as well, and the node would offer nothing for the half day the calibration
+takes.
 
 **α** is the 1 % budget minus one standard deviation of a 30-day period's realised rate
 (`Tidal.target_rate`): violations come in runs of up to a horizon, so a month's realised rate is
@@ -77,13 +85,15 @@ from typing import ClassVar
 
 from tidal.predict.predictors.base import Predictor
 from tidal.predict.series import NodeHistory
-from tidal.predict.windows import RollingMax, RollingStats
+from tidal.predict.windows import RollingMax, RollingSorted, RollingStats, linear_quantile
 
 __all__ = ["RULES", "PEER_RULES", "Tidal"]
 
 #: Every rule, in report order; the peers' rules may be used before calibration.
 RULES = ("koordinator", "volcano", "nsigma", "level-2h", "level-30m", "recent-peak")
 PEER_RULES = ("koordinator", "volcano")
+#: Rules used only as they are, only while no rule is calibrated, once they have a record.
+WARMUP_RULES = ("rc-nsigma-max",)
 
 WARMING_UP = "warming-up"
 CALIBRATED = "calibrated"
@@ -105,6 +115,10 @@ class Tidal(Predictor):
     volcano_samples: int = 10
     nsigma_n: float = 5.0
     nsigma_window_seconds: float = 2 * 3600
+    # the traces README's reference row max(RC, N-sigma): per-pod p95 over 24 h, n = 3
+    rc_q: float = 0.95
+    rc_window_seconds: float = 24 * 3600
+    rc_nsigma_n: float = 3.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.budget < 1.0:
@@ -142,7 +156,7 @@ class Tidal(Predictor):
         return {c.name: c.margin for c in self._engine(history).candidates if c.kind != "raw"}
 
     def chosen(self, history: NodeHistory) -> str | None:
-        """The rule used now; None in the fallback regime."""
+        """The candidate used now (``rule`` or ``rule/form``)."""
         choice = self._engine(history).current
         return None if choice is None else choice.name
 
@@ -158,12 +172,17 @@ class Tidal(Predictor):
             return {"regime": FALLBACK, "reason": "no history yet", "cpuCores": 0.0}
         e = self._engine(history)
         choice = e.current
+        assert choice is not None
         out: dict = {"historySteps": len(history), "stepSeconds": history.step,
                      "targetViolationRate": round(e.alpha, 5)}
-        if choice is None:
-            out.update(regime=FALLBACK, reason=(
-                "no rule is calibrated yet and both peers' rules missed the online peak more "
-                "often than the budget allows: the whole request is held back"))
+        if e.fallback:
+            out.update(regime=FALLBACK, rule=choice.rule, form=RAW,
+                       baseCores=round(e.bases[choice.rule][-1], 4),
+                       observedViolations=choice.violations, observedPoints=len(choice.record),
+                       reason=(
+                f"no rule is calibrated yet and both peers' rules missed the online peak more "
+                f"often than the budget allows (pods arriving, as a rule): {choice.rule}'s, "
+                f"which missed least ({choice.violations} of {len(choice.record)} points)"))
         else:
             base = e.bases[choice.rule][-1]
             out.update(regime=WARMING_UP if choice.kind == RAW else CALIBRATED, rule=choice.rule,
@@ -300,12 +319,15 @@ class _Engine:
         self.prior = history.steps(p.prior_seconds) if p.prior_seconds > 0 else 0
         self.alpha = p.target_rate(history.step)
         self.min_points = max(1, math.ceil(1.0 / self.alpha) - 1)
-        self.bases: dict[str, list[float]] = {name: [] for name in RULES}
-        self.candidates = [_Candidate(name, RAW, self.cal) for name in PEER_RULES]
+        self.bases: dict[str, list[float]] = {name: [] for name in RULES + WARMUP_RULES}
+        self.candidates = [_Candidate(name, RAW, self.cal) for name in PEER_RULES + WARMUP_RULES]
+        self.warming = True  # no rule calibrated yet
+        self.rc = [RollingSorted(history.steps(p.rc_window_seconds)) for _ in range(self.k)]
         self.candidates += [_Candidate(name, kind, self.cal)
                             for kind in (PRESENT, ALL, ARRIVALS) for name in RULES]
         self.by_name = {c.name: c for c in self.candidates}
         self.current: _Candidate | None = None
+        self.fallback = False  # the current choice is `fall_back`'s
         self.half_lives = {"level-2h": 7200 / history.step, "level-30m": 1800 / history.step}
         self.pod_level: dict[str, list[float | None]] = {n: [None] * self.k for n in self.half_lives}
         self.nsigma = RollingStats(history.steps(p.nsigma_window_seconds))
@@ -336,6 +358,16 @@ class _Engine:
         self.nsigma.sync(total, s + 1)
         mean, std = self.nsigma.mean_std()
         out["nsigma"] = mean + p.nsigma_n * std
+        if self.warming:
+            rc = 0.0
+            for j in range(self.k):
+                w = self.rc[j]
+                w.sync(history.usage(j), s + 1)
+                if history.request(j)[s] > 0.0 or history.usage(j)[s] > 0.0:
+                    rc += linear_quantile(w.sorted, p.rc_q)
+            out["rc-nsigma-max"] = max(rc, mean + p.rc_nsigma_n * std)
+        elif self.rc:
+            self.rc = []
         mask = 0
         young_idle = 0.0
         for j in range(self.k):
@@ -380,18 +412,20 @@ class _Engine:
         for s in range(self.seen, n):
             bases = self._bases(history, s)
             u = history.total_usage[s]
-            for name, b in bases.items():
-                self.bases[name].append(b)
+            for name, values in self.bases.items():
+                values.append(bases.get(name, math.nan))
             self._calibrate(history, s)
             for c in self.candidates:  # PRESENT before ARRIVALS
                 present = self.by_name[f"{c.rule}/{PRESENT}"].at[-1] if c.kind == ARRIVALS else None
-                c.push(c.predict(bases[c.rule], u, present))
+                base = bases.get(c.rule)
+                c.push(None if base is None else c.predict(base, u, present))
+            self.warming = not any(math.isfinite(c.margin) for c in self.candidates if c.kind == ALL)
             upper = max(history.total_request[s], u)
-            choice = self.current = self.choose()
-            chosen = upper
-            if choice is not None:
-                # never below what is in use now, nor below the young pods' requests
-                chosen = min(upper, max(choice.at[-1], u + self.young_idle))
+            choice = self.choose()
+            self.fallback = choice is None
+            choice = self.current = self.fall_back() if choice is None else choice
+            # never below what is in use now, nor below the young pods' requests
+            chosen = min(upper, max(choice.at[-1], u + self.young_idle))
             self.chosen.append(chosen)
             self.final.append(min(upper, max(1.0, self.ensemble.value if math.isfinite(self.ensemble.value)
                                              else 1.0) * chosen))
@@ -454,6 +488,9 @@ class _Engine:
         if c.at[-1] is None or c.kind == PRESENT:
             return False
         if c.kind == RAW:
+            if c.rule not in PEER_RULES:
+                # not a production default: only on its own record, which must be clean
+                return len(c.record) >= self.h and c.violations <= self.alpha * len(c.record)
             return self.within_budget(c.violations, len(c.record))
         return True
 
@@ -467,3 +504,11 @@ class _Engine:
             if best is None or key < best[0]:
                 best = (key, c)
         return None if best is None else best[1]
+
+    def fall_back(self) -> _Candidate:
+        """No candidate may be used: the peer's rule with the lowest realised violation rate
+        (ties: the higher prediction). Holding the whole request back would be no answer:
+        what made both peers miss before any rule is calibrated is pods arriving, and an
+        arrival exceeds today's request too."""
+        return min((c for c in self.candidates if c.rule in PEER_RULES and c.kind == RAW),
+                   key=lambda c: (c.violations / max(1, len(c.record)), -c.at[-1]))

@@ -105,7 +105,8 @@ def test_tidal_drops_the_reference_row_at_its_first_miss_while_warming_up() -> N
 
 
 def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
-    h = history(CONSTANT[: DAY // 2 + 24])  # 12 h of elapsed horizons: the rank exists
+    # 12 h of elapsed horizons (the rank exists) and one more horizon of calibrated predictions
+    h = history(CONSTANT[: DAY // 2 + 36])
     explained = Tidal().explain(h)
     assert explained["regime"] == "calibrated", explained
     assert explained["calibrationPoints"] >= 144

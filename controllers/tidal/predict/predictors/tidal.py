@@ -38,7 +38,8 @@ slack for arrivals. Nothing here is fitted to a trace; every constant is a peer'
 default or derived from the violation budget and the horizon.
 
 **Which candidate.** The one whose *realised* predictions were lowest on average over the
-calibration window (the most reclaim), among those that may be used now. Choosing by the
+calibration window (the most reclaim), among those that may be used now (a calibrated one from
+one elapsed horizon of its calibrated predictions: an average of one point compares nothing). Choosing by the
 window's average rather than by today's margin keeps the choice stable, so the realised
 violation rate stays near that of one calibrated candidate, not the union of all. What
 selection bias remains is paid for by one more conformal margin, on the chosen prediction
@@ -482,7 +483,8 @@ class _Engine:
 
     def usable(self, c: _Candidate) -> bool:
         """May ``c`` be used now? A calibrated ``all`` or ``arrivals`` candidate may (its
-        margin covers the node's whole peak at level α); a peer's rule as it is may while its
+        margin covers the node's whole peak at level α) from one elapsed horizon of its
+        calibrated predictions; a peer's rule as it is may while its
         realised record on this node stays within α with a clean day's prior; ``present`` never
         (it is blind to arrivals, which the node is judged on)."""
         if c.at[-1] is None or c.kind == PRESENT:
@@ -492,7 +494,9 @@ class _Engine:
                 # not a production default: only on its own record, which must be clean
                 return len(c.record) >= self.h and c.violations <= self.alpha * len(c.record)
             return self.within_budget(c.violations, len(c.record))
-        return True
+        # and once a horizon of its calibrated predictions has elapsed: the choice compares
+        # averages of realised predictions, which one point does not make
+        return len(c.record) >= self.h
 
     def choose(self) -> _Candidate | None:
         """The usable candidate whose predictions were lowest on average over the window."""

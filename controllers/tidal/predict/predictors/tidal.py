@@ -359,27 +359,32 @@ class _Engine:
         self.nsigma.sync(total, s + 1)
         mean, std = self.nsigma.mean_std()
         out["nsigma"] = mean + p.nsigma_n * std
+        k = self.k
+        us = [history.usage(j)[s] for j in range(k)]  # this step's per-pod readings, once
+        rs = [history.request(j)[s] for j in range(k)]
         if self.warming:
             rc = 0.0
-            for j in range(self.k):
+            for j in range(k):
                 w = self.rc[j]
                 w.sync(history.usage(j), s + 1)
-                if history.request(j)[s] > 0.0 or history.usage(j)[s] > 0.0:
+                if rs[j] > 0.0 or us[j] > 0.0:
                     rc += linear_quantile(w.sorted, p.rc_q)
             out["rc-nsigma-max"] = max(rc, mean + p.rc_nsigma_n * std)
         elif self.rc:
             self.rc = []
         mask = 0
         young_idle = 0.0
-        for j in range(self.k):
-            uj = history.usage(j)[s]
-            rj = history.request(j)[s]
+        present: list[int] = []
+        for j in range(k):
+            uj = us[j]
+            rj = rs[j]
             if rj <= 0.0 and uj <= 0.0:
                 self.age[j] = 0  # not on the node: its level leaves with it
                 for pods in self.pod_level.values():
                     pods[j] = None
                 continue
             mask |= 1 << j
+            present.append(j)
             # the pods on the node when the history starts count as established: their age is
             # unknown (the agent may just have restarted), and a new node must not hold back
             # every request for an hour
@@ -390,10 +395,8 @@ class _Engine:
             a = 1.0 - 0.5 ** (1.0 / hl)
             pods = self.pod_level[name]
             level = 0.0
-            for j in range(self.k):
-                if not mask >> j & 1:
-                    continue
-                uj = history.usage(j)[s]
+            for j in present:
+                uj = us[j]
                 prev = pods[j]
                 cur = uj if prev is None else prev + a * (uj - prev)
                 pods[j] = cur

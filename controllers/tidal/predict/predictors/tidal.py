@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar
@@ -226,19 +227,23 @@ class _Conformal:
     """A window of calibration ratios and the conformal order statistic at level α."""
 
     def __init__(self) -> None:
-        self.window: deque[tuple[int, float]] = deque()  # (decision point, ratio)
+        # the window as two deques (decision point, ratio): no tuple per point
+        self.points: deque[int] = deque()
+        self.ratios: deque[float] = deque()
         self.sorted: list[float] = []
         self.value = math.inf
         self.rank = 0
 
     def add(self, s: int, ratio: float) -> None:
-        self.window.append((s, ratio))
+        self.points.append(s)
+        self.ratios.append(ratio)
         bisect.insort(self.sorted, ratio)
 
     def update(self, oldest: int, alpha: float, min_points: int) -> None:
         """Drop points older than ``oldest``; the ⌈(n+1)(1−α)⌉-th smallest ratio, or inf."""
-        while self.window and self.window[0][0] < oldest:
-            del self.sorted[bisect.bisect_left(self.sorted, self.window.popleft()[1])]
+        while self.points and self.points[0] < oldest:
+            self.points.popleft()
+            del self.sorted[bisect.bisect_left(self.sorted, self.ratios.popleft())]
         size = len(self.sorted)
         rank = math.ceil((size + 1) * (1.0 - alpha))
         if size >= min_points and 0 < rank <= size:
@@ -273,10 +278,11 @@ class _Candidate:
         self.kind = kind
         self.name = rule if kind == RAW else f"{rule}/{kind}"
         self.calibration = _Conformal() if kind != RAW else None
-        self.at: list[float | None] = []  # the prediction at s (None: not available at s)
-        self.values: list[float] = []  # the non-None ones, in order
-        self.mean = RollingStats(window)
-        self.record: deque[tuple[int, bool]] = deque()  # (s, the prediction at s was exceeded)
+        # 8 bytes a point: the agent replays 14 days of 100 pods at every closed step
+        self.at = array("d")  # the prediction at s (NaN: not available at s)
+        self.sums = array("d", [0.0])  # running sums of the available ones, in order
+        self.window = window
+        self.record: deque[int] = deque()  # 2·s + (the prediction at s was exceeded)
         self.violations = 0
 
     @property
@@ -290,19 +296,22 @@ class _Candidate:
         if not math.isfinite(m):
             return None
         if self.kind == ARRIVALS:
-            return None if present is None else max(present + max(0.0, m), u)
+            if present is None or math.isnan(present):
+                return None
+            return max(present + max(0.0, m), u)
         return max(m * base, u)
 
     def push(self, p: float | None) -> None:
-        self.at.append(p)
+        self.at.append(math.nan if p is None else p)
         if p is not None:
-            self.values.append(p)
-            self.mean.sync(self.values, len(self.values))
+            self.sums.append(self.sums[-1] + p)
 
     def mean_cost(self) -> float:
         """Average of its realised predictions over the window (a choice by today's margin
         alone would favour whichever candidate's recent errors happened to be kindest)."""
-        return self.mean.mean_std()[0]
+        sums = self.sums
+        n = min(self.window, len(sums) - 1)
+        return (sums[-1] - sums[-1 - n]) / n if n else math.inf
 
 
 class _Engine:
@@ -320,7 +329,7 @@ class _Engine:
         self.prior = history.steps(p.prior_seconds) if p.prior_seconds > 0 else 0
         self.alpha = p.target_rate(history.step)
         self.min_points = max(1, math.ceil(1.0 / self.alpha) - 1)
-        self.bases: dict[str, list[float]] = {name: [] for name in RULES + WARMUP_RULES}
+        self.bases: dict[str, array] = {name: array("d") for name in RULES + WARMUP_RULES}
         self.candidates = [_Candidate(name, RAW, self.cal) for name in PEER_RULES + WARMUP_RULES]
         self.warming = True  # no rule calibrated yet
         self.rc = [RollingSorted(history.steps(p.rc_window_seconds)) for _ in range(self.k)]
@@ -336,8 +345,8 @@ class _Engine:
         self.age = [0] * self.k
         self.young_idle = 0.0
         self.mask: list[int] = []  # bitmask of the pods on the node at s
-        self.chosen: list[float] = []  # the chosen rule's prediction at s, floored
-        self.final: list[float] = []  # P(s)
+        self.chosen = array("d")  # the chosen rule's prediction at s, floored
+        self.final = array("d")  # P(s)
         self.ensemble = _Conformal()  # peak / chosen: the choice's own calibration
         self.seen = 0
         self.calibrated = 0
@@ -460,15 +469,15 @@ class _Engine:
             for c in self.candidates:
                 if c.kind == ARRIVALS:
                     q = self.by_name[f"{c.rule}/{PRESENT}"].at[s]
-                    if q is not None:
+                    if not math.isnan(q):
                         c.calibration.add(s, full - q)
                 elif c.calibration is not None:
                     c.calibration.add(s, _ratio(full if c.kind == ALL else peak, self.bases[c.rule][s]))
                 # every candidate is judged as the benchmark judges it: arrivals count
                 p = c.at[s]
-                if p is not None:
+                if not math.isnan(p):
                     violated = full > p
-                    c.record.append((s, violated))
+                    c.record.append(2 * s + violated)
                     c.violations += violated
             self.ensemble.add(s, _ratio(peak, self.chosen[s]))
         self.calibrated = max(self.calibrated, last + 1)
@@ -477,8 +486,8 @@ class _Engine:
         for c in self.candidates:
             if c.calibration is not None:
                 c.calibration.update(oldest, self.alpha, self.min_points)
-            while c.record and c.record[0][0] < oldest:
-                c.violations -= c.record.popleft()[1]
+            while c.record and c.record[0] >> 1 < oldest:
+                c.violations -= c.record.popleft() & 1
 
     def within_budget(self, violations: int, points: int) -> bool:
         """Observed violations within α, with a prior of one clean day of points."""
@@ -490,7 +499,7 @@ class _Engine:
         calibrated predictions; a peer's rule as it is may while its
         realised record on this node stays within α with a clean day's prior; ``present`` never
         (it is blind to arrivals, which the node is judged on)."""
-        if c.at[-1] is None or c.kind == PRESENT:
+        if math.isnan(c.at[-1]) or c.kind == PRESENT:
             return False
         if c.kind == RAW:
             if c.rule not in PEER_RULES:

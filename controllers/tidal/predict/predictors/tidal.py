@@ -154,7 +154,8 @@ class Tidal(Predictor):
         return engine
 
     def margins(self, history: NodeHistory) -> dict[str, float]:
-        """Calibrated margin per rule; ``inf`` while a rule has too few elapsed horizons."""
+        """Calibrated margin per candidate (``rule/present``, ``rule/all``, ``rule/arrivals``: the
+        last a reserve in cores); ``inf`` while it has too few elapsed horizons."""
         return {c.name: c.margin for c in self._engine(history).candidates if c.kind != "raw"}
 
     def chosen(self, history: NodeHistory) -> str | None:

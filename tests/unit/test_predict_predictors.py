@@ -83,16 +83,30 @@ def test_constant_load_gives_the_formula_value(name: str, expected: float) -> No
 
 def test_tidal_reclaims_from_its_first_sample_as_the_better_peer_does() -> None:
     # a node new to the cluster: no elapsed horizon yet, the peers' rules as their systems use them
-    for n in (1, 6, 60):
+    for n in (1, 6, 12):
         h = history(CONSTANT[:n])
         peers = min(Volcano().predict(h), Koordinator().predict(h))
         assert Tidal().predict(h) == pytest.approx(peers)
         assert Tidal().predict(h) < h.current_request
         assert Tidal().explain(h)["regime"] == "warming-up"
+    # after one elapsed horizon without a miss, the reference row max(RC, N-sigma) as it is
+    h = history(CONSTANT[:60])
+    explained = Tidal().explain(h)
+    assert (explained["regime"], explained["rule"], explained["form"]) == ("warming-up", "rc-nsigma-max", "raw")
+    assert Tidal().predict(h) == pytest.approx(RCNSigmaMax().predict(h))
+
+
+def test_tidal_drops_the_reference_row_at_its_first_miss_while_warming_up() -> None:
+    h = NodeHistory(["a"], STEP)
+    for i in range(60):  # steady, then one jump: rc-nsigma-max misses it, the peers' slack holds
+        h.append([1.2 if i == 40 else 0.5], [4.0])
+    explained = Tidal().explain(h)
+    assert explained["rule"] in ("koordinator", "volcano"), explained
 
 
 def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
-    h = history(CONSTANT[: DAY // 2 + 24])  # 12 h of elapsed horizons: the rank exists
+    # 12 h of elapsed horizons (the rank exists) and one more horizon of calibrated predictions
+    h = history(CONSTANT[: DAY // 2 + 36])
     explained = Tidal().explain(h)
     assert explained["regime"] == "calibrated", explained
     assert explained["calibrationPoints"] >= 144
@@ -100,13 +114,27 @@ def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
     assert Tidal().predict(h) == pytest.approx(h.current_usage)
 
 
-def test_tidal_holds_the_request_back_when_both_peers_missed_before_calibration() -> None:
+def test_tidal_falls_back_on_the_peer_that_missed_least_when_both_missed_before_calibration() -> None:
     h = NodeHistory(["a"], STEP)
     for i in range(40):  # a quiet pod that jumps to its full request every hour: both rules miss
         h.append([4.0 if i % 12 == 11 else 0.2], [4.0])
     explained = Tidal().explain(h)
     assert explained["regime"] == "fallback", explained
-    assert Tidal().predict(h) == pytest.approx(4.0)
+    rates = {}
+    for name, rule in (("koordinator", Koordinator()), ("volcano", Volcano())):
+        past = NodeHistory(["a"], STEP)
+        said = []
+        for i in range(40):
+            past.append([4.0 if i % 12 == 11 else 0.2], [4.0])
+            said.append(max(rule.predict(past), past.current_usage))  # never below usage
+        usage = [4.0 if i % 12 == 11 else 0.2 for i in range(40)]
+        judged = range(40 - 12)
+        rates[name] = sum(max(usage[s + 1 : s + 13]) > said[s] for s in judged) / len(judged)
+    assert rates["koordinator"] > 0 and rates["volcano"] > 0  # both missed
+    now = {"koordinator": Koordinator().predict(h), "volcano": Volcano().predict(h)}
+    least = min(rates, key=lambda n: (rates[n], -now[n]))  # ties: the more cautious
+    assert explained["rule"] == least, (explained, rates)
+    assert explained["cpuCores"] < 4.0
 
 
 def test_after_a_step_up_window_predictors_follow_the_new_level() -> None:

@@ -15,27 +15,35 @@ rule                B_c(t)
 ``recent-peak``     the node total's maximum over the last horizon
 ==================  ==========================================================================
 
-(R the sum of the online pods' requests, u their usage.) Once a rule has enough elapsed
-horizons, its *calibrated* prediction is
+(R the sum of the online pods' requests, u their usage.) The node is judged by the peak of its
+whole online usage over (s, s + horizon], *arrivals included*: a pod that arrives within the
+horizon counts against the prediction made before it. Two conformal margins per rule see to
+that (split conformal prediction run online: Vovk et al. 2005; Angelopoulos & Bates 2021),
+each the ⌈(n+1)(1−α)⌉-th smallest of the n scores of the last 14 days' elapsed decision points:
 
-    P_c(t) = m_c(t) × B_c(t),   m_c(t) = the ⌈(n+1)(1−α)⌉-th smallest of the n ratios
-                                 peak(s) / B_c(s) of the last 14 days' elapsed decision points
+* ``rule/all``       P(t) = m × B(t), m over the ratios peak(s) / B(s), peak(s) the node's whole
+                     peak; for exchangeable errors it is exceeded at a rate of at most α;
+* ``rule/arrivals``  P(t) = m' × B(t) + a, m' over the ratios of the peak of the pods *present*
+                     at s to B(s) (the level of the pods there now), and a ≥ 0 over the excesses
+                     of peak(s) over that prediction as made at s (what arrivals added beyond
+                     it, in cores).
 
-with peak(s) the maximum over (s, s + horizon] of the usage of the pods on the node at s (a
-pod that arrives later is the scheduler's news, not an error of this prediction): split
-conformal prediction run online (Vovk et al. 2005; Angelopoulos & Bates 2021). The rule's own
-past errors are the calibration set, so for exchangeable errors its violation rate is at most α
-whatever the trace's scale, noise or shape. The margin is a ratio: it carries over when the
-level moves (day and night, pods arriving or leaving). Nothing here is fitted to a trace; every
-constant is either a peer's published default or derived from the violation budget and the
-horizon.
+A ratio carries over when the level moves (day and night, pods leaving); an arrival adds cores,
+not a share of the level, which the additive reserve says. On a node where pods never arrive
+both come out alike. The peers' rules (``koordinator``, ``volcano``) are candidates too, *as
+their systems use them*, uncalibrated: each may be used while its realised violations on this
+node stay within α with a prior of one clean day (violations / (points + one day of points)
+≤ α), so a rule that missed is dropped at once and one that never misses keeps its standing
+slack for arrivals. Nothing here is fitted to a trace; every constant is a peer's published
+default or derived from the violation budget and the horizon.
 
-**Which rule.** The rule used is the one whose *realised* calibrated predictions were lowest on
-average over the calibration window (the most reclaim), among the rules that may be used now.
-Choosing by the window's average rather than by today's margin keeps the choice stable, so the
-realised violation rate stays near that of one calibrated rule, not the union of all. What
+**Which candidate.** The one whose *realised* predictions were lowest on average over the
+calibration window (the most reclaim), among those that may be used now (a calibrated one from
+one elapsed horizon of its calibrated predictions: an average of one point compares nothing). Choosing by the
+window's average rather than by today's margin keeps the choice stable, so the realised
+violation rate stays near that of one calibrated candidate, not the union of all. What
 selection bias remains is paid for by one more conformal margin, on the chosen prediction
-itself (its own past peak/prediction ratios, never below 1).
+itself (its past peak-of-present-pods / prediction ratios, never below 1).
 
 **Floors.** P never drops below the current usage (never offer what is in use right now) plus
 the idle request of the pods that arrived within the last horizon (a pod new to an established
@@ -43,26 +51,26 @@ node has no usage to learn from; the pods present when the history starts count 
 so a new node or a restarted agent does not hold everything back). A base below 1 % of the
 requests counts as 1 %, so an idle node cannot produce an unbounded ratio.
 
-**Cold start (regime ``warming-up``).** Before a rule has ⌈1/α⌉ − 1 elapsed horizons (about
-12 h at 5-minute steps, the first point at which the conformal rank exists), only the two peers'
-rules may be used, *uncalibrated*, as their systems use them in production; each is used only
-while its observed violations stay within α with a prior of one clean day
-(violations / (points + one day of points) ≤ α): a rule that violated in the first hours is
-dropped at once. So from its first sample a node new to the cluster reclaims what the better of
-the peers reclaims, and moves to the calibrated rules as history accumulates.
+**Cold start (regime ``warming-up``).** A calibrated margin needs ⌈1/α⌉ − 1 elapsed horizons
+(about 12 h at 5-minute steps, the first point at which the conformal rank exists); until then
+only the peers' rules may be used, under the rule above. So from its first sample a node new to
+the cluster reclaims what the better of the peers reclaims.
 
-**Fallback (regime ``fallback``).** When no rule may be used (both peers violated before any
-rule is calibrated) the node's whole request is held back: nothing is offered that cannot be
-justified.
+Besides the peers' rules, the traces README's reference row ``rc-nsigma-max`` (Σ per-pod p95
+over 24 h, at least mean + 3 σ over 2 h; Bashir et al., EuroSys 2021) may be used as it is while
+warming up, but on its own record only: from one elapsed horizon of it, and only while its
+violations stay within α without a prior (none in its first 12 h). It is not computed once a rule
+is calibrated (it would cost a per-pod sorted window in the agent).
+
+**Fallback (regime ``fallback``).** When no candidate may be used (both peers missed before any
+rule is calibrated, which on the traces is pods arriving while a node fills) the peer's rule
+that missed least is used. Holding the whole request back would be no answer: an arrival exceeds
+today's request as well, and the node would offer nothing for the half day the calibration
+takes.
 
 **α** is the 1 % budget minus one standard deviation of a 30-day period's realised rate
 (`Tidal.target_rate`): violations come in runs of up to a horizon, so a month's realised rate is
 noisy; about 0.69 % at 5-minute steps and a 1 h horizon.
-
-**Known limit.** Where pods arrive all the time (jobs refilled back to back) the benchmark
-counts every arrival as a miss of the prediction made before it, and this predictor has no
-standing slack for arrivals the way the peers' 35–40 % reserve does: it misses the 1 % budget
-there (`tests/unit/test_predict_synthetic.py`).
 
 `Tidal.explain` says which regime and rule made a prediction and on what evidence; the agent
 writes it to ``NodeProfile.status.predictions``.
@@ -72,19 +80,22 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar
 
 from tidal.predict.predictors.base import Predictor
 from tidal.predict.series import NodeHistory
-from tidal.predict.windows import RollingMax, RollingStats
+from tidal.predict.windows import RollingMax, RollingSorted, RollingStats, linear_quantile
 
 __all__ = ["RULES", "PEER_RULES", "Tidal"]
 
 #: Every rule, in report order; the peers' rules may be used before calibration.
 RULES = ("koordinator", "volcano", "nsigma", "level-2h", "level-30m", "recent-peak")
 PEER_RULES = ("koordinator", "volcano")
+#: Rules used only as they are, only while no rule is calibrated, once they have a record.
+WARMUP_RULES = ("rc-nsigma-max",)
 
 WARMING_UP = "warming-up"
 CALIBRATED = "calibrated"
@@ -106,6 +117,10 @@ class Tidal(Predictor):
     volcano_samples: int = 10
     nsigma_n: float = 5.0
     nsigma_window_seconds: float = 2 * 3600
+    # the traces README's reference row max(RC, N-sigma): per-pod p95 over 24 h, n = 3
+    rc_q: float = 0.95
+    rc_window_seconds: float = 24 * 3600
+    rc_nsigma_n: float = 3.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.budget < 1.0:
@@ -139,13 +154,14 @@ class Tidal(Predictor):
         return engine
 
     def margins(self, history: NodeHistory) -> dict[str, float]:
-        """Calibrated margin per rule; ``inf`` while a rule has too few elapsed horizons."""
-        return {c.name: c.margin for c in self._engine(history).rules}
+        """Calibrated margin per candidate (``rule/present``, ``rule/all``, ``rule/arrivals``: the
+        last a reserve in cores); ``inf`` while it has too few elapsed horizons."""
+        return {c.name: c.margin for c in self._engine(history).candidates if c.kind != "raw"}
 
     def chosen(self, history: NodeHistory) -> str | None:
-        """The rule used now; None in the fallback regime."""
-        choice = self._engine(history).choose()
-        return None if choice is None else choice[0].name
+        """The candidate used now (``rule`` or ``rule/form``)."""
+        choice = self._engine(history).current
+        return None if choice is None else choice.name
 
     def predict(self, history: NodeHistory) -> float:
         if len(history) == 0:
@@ -158,28 +174,48 @@ class Tidal(Predictor):
         if len(history) == 0:
             return {"regime": FALLBACK, "reason": "no history yet", "cpuCores": 0.0}
         e = self._engine(history)
-        choice = e.choose()
+        choice = e.current
+        assert choice is not None
         out: dict = {"historySteps": len(history), "stepSeconds": history.step,
                      "targetViolationRate": round(e.alpha, 5)}
-        if choice is None:
-            out.update(regime=FALLBACK, reason=(
-                "no rule is calibrated yet and both peers' rules missed the online peak more "
-                "often than the budget allows: the whole request is held back"))
+        if e.fallback:
+            out.update(regime=FALLBACK, rule=choice.rule, form=RAW,
+                       baseCores=round(e.bases[choice.rule][-1], 4),
+                       observedViolations=choice.violations, observedPoints=len(choice.record),
+                       reason=(
+                f"no rule is calibrated yet and both peers' rules missed the online peak more "
+                f"often than the budget allows (pods arriving, as a rule): {choice.rule}'s, "
+                f"which missed least ({choice.violations} of {len(choice.record)} points)"))
         else:
-            rule, calibrated = choice
-            out.update(regime=CALIBRATED if calibrated else WARMING_UP, rule=rule.name,
-                       baseCores=round(rule.base[-1], 4))
-            if calibrated:
-                c = rule.calibration
-                out.update(margin=round(c.value, 4), calibrationPoints=len(c),
-                           reason=f"{rule.name} × {c.value:.3f}, the {c.rank}-th smallest of "
-                                  f"{len(c)} past peak/base ratios (level {e.alpha:.2%}); the "
-                                  "rule whose predictions were lowest over the window")
+            base = e.bases[choice.rule][-1]
+            out.update(regime=WARMING_UP if choice.kind == RAW else CALIBRATED, rule=choice.rule,
+                       form=choice.kind, baseCores=round(base, 4),
+                       observedViolations=choice.violations, observedPoints=len(choice.record))
+            if choice.kind == RAW:
+                out["reason"] = (
+                    f"{choice.rule}'s rule as its system uses it, uncalibrated: its realised "
+                    f"violations on this node ({choice.violations} of {len(choice.record)} "
+                    f"points) are within the level with a clean day's prior, and its predictions "
+                    f"were the lowest of the usable rules over the window")
             else:
-                out.update(observedViolations=rule.raw_violations, observedPoints=len(rule.raw),
-                           reason=f"warming up: {rule.name}'s rule as its system uses it, "
-                                  f"uncalibrated, until the rules have {e.min_points} elapsed "
-                                  f"horizons ({len(rule.raw)} so far)")
+                c = choice.calibration
+                out.update(margin=round(c.value, 4), calibrationPoints=len(c))
+                if choice.kind == ALL:
+                    out["reason"] = (
+                        f"{choice.rule} × {c.value:.3f}, the {c.rank}-th smallest of {len(c)} "
+                        f"past ratios of the node's whole peak (arrivals included) to the base "
+                        f"(level {e.alpha:.2%}); the lowest predictions of the usable rules "
+                        f"over the window")
+                else:
+                    pc = e.by_name[f"{choice.rule}/{PRESENT}"].calibration
+                    out.update(presentMargin=round(pc.value, 4),
+                               arrivalReserveCores=round(max(0.0, c.value), 4))
+                    out["reason"] = (
+                        f"{choice.rule} × {pc.value:.3f} (the conformal margin on the peaks of "
+                        f"the pods present) + {max(0.0, c.value):.3f} cores, the {c.rank}-th "
+                        f"smallest of {len(c)} past excesses of the node's whole peak over "
+                        f"that (what arrivals added; level {e.alpha:.2%}); the lowest "
+                        f"predictions of the usable rules over the window")
             if e.young_idle > 0:
                 out["youngPodsIdleRequestCores"] = round(e.young_idle, 4)
         if math.isfinite(e.ensemble.value) and e.ensemble.value > 1.0:
@@ -192,19 +228,23 @@ class _Conformal:
     """A window of calibration ratios and the conformal order statistic at level α."""
 
     def __init__(self) -> None:
-        self.window: deque[tuple[int, float]] = deque()  # (decision point, ratio)
+        # the window as two deques (decision point, ratio): no tuple per point
+        self.points: deque[int] = deque()
+        self.ratios: deque[float] = deque()
         self.sorted: list[float] = []
         self.value = math.inf
         self.rank = 0
 
     def add(self, s: int, ratio: float) -> None:
-        self.window.append((s, ratio))
+        self.points.append(s)
+        self.ratios.append(ratio)
         bisect.insort(self.sorted, ratio)
 
     def update(self, oldest: int, alpha: float, min_points: int) -> None:
         """Drop points older than ``oldest``; the ⌈(n+1)(1−α)⌉-th smallest ratio, or inf."""
-        while self.window and self.window[0][0] < oldest:
-            del self.sorted[bisect.bisect_left(self.sorted, self.window.popleft()[1])]
+        while self.points and self.points[0] < oldest:
+            self.points.popleft()
+            del self.sorted[bisect.bisect_left(self.sorted, self.ratios.popleft())]
         size = len(self.sorted)
         rank = math.ceil((size + 1) * (1.0 - alpha))
         if size >= min_points and 0 < rank <= size:
@@ -220,36 +260,59 @@ def _ratio(peak: float, base: float) -> float:
     return peak / base if base > 0.0 else (0.0 if peak <= 0.0 else math.inf)
 
 
-class _Rule:
-    """One rule: its bases, its calibration, its raw-violation record, its realised cost."""
+#: The kinds of candidate, in report order (see the module docstring).
+RAW, PRESENT, ALL, ARRIVALS = "raw", "present", "all", "arrivals"
 
-    def __init__(self, name: str, peer: bool, window: int) -> None:
-        self.name = name
-        self.peer = peer
-        self.base: list[float] = []  # B_c(s), floored
-        self.calibration = _Conformal()
-        self.raw: deque[tuple[int, bool]] = deque()  # (s, the uncalibrated base missed)
-        self.raw_violations = 0
-        self.calibrated_at: list[float | None] = []  # P_c(s) as it was at s (None: uncalibrated)
-        # means over the calibration window, for the choice
-        self.base_mean = RollingStats(window)
-        self.calibrated_mean = RollingStats(window)
-        self.calibrated_values: list[float] = []  # the non-None calibrated_at, in order
+
+class _Candidate:
+    """One way of predicting from one rule's base, with its realised record.
+
+    ``raw``: the base as it is (the peers' rules only). ``present``: base × the conformal margin
+    on the peaks of the pods present at the decision point (an input of ``arrivals``, not a
+    candidate itself). ``all``: base × the conformal margin on the node's whole peak, arrivals
+    included. ``arrivals``: the ``present`` prediction plus the conformal (1 − α) quantile of
+    what the whole peak exceeded it by (never below 0).
+    """
+
+    def __init__(self, rule: str, kind: str, window: int) -> None:
+        self.rule = rule
+        self.kind = kind
+        self.name = rule if kind == RAW else f"{rule}/{kind}"
+        self.calibration = _Conformal() if kind != RAW else None
+        # 8 bytes a point: the agent replays 14 days of 100 pods at every closed step
+        self.at = array("d")  # the prediction at s (NaN: not available at s)
+        self.sums = array("d", [0.0])  # running sums of the available ones, in order
+        self.window = window
+        self.record: deque[int] = deque()  # 2·s + (the prediction at s was exceeded)
+        self.violations = 0
 
     @property
     def margin(self) -> float:
-        return self.calibration.value
+        return self.calibration.value if self.calibration is not None else 1.0
 
-    def prediction(self, calibrated: bool) -> float:
-        return self.margin * self.base[-1] if calibrated else self.base[-1]
+    def predict(self, base: float, u: float, present: float | None) -> float | None:
+        """The prediction now from the rule's base, the current usage and (for ``arrivals``)
+        the ``present`` candidate's prediction now; None while it is not calibrated."""
+        m = self.margin
+        if not math.isfinite(m):
+            return None
+        if self.kind == ARRIVALS:
+            if present is None or math.isnan(present):
+                return None
+            return max(present + max(0.0, m), u)
+        return max(m * base, u)
 
-    def mean_cost(self, calibrated: bool) -> float:
-        """Average of what the rule predicted over the window (its realised predictions once
-        calibrated: a choice by the margin of today alone would favour whichever rule's recent
-        ratios happened to be kindest)."""
-        if calibrated and len(self.calibrated_mean):
-            return self.calibrated_mean.mean_std()[0]
-        return self.base_mean.mean_std()[0] if len(self.base_mean) else self.base[-1]
+    def push(self, p: float | None) -> None:
+        self.at.append(math.nan if p is None else p)
+        if p is not None:
+            self.sums.append(self.sums[-1] + p)
+
+    def mean_cost(self) -> float:
+        """Average of its realised predictions over the window (a choice by today's margin
+        alone would favour whichever candidate's recent errors happened to be kindest)."""
+        sums = self.sums
+        n = min(self.window, len(sums) - 1)
+        return (sums[-1] - sums[-1 - n]) / n if n else math.inf
 
 
 class _Engine:
@@ -267,7 +330,15 @@ class _Engine:
         self.prior = history.steps(p.prior_seconds) if p.prior_seconds > 0 else 0
         self.alpha = p.target_rate(history.step)
         self.min_points = max(1, math.ceil(1.0 / self.alpha) - 1)
-        self.rules = [_Rule(name, name in PEER_RULES, self.cal) for name in RULES]
+        self.bases: dict[str, array] = {name: array("d") for name in RULES + WARMUP_RULES}
+        self.candidates = [_Candidate(name, RAW, self.cal) for name in PEER_RULES + WARMUP_RULES]
+        self.warming = True  # no rule calibrated yet
+        self.rc = [RollingSorted(history.steps(p.rc_window_seconds)) for _ in range(self.k)]
+        self.candidates += [_Candidate(name, kind, self.cal)
+                            for kind in (PRESENT, ALL, ARRIVALS) for name in RULES]
+        self.by_name = {c.name: c for c in self.candidates}
+        self.current: _Candidate | None = None
+        self.fallback = False  # the current choice is `fall_back`'s
         self.half_lives = {"level-2h": 7200 / history.step, "level-30m": 1800 / history.step}
         self.pod_level: dict[str, list[float | None]] = {n: [None] * self.k for n in self.half_lives}
         self.nsigma = RollingStats(history.steps(p.nsigma_window_seconds))
@@ -275,8 +346,8 @@ class _Engine:
         self.age = [0] * self.k
         self.young_idle = 0.0
         self.mask: list[int] = []  # bitmask of the pods on the node at s
-        self.chosen: list[float] = []  # the chosen rule's prediction at s, floored
-        self.final: list[float] = []  # P(s)
+        self.chosen = array("d")  # the chosen rule's prediction at s, floored
+        self.final = array("d")  # P(s)
         self.ensemble = _Conformal()  # peak / chosen: the choice's own calibration
         self.seen = 0
         self.calibrated = 0
@@ -298,17 +369,32 @@ class _Engine:
         self.nsigma.sync(total, s + 1)
         mean, std = self.nsigma.mean_std()
         out["nsigma"] = mean + p.nsigma_n * std
+        k = self.k
+        us = [history.usage(j)[s] for j in range(k)]  # this step's per-pod readings, once
+        rs = [history.request(j)[s] for j in range(k)]
+        if self.warming:
+            rc = 0.0
+            for j in range(k):
+                w = self.rc[j]
+                w.sync(history.usage(j), s + 1)
+                if rs[j] > 0.0 or us[j] > 0.0:
+                    rc += linear_quantile(w.sorted, p.rc_q)
+            out["rc-nsigma-max"] = max(rc, mean + p.rc_nsigma_n * std)
+        elif self.rc:
+            self.rc = []
         mask = 0
         young_idle = 0.0
-        for j in range(self.k):
-            uj = history.usage(j)[s]
-            rj = history.request(j)[s]
+        present: list[int] = []
+        for j in range(k):
+            uj = us[j]
+            rj = rs[j]
             if rj <= 0.0 and uj <= 0.0:
                 self.age[j] = 0  # not on the node: its level leaves with it
                 for pods in self.pod_level.values():
                     pods[j] = None
                 continue
             mask |= 1 << j
+            present.append(j)
             # the pods on the node when the history starts count as established: their age is
             # unknown (the agent may just have restarted), and a new node must not hold back
             # every request for an hour
@@ -319,10 +405,8 @@ class _Engine:
             a = 1.0 - 0.5 ** (1.0 / hl)
             pods = self.pod_level[name]
             level = 0.0
-            for j in range(self.k):
-                if not mask >> j & 1:
-                    continue
-                uj = history.usage(j)[s]
+            for j in present:
+                uj = us[j]
                 prev = pods[j]
                 cur = uj if prev is None else prev + a * (uj - prev)
                 pods[j] = cur
@@ -342,32 +426,29 @@ class _Engine:
         for s in range(self.seen, n):
             bases = self._bases(history, s)
             u = history.total_usage[s]
-            for rule in self.rules:
-                b = bases[rule.name]
-                rule.base.append(b)
-                rule.base_mean.sync(rule.base, s + 1)
+            for name, values in self.bases.items():
+                values.append(bases.get(name, math.nan))
             self._calibrate(history, s)
-            for rule in self.rules:
-                cp = max(rule.margin * rule.base[s], u) if math.isfinite(rule.margin) else None
-                rule.calibrated_at.append(cp)
-                if cp is not None:
-                    rule.calibrated_values.append(cp)
-                    rule.calibrated_mean.sync(rule.calibrated_values, len(rule.calibrated_values))
+            for c in self.candidates:  # PRESENT before ARRIVALS
+                present = self.by_name[f"{c.rule}/{PRESENT}"].at[-1] if c.kind == ARRIVALS else None
+                base = bases.get(c.rule)
+                c.push(None if base is None else c.predict(base, u, present))
+            self.warming = not any(math.isfinite(c.margin) for c in self.candidates if c.kind == ALL)
             upper = max(history.total_request[s], u)
             choice = self.choose()
-            chosen = upper
-            if choice is not None:
-                # never below what is in use now, nor below the young pods' requests
-                chosen = min(upper, max(choice[0].prediction(choice[1]), u + self.young_idle))
+            self.fallback = choice is None
+            choice = self.current = self.fall_back() if choice is None else choice
+            # never below what is in use now, nor below the young pods' requests
+            chosen = min(upper, max(choice.at[-1], u + self.young_idle))
             self.chosen.append(chosen)
             self.final.append(min(upper, max(1.0, self.ensemble.value if math.isfinite(self.ensemble.value)
                                              else 1.0) * chosen))
         self.seen = n
 
     def _peak(self, history: NodeHistory, s: int) -> float:
-        """The maximum over (s, s + horizon] of the usage of the pods on the node at s: a pod
-        that arrives later is the scheduler's news, not an error of the prediction at s (the
-        agent counts a new pod at its request from its first sample)."""
+        """The maximum over (s, s + horizon] of the usage of the pods on the node at s (their
+        level, which the ``present`` margins calibrate; what later arrivals add is the
+        ``arrivals`` reserve's)."""
         end = s + self.h + 1
         m = self.mask[s]
         if not any(self.mask[i] & ~m for i in range(s + 1, end)):
@@ -386,43 +467,65 @@ class _Engine:
                 continue  # no online pod on the node: nothing was predicted
             full = max(total[s + 1 : s + h + 1])
             peak = self._peak(history, s)
-            for rule in self.rules:
-                b = rule.base[s]
-                rule.calibration.add(s, _ratio(peak, b))
-                # the peers' rules are judged as the benchmark judges them: arrivals count
-                violated = full > b
-                rule.raw.append((s, violated))
-                rule.raw_violations += violated
+            for c in self.candidates:
+                if c.kind == ARRIVALS:
+                    q = self.by_name[f"{c.rule}/{PRESENT}"].at[s]
+                    if not math.isnan(q):
+                        c.calibration.add(s, full - q)
+                elif c.calibration is not None:
+                    c.calibration.add(s, _ratio(full if c.kind == ALL else peak, self.bases[c.rule][s]))
+                # every candidate is judged as the benchmark judges it: arrivals count
+                p = c.at[s]
+                if not math.isnan(p):
+                    violated = full > p
+                    c.record.append(2 * s + violated)
+                    c.violations += violated
             self.ensemble.add(s, _ratio(peak, self.chosen[s]))
         self.calibrated = max(self.calibrated, last + 1)
         oldest = last - self.cal + 1
         self.ensemble.update(oldest, self.alpha, self.min_points)
-        for rule in self.rules:
-            rule.calibration.update(oldest, self.alpha, self.min_points)
-            while rule.raw and rule.raw[0][0] < oldest:
-                rule.raw_violations -= rule.raw.popleft()[1]
+        for c in self.candidates:
+            if c.calibration is not None:
+                c.calibration.update(oldest, self.alpha, self.min_points)
+            while c.record and c.record[0] >> 1 < oldest:
+                c.violations -= c.record.popleft() & 1
 
     def within_budget(self, violations: int, points: int) -> bool:
         """Observed violations within α, with a prior of one clean day of points."""
         return violations <= self.alpha * (points + self.prior)
 
-    def usable(self, rule: _Rule) -> bool | None:
-        """True: calibrated; False: usable uncalibrated (a peer within budget); None: not now."""
-        if math.isfinite(rule.margin):
-            return True
-        if rule.peer and self.within_budget(rule.raw_violations, len(rule.raw)):
+    def usable(self, c: _Candidate) -> bool:
+        """May ``c`` be used now? A calibrated ``all`` or ``arrivals`` candidate may (its
+        margin covers the node's whole peak at level α) from one elapsed horizon of its
+        calibrated predictions; a peer's rule as it is may while its
+        realised record on this node stays within α with a clean day's prior; ``present`` never
+        (it is blind to arrivals, which the node is judged on)."""
+        if math.isnan(c.at[-1]) or c.kind == PRESENT:
             return False
-        return None
+        if c.kind == RAW:
+            if c.rule not in PEER_RULES:
+                # not a production default: only on its own record, which must be clean
+                return len(c.record) >= self.h and c.violations <= self.alpha * len(c.record)
+            return self.within_budget(c.violations, len(c.record))
+        # and once a horizon of its calibrated predictions has elapsed: the choice compares
+        # averages of realised predictions, which one point does not make
+        return len(c.record) >= self.h
 
-    def choose(self) -> tuple[_Rule, bool] | None:
-        """The usable rule whose prediction was lowest on average, and whether it is calibrated."""
-        best: tuple[float, int, _Rule, bool] | None = None
-        for i, rule in enumerate(self.rules):
-            calibrated = self.usable(rule)
-            if calibrated is None:
+    def choose(self) -> _Candidate | None:
+        """The usable candidate whose predictions were lowest on average over the window."""
+        best = None
+        for i, c in enumerate(self.candidates):
+            if not self.usable(c):
                 continue
-            cost = rule.mean_cost(calibrated)
-            if best is None or (cost, i) < best[:2]:
-                best = (cost, i, rule, calibrated)
-        return None if best is None else (best[2], best[3])
+            key = (c.mean_cost(), i)
+            if best is None or key < best[0]:
+                best = (key, c)
+        return None if best is None else best[1]
 
+    def fall_back(self) -> _Candidate:
+        """No candidate may be used: the peer's rule with the lowest realised violation rate
+        (ties: the higher prediction). Holding the whole request back would be no answer:
+        what made both peers miss before any rule is calibrated is pods arriving, and an
+        arrival exceeds today's request too."""
+        return min((c for c in self.candidates if c.rule in PEER_RULES and c.kind == RAW),
+                   key=lambda c: (c.violations / max(1, len(c.record)), -c.at[-1]))

@@ -392,8 +392,12 @@ def main() -> int:
         raise SystemExit(f"{args.workdir_parent}: {free / GiB:.1f} GiB free, the bench needs {need / GiB:.1f} "
                          "GiB plus 10 GiB to spare")
 
-    # SIGTERM (make interrupted, a CI timeout) ends the run through the same clean-up as Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C and SIGTERM (make interrupted, a timeout) end the run through the clean-up below —
+    # SIGINT too when the shell started the bench with it ignored (a background job).
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
 
     from admission import build_loadgen
     from isolation import Nginx, in_cgroups

@@ -419,6 +419,7 @@ def main() -> int:
     cgroups = RealCgroups(workdir)
     kubelet = LocalKubelet(cgroups)
     if kubelet.layout.version is not CgroupVersion.V1:
+        shutil.rmtree(workdir)
         raise SystemExit("bench-memory is written for the cgroup v1 memory controller (memory.limit_in_bytes, "
                          "memory.oom_control) this machine has")
     lab = Lab(workdir / "lab")

@@ -94,6 +94,14 @@ bench-isolation: venv debian-packages lab-build
 	$(MAKE) debian-packages DEBIAN_PACKAGES="nginx-light stress-ng"
 	$(BIN)/python bench/isolation.py $(BENCH_ARGS)
 
+# An online service whose latency depends on memory (nginx serving a file set from page cache) next
+# to a memory-hungry BE job inside a 6 GiB memory budget standing for the node; ~10 min, and about
+# 11 GiB of scratch files under /var/tmp, deleted at the end.
+.PHONY: bench-memory
+bench-memory: venv debian-packages lab-build
+	$(MAKE) debian-packages DEBIAN_PACKAGES="nginx-light"
+	$(BIN)/python bench/memory.py $(BENCH_ARGS)
+
 .PHONY: bench-agent
 bench-agent: venv debian-packages lab-build
 	$(BIN)/python bench/agent.py $(BENCH_ARGS)

@@ -93,15 +93,21 @@ def wait_ready(url: str, context: ssl.SSLContext | None = None, timeout: float =
 
 
 def build_loadgen() -> Path:
-    """Build bench/loadgen (Go, standard library only) into the cache, once."""
+    """Build bench/loadgen (Go, standard library only) into the cache, once per version of its
+    sources (named by their hash: checkouts with different versions never overwrite each other)."""
+    import hashlib
     from tidal_dev.lab.versions import cache_root
-    out = cache_root().parent / "bench" / "loadgen"
     source = Path(__file__).resolve().parent / "loadgen"
-    newest = max(p.stat().st_mtime for p in source.iterdir())
-    if not out.exists() or out.stat().st_mtime < newest:
+    digest = hashlib.sha256()
+    for path in sorted(source.iterdir()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    out = cache_root().parent / "bench" / f"loadgen-{digest.hexdigest()[:16]}"
+    if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-mod=mod")
-        subprocess.run(["go", "build", "-trimpath", "-o", str(out), "."], cwd=source, env=env, check=True)
+        partial = out.with_name(f"{out.name}.{os.getpid()}")  # renamed when complete
+        subprocess.run(["go", "build", "-trimpath", "-o", str(partial), "."], cwd=source, env=env, check=True)
+        os.replace(partial, out)
     return out
 
 

@@ -1,8 +1,10 @@
 """make bench-psi: time from the start of interference to the PSI eviction decision.
 
 A BE "pod" (kubelet-style cgroups below a private root, tidal_dev.testing.local_kubelet) starts to
-thrash its page cache in a 24 MiB memory limit (tidal_dev.testing.pressure), which raises the node's
-memory pressure. The node QoS round (``NodeQoS.round`` with the real sampler, PSI interference on
+thrash its page cache against the node's memory: the private root is the node's memory cgroup
+(as with ``tidal-agent run --node-memory-cgroup``) with a 24 MiB limit (tidal_dev.testing.pressure),
+so the node reclaims and its memory pressure rises (a BE pod thrashing inside its own limit, with
+the node at ease, is not interference: no decision). The node QoS round (``NodeQoS.round`` with the real sampler, PSI interference on
 with the policy defaults: threshold 5.0 %, resource memory) runs every second, as in
 ``tidal-agent run``. Per trial:
 
@@ -53,7 +55,8 @@ def trial(tmp: Path, real: RealCgroups, caps) -> dict:
     dirs = kubelet.create_pod(uid, PodQOSClass.BEST_EFFORT, [cid])[cid]
     pod = PodState(uid, PodQOSClass.BEST_EFFORT, QoSLevel.BE, (ContainerState(cid),), "batch", "thrash")
     info = PodInfo(uid, "batch", "thrash", PodQOSClass.BEST_EFFORT, QoSLevel.BE, (cid,))
-    sampler = Sampler(kubelet.layout)
+    node_cgroup = kubelet.layout.hierarchy.memory_root / kubelet.kubelet_root.lstrip("/")
+    sampler = Sampler(kubelet.layout, node_memory_cgroup=node_cgroup)
     node_qos = NodeQoS("bench", kubelet.layout, QoSEngine(tmp / f"journal-{uid}.json"), caps,
                        cpu_controller_root=kubelet.cpu_root)
     node_qos.observe_node({"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: "true"}}})
@@ -62,9 +65,8 @@ def trial(tmp: Path, real: RealCgroups, caps) -> dict:
         "features": {"psiInterference": {"enabled": True, "resources": ["memory"],
                                          "avg10ThresholdPercent": THRESHOLD}}}})
     sampler.sample([info])
-    memory = kubelet.layout.memory_dir(kubelet.layout.container_relpath(uid, pod.qos_class, cid))
     kernel_s = decision_s = None
-    with Thrasher(tmp, dirs, memory):
+    with Thrasher(tmp, dirs, node_cgroup):
         start = time.monotonic()
         next_round = start + ROUND_SECONDS
         while decision_s is None and time.monotonic() - start < 60:

@@ -1,7 +1,9 @@
 // Command loadgen sends requests at a fixed rate (open loop: each request
 // leaves on schedule whether or not earlier ones have returned) over keep-alive
 // connections — POST over TLS with -ca and -body, plain GET without them — and
-// prints the latency distribution as JSON. Go's client adds
+// prints the latency distribution as JSON. With -urls, each request goes to a URL
+// drawn at random (uniformly, from a seeded generator: the same sequence every
+// run) from a file of URLs, one a line. Go's client adds
 // far less of its own latency than a Python one, so the figures are the server's.
 package main
 
@@ -13,21 +15,38 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand"
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
 
 func main() {
 	url := flag.String("url", "", "target URL")
+	urlsFile := flag.String("urls", "", "file of target URLs, one a line; each request draws one at random (instead of -url)")
+	seed := flag.Int64("seed", 1, "seed of the -urls draw")
 	caFile := flag.String("ca", "", "CA certificate (PEM) that signed the server's certificate")
 	bodyFile := flag.String("body", "", "request body file")
 	rate := flag.Int("rate", 500, "requests per second")
 	duration := flag.Duration("duration", 8*time.Second, "measured duration")
 	warmup := flag.Int("warmup", 200, "requests sent before measuring")
 	flag.Parse()
+	urls := []string{*url}
+	if *urlsFile != "" {
+		text, err := os.ReadFile(*urlsFile)
+		check(err)
+		urls = strings.Fields(string(text))
+		if len(urls) == 0 {
+			check(fmt.Errorf("no URL in %s", *urlsFile))
+		}
+	} else if *url == "" {
+		check(fmt.Errorf("-url or -urls is required"))
+	}
+	draw := rand.New(rand.NewSource(*seed))
+	pick := func() string { return urls[draw.Intn(len(urls))] }
 
 	transport := &http.Transport{MaxIdleConnsPerHost: 256, ForceAttemptHTTP2: false}
 	if *caFile != "" {
@@ -47,14 +66,14 @@ func main() {
 	}
 	// Go's transport asks for gzip and decompresses transparently, as a browser would.
 	client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
-	send := func() (time.Duration, error) {
+	send := func(target string) (time.Duration, error) {
 		start := time.Now()
 		var resp *http.Response
 		var err error
 		if body == nil {
-			resp, err = client.Get(*url)
+			resp, err = client.Get(target)
 		} else {
-			resp, err = client.Post(*url, "application/json", bytes.NewReader(body))
+			resp, err = client.Post(target, "application/json", bytes.NewReader(body))
 		}
 		if err != nil {
 			return 0, err
@@ -67,11 +86,15 @@ func main() {
 		return time.Since(start), err
 	}
 	for i := 0; i < *warmup; i++ {
-		_, err := send()
+		_, err := send(pick())
 		check(err)
 	}
 
 	total := int(float64(*rate) * duration.Seconds())
+	targets := make([]string, total) // drawn before the clock starts: the schedule is the same every run
+	for i := range targets {
+		targets[i] = pick()
+	}
 	latencies := make([]time.Duration, total)
 	errs := make([]error, total)
 	var wg sync.WaitGroup
@@ -84,7 +107,7 @@ func main() {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			latencies[i], errs[i] = send()
+			latencies[i], errs[i] = send(targets[i])
 		}(i)
 	}
 	wg.Wait()

@@ -88,13 +88,13 @@ def _be(node, name, millicores, memory="256Mi", labels=None):
     return _pod(node, name, "BE", batch, labels, limits=dict(batch))  # extended: limits = requests
 
 
-def _agent(lab, node, kubelet, tmp_path, port):
+def _agent(lab, node, kubelet, tmp_path, port, *extra):
     return processes.start("agent", [
         str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
         "--kubeconfig", str(lab.kubeconfig_path), "--report-interval", "2",
         "--cgroup-driver", "cgroupfs", "--kubelet-cgroup-root", kubelet.kubelet_root,
         "--state-dir", str(tmp_path / "state"), "--metrics-address", "127.0.0.1",
-        "--metrics-port", str(port)], tmp_path / "agent.log")
+        "--metrics-port", str(port), *extra], tmp_path / "agent.log")
 
 
 def _read(path: Path) -> str:

@@ -1,7 +1,8 @@
 """PSI interference end to end: a BE pod on the kwok node standing for this machine thrashes its
-page cache (real memory pressure in /proc/pressure/memory); tidal-agent run evicts it through the
-lab's Eviction API, with an Event carrying the figures and tidal_evictions_total{reason="psi"},
-while the quiet BE pod next to it stays."""
+page cache against the node's memory (the node is a memory cgroup with a tight limit,
+``tidal-agent run --node-memory-cgroup``: real memory pressure in /proc/pressure/memory while the
+node reclaims); tidal-agent run evicts it through the lab's Eviction API, with an Event carrying
+the figures and tidal_evictions_total{reason="psi"}, while the quiet BE pod next to it stays."""
 from __future__ import annotations
 
 import sys
@@ -39,16 +40,17 @@ def test_agent_evicts_the_be_pod_that_makes_memory_pressure(
         time.sleep(2)
     policy({"evictionWatermarks": {"enabled": False},
             "features": {"psiInterference": {"enabled": True, "resources": ["memory"]}}})
-    thrash = kubelet.run_pod(core, namespace, _be(node, "thrash", 500, memory="16Mi"))
+    thrash = kubelet.run_pod(core, namespace, _be(node, "thrash", 500))  # its own limit: 256 MiB, roomy
     quiet = kubelet.run_pod(core, namespace, _be(node, "quiet", 500, memory="64Mi"))
     kubelet.idle(quiet.dirs)
-    memory = next(d for d in thrash.dirs if "memory" in d.parts)
+    node_cgroup = kubelet.layout.hierarchy.memory_root / kubelet.kubelet_root.lstrip("/")
     port = free_port()
-    agent = _agent(lab, node, kubelet, tmp_path, port)
+    agent = _agent(lab, node, kubelet, tmp_path, port, "--node-memory-cgroup", kubelet.kubelet_root)
     try:
         wait_for(lambda: (tmp_path / "agent.log").exists() and "metrics and health" in
                  (tmp_path / "agent.log").read_text(), 30, "agent up")
-        with Thrasher(tmp_path, thrash.dirs, memory):
+        # the node's limit: the quiet pod's idle process and the thrashing share it
+        with Thrasher(tmp_path, thrash.dirs, node_cgroup, size_mib=64, limit_mib=48):
             def evicted():
                 try:
                     pod = core.read_namespaced_pod("thrash", namespace)

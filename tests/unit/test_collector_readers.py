@@ -14,7 +14,9 @@ from tidal.agent.collector.readers import (
     parse_cpu_stat_usage_ns,
     parse_cpuacct_usage,
     parse_flat_keyed,
+    node_memory_in_cgroup,
     parse_meminfo,
+    parse_memory_limit,
     parse_memory_working_set,
     parse_proc_stat,
     read_cpu_usage_ns,
@@ -182,6 +184,48 @@ def test_meminfo_used_is_total_minus_available_in_bytes():
     info = parse_meminfo(MEMINFO)
     assert info == MemInfo(total_bytes=24684092 * 1024, available_bytes=22131984 * 1024)
     assert info.used_bytes == (24684092 - 22131984) * 1024
+
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("text", "version", "limit"),
+    [
+        ("6442450944\n", V1, 6 * GiB),
+        ("9223372036854771712\n", V1, None),  # v1's "no limit"
+        ("6442450944\n", V2, 6 * GiB),
+        ("max\n", V2, None),
+    ],
+)
+def test_memory_limit_of_a_cgroup_in_bytes_or_none(text, version, limit):
+    assert parse_memory_limit(text, version, "memory.limit_in_bytes") == limit
+
+
+@pytest.mark.parametrize(("text", "version"), [("max\n", V1), ("lots\n", V2)])
+def test_malformed_memory_limit_error_names_the_file(text, version):
+    with pytest.raises(ParseError, match="^x/memory.max: expected an integer"):
+        parse_memory_limit(text, version, "x/memory.max")
+
+
+@pytest.mark.parametrize(
+    ("limit", "working_set", "expected"),
+    [
+        # a 6 GiB budget on a 24 GiB machine: the node is the budget, used is its working set
+        (6 * GiB, 5 * GiB, MemInfo(total_bytes=6 * GiB, available_bytes=1 * GiB)),
+        # no limit: the machine's memory
+        (None, 5 * GiB, MemInfo(total_bytes=24 * GiB, available_bytes=19 * GiB)),
+        # a limit above the machine's memory counts as the machine's
+        (64 * GiB, 5 * GiB, MemInfo(total_bytes=24 * GiB, available_bytes=19 * GiB)),
+        # working set above the limit (read a moment apart): nothing available, never negative
+        (6 * GiB, 7 * GiB, MemInfo(total_bytes=6 * GiB, available_bytes=0)),
+    ],
+)
+def test_node_memory_in_a_cgroup_is_its_limit_and_working_set(limit, working_set, expected):
+    machine = MemInfo(total_bytes=24 * GiB, available_bytes=20 * GiB)
+    info = node_memory_in_cgroup(machine, limit, working_set)
+    assert info == expected
+    assert info.used_bytes == min(working_set, info.total_bytes)
 
 
 @pytest.mark.parametrize(

@@ -143,3 +143,27 @@ def test_sampler_measures_a_real_pod_cgroup_laid_out_like_the_kubelet(hierarchy,
     assert node["samples"] == 1
     assert 700 <= node["cpuMillicores"]["max"] <= 1000 * os.cpu_count()
     assert node["memoryBytes"]["max"] >= usage.memory_bytes
+
+
+def test_sampler_node_memory_is_the_node_cgroups_limit_and_working_set(hierarchy, real):
+    # A memory budget standing for the node (tidal-agent run --node-memory-cgroup): a 512 MiB
+    # limit on this machine's much larger memory, with 100 MiB touched and 100 MiB of page cache
+    # written inside it.
+    layout = CgroupLayout(
+        CgroupHierarchy(hierarchy.version, below_own(hierarchy.cpu_root, cpu_controller(hierarchy)),
+                        below_own(hierarchy.memory_root, memory_controller(hierarchy))),
+        CgroupDriver.CGROUPFS, kubelet_root=f"/{real.name}")
+    node = real.make(layout.hierarchy.memory_root / real.name)
+    limit_file = "memory.limit_in_bytes" if hierarchy.version is CgroupVersion.V1 else "memory.max"
+    (node / limit_file).write_text(str(512 * MiB))
+    real.spawn("memory", real.make(node / "pod"))
+
+    sampler = Sampler(layout, windows=(60,), node_memory_cgroup=node)
+    sampler.sample([])
+    working_set = read_memory_working_set(node, hierarchy.version)
+    print(f"\nnode cgroup {node}: {sampler.node_memory_bytes / MiB:.1f} of {sampler.node_memory_total_bytes / MiB:.0f} MiB"
+          f" used (working set now {working_set / MiB:.1f} MiB)")
+    assert sampler.node_memory_total_bytes == 512 * MiB
+    # the touched 100 MiB and the interpreter, not the file's page cache
+    assert 95 * MiB <= sampler.node_memory_bytes <= 140 * MiB
+    assert abs(sampler.node_memory_bytes - working_set) <= 8 * MiB

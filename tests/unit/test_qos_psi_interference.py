@@ -9,9 +9,12 @@ from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupL
 from tidal.agent.qos.eviction import Action, Candidate
 from tidal.agent.qos.psi_interference import (
     NODE_SCOPE,
+    NodeReclaim,
     PressureReader,
     PSIDecision,
     PSIInterferenceEviction,
+    attributable_pressure,
+    parse_node_reclaim_count,
     parse_some_avg10,
 )
 from tidal.agent.qos.strategy import PodState
@@ -137,3 +140,94 @@ def test_the_feature_leaves_out_pods_the_watermarks_chose_and_reports_node_press
     assert plan.writes == () and set(plan.decisions) == {Gauge("psi", ("cpu",), 30.0), Gauge("psi", ("memory",), 1.0)}
     (decision,) = plan.effects
     assert decision.pod_uid == "be-fat" and decision.kind == "psi"  # be-big is the watermarks' already
+
+
+@pytest.mark.parametrize("counts, reclaiming", [
+    # (seconds, counter) readings -> whether node-scope memory pressure counts after the last one
+    ([(0.0, None)], None),                         # no reading: unknown
+    ([(0.0, 5)], False),                           # first reading: the baseline
+    ([(0.0, 5), (1.0, 5)], False),                 # no rise
+    ([(0.0, 5), (1.0, 6), (10.0, 6)], True),       # rose 9 s ago
+    ([(0.0, 5), (1.0, 6), (11.0, 6)], False),      # no rise for avg10's 10 s
+    ([(0.0, 5), (10.0, 5), (11.0, 6)], True),      # it rose again
+    ([(0.0, 5), (5.0, 6), (14.9, 6)], True),       # rose 9.9 s ago
+    ([(0.0, 5), (5.0, 6), (15.0, 6)], False),
+    ([(0.0, 5), (10.0, None), (11.0, 5)], False),  # an unreadable moment changes nothing
+])
+def test_node_reclaim_is_a_counter_rise_within_avg10s_window(counts, reclaiming):
+    state = NodeReclaim()
+    for now, count in counts:
+        result = state.step(now, count)
+    assert result is reclaiming
+
+
+@pytest.mark.parametrize("reclaiming, kept", [
+    (True, {NODE_SCOPE: {"cpu": 9.0, "memory": 8.0}, "web/api": {"memory": 7.0}}),
+    (None, {NODE_SCOPE: {"cpu": 9.0, "memory": 8.0}, "web/api": {"memory": 7.0}}),
+    # a node that does not reclaim: its memory pressure is BE pods stalling inside their own
+    # limits; an online pod's own pressure (v2) is always its own
+    (False, {NODE_SCOPE: {"cpu": 9.0}, "web/api": {"memory": 7.0}}),
+])
+def test_node_memory_pressure_counts_only_while_the_node_reclaims(reclaiming, kept):
+    pressure = {NODE_SCOPE: {"cpu": 9.0, "memory": 8.0}, "web/api": {"memory": 7.0}}
+    assert attributable_pressure(pressure, reclaiming) == kept
+    assert pressure[NODE_SCOPE] == {"cpu": 9.0, "memory": 8.0}  # the reading itself is left alone
+
+
+@pytest.mark.parametrize("source, text, count", [
+    ("/proc/vmstat", "nr_free_pages 10\npgscan_kswapd 7\npgscan_direct 5\npgscan_khugepaged 1\n", 12),
+    ("/sys/fs/cgroup/memory/node/memory.failcnt", "42\n", 42),
+    ("/sys/fs/cgroup/node/memory.events", "low 0\nhigh 3\nmax 9\noom 0\noom_kill 0\n", 9),
+])
+def test_node_reclaim_counter_of_each_file(source, text, count):
+    assert parse_node_reclaim_count(text, source) == count
+
+
+def test_node_reclaim_counter_refuses_a_file_without_it():
+    with pytest.raises(ValueError, match="^/proc/vmstat: no pgscan_direct line"):
+        parse_node_reclaim_count("pgscan_kswapd 7\n", "/proc/vmstat")
+
+
+def test_the_feature_ignores_node_memory_pressure_while_the_node_does_not_reclaim(tmp_path):
+    from tidal.agent.qos.feature import Context
+    from tidal.agent.qos.psi_interference import PSIInterference, Sensed
+    from tidal.agent.qos.strategy import NodeState
+
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V1, tmp_path / "cpu", tmp_path / "memory"), CgroupDriver.CGROUPFS)
+    policy = ColocationPolicy.from_spec({"features": {"psiInterference": {"enabled": True, "cooldownSeconds": 0}}})
+    feature = PSIInterference()
+
+    def evictions(now, count):
+        ctx = Context(NodeState((), 4, 0, policy, {"psi": True}, layout), now=now, candidates=[BE_BIG, BE_FAT, LS],
+                      observed={"psi-interference": Sensed({NODE_SCOPE: {"memory": 30.0}}, count)})
+        return [d.pod_uid for d in feature.plan(ctx).effects]
+
+    assert evictions(0.0, 100) == []          # the baseline: the node's reclaim not seen yet
+    assert evictions(1.0, 101) == ["be-fat"]  # the node reclaims: the pressure may be the online pods'
+    assert evictions(20.0, 101) == []         # no reclaim for 19 s: BE pods stall in their own limits
+    assert evictions(21.0, 102) == ["be-big"]  # the node reclaims again (be-fat was asked to go already)
+
+
+def test_sense_reads_the_node_cgroups_limit_hits(tmp_path):
+    from tidal.agent.qos.feature import DEFAULT_OPTIONS, Context, Options
+    from tidal.agent.qos.psi_interference import PSIInterference, Sensed
+    from tidal.agent.qos.strategy import NodeState
+
+    (tmp_path / "proc" / "pressure").mkdir(parents=True)
+    (tmp_path / "proc" / "pressure" / "memory").write_text(PRESSURE.format("12.50"))
+    (tmp_path / "proc" / "vmstat").write_text("pgscan_kswapd 1\npgscan_direct 2\n")
+    node = tmp_path / "memory" / "node"
+    node.mkdir(parents=True)
+    (node / "memory.failcnt").write_text("77\n")
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V1, tmp_path / "cpu", tmp_path / "memory"), CgroupDriver.CGROUPFS)
+    policy = ColocationPolicy.from_spec({"features": {"psiInterference": {"enabled": True}}})
+    feature = PSIInterference(Options(proc_root=tmp_path / "proc", sys_root=DEFAULT_OPTIONS.sys_root))
+
+    class Sampler:
+        node_memory_cgroup = None
+
+    ctx = Context(NodeState((), 4, 0, policy, {"psi": True}, layout), sampler=Sampler())
+    assert feature.sense(ctx) == Sensed({NODE_SCOPE: {"memory": 12.5}}, 3)  # cpu.pressure absent; /proc/vmstat
+    Sampler.node_memory_cgroup = node
+    assert feature.sense(ctx).node_reclaim_count == 77  # the node cgroup's memory.failcnt
+    assert feature.sense(ctx).pressure[NODE_SCOPE]["memory"] == 12.5

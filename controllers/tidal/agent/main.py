@@ -75,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="where the journal of original cgroup values is kept (survives restarts)")
     n.add_argument("--metrics-address", default="0.0.0.0", help="address of /metrics and /healthz")
     n.add_argument("--metrics-port", type=int, default=9465, help="port of /metrics and /healthz (0: any)")
+    n.add_argument("--node-memory-cgroup",
+                   help="the node is this memory cgroup (path in the memory hierarchy, e.g. a node running "
+                        "in a container, or a memory budget standing for a node): its limit is the node's "
+                        "memory capacity and its working set the memory used (default: /proc/meminfo)")
     n.add_argument("--nri-socket", default=os.environ.get("NRI_SOCKET", _NRI_SOCKET),
                    help="the runtime's NRI socket, probed for the `nri` capability (default $NRI_SOCKET or "
                         f"{_NRI_SOCKET}; in a pod: where the host's socket directory is mounted)")
@@ -147,7 +151,7 @@ async def _run(args) -> None:
                              cgroup_driver=CgroupDriver(args.cgroup_driver) if args.cgroup_driver else None,
                              kubelet_cgroup_root=args.kubelet_cgroup_root, state_dir=args.state_dir,
                              metrics_address=args.metrics_address, metrics_port=args.metrics_port,
-                             nri_socket=args.nri_socket)
+                             nri_socket=args.nri_socket, node_memory_cgroup=args.node_memory_cgroup)
 
 
 async def _restore(args) -> int:

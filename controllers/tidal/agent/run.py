@@ -190,13 +190,20 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                          state_dir: Path = Path("/var/lib/tidal-agent"),
                          metrics_address: str = "0.0.0.0", metrics_port: int | None = 9465,
                          registry=None, nri_socket: str = "/var/run/nri/nri.sock",
+                         node_memory_cgroup: str | None = None,
                          stop: asyncio.Event | None = None) -> None:
     from prometheus_client import REGISTRY
 
     stop = stop or asyncio.Event()
     layout = node_layout(cgroup_root, cgroup_driver, kubelet_cgroup_root)
     window = ColocationPolicy.from_spec({}).overselling.window_seconds
-    sampler = Sampler(layout, proc_root=proc_root, windows=sorted({60, window, 1800}))
+    memory_cgroup = None
+    if node_memory_cgroup is not None:  # a path in the memory hierarchy, as in /proc/<pid>/cgroup
+        memory_cgroup = layout.hierarchy.memory_root / node_memory_cgroup.strip("/")
+        if not (memory_cgroup / "memory.stat").is_file():
+            raise CgroupLayoutError(f"--node-memory-cgroup {node_memory_cgroup}: no memory cgroup at {memory_cgroup}")
+    sampler = Sampler(layout, proc_root=proc_root, windows=sorted({60, window, 1800}),
+                      node_memory_cgroup=memory_cgroup)
     pods = FeaturePods(api, node)  # PodStates with burst/cache/CPU data for the features
     node_watch = ObjectWatch(api, "/api/v1/nodes", node, what=f"node {node}")
     policy_watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",

@@ -17,7 +17,11 @@ Definitions, chosen to match what the kubelet (cAdvisor) reports:
 * node CPU (``/proc/stat`` first line): busy = total - idle - iowait, in clock ticks; total is
   the sum of user, nice, system, idle, iowait, irq, softirq and steal (guest and guest_nice are
   already included in user and nice).
-* node memory used: ``MemTotal - MemAvailable`` from ``/proc/meminfo``.
+* node memory used: ``MemTotal - MemAvailable`` from ``/proc/meminfo``; when the node is itself a
+  memory cgroup (``tidal-agent run --node-memory-cgroup``: a node in a container, or a memory
+  budget standing for a node), :func:`node_memory_in_cgroup`: capacity the cgroup's limit (at
+  most ``MemTotal``), used its working set — the kubelet's eviction manager's view of a node
+  (``memory.available`` = capacity − working set of the node's cgroup).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ __all__ = [
     "parse_memory_working_set",
     "parse_proc_stat",
     "parse_meminfo",
+    "parse_memory_limit",
+    "node_memory_in_cgroup",
     "read_cpu_usage_ns",
     "read_memory_working_set",
     "read_memory_usage",
@@ -48,6 +54,7 @@ __all__ = [
     "OpenFiles",
     "read_proc_stat",
     "read_meminfo",
+    "read_node_memory_in_cgroup",
 ]
 
 
@@ -237,6 +244,28 @@ def parse_meminfo(text: str, source: str = "/proc/meminfo") -> MemInfo:
     return MemInfo(total_bytes=wanted["MemTotal"], available_bytes=wanted["MemAvailable"])
 
 
+#: v1 reports "no limit" as the largest page-aligned signed 64-bit value; anything this large is none
+_V1_UNLIMITED = 1 << 62
+
+
+def parse_memory_limit(text: str, version: CgroupVersion, source: str) -> int | None:
+    """A cgroup's memory limit in bytes: v1 ``memory.limit_in_bytes``, v2 ``memory.max``
+    (``max``); None when it has none."""
+    value = text.strip()
+    if version is CgroupVersion.V2 and value == "max":
+        return None
+    limit = _int(value, source, None, "an integer or 'max'" if version is CgroupVersion.V2 else "an integer")
+    return None if limit >= _V1_UNLIMITED else limit
+
+
+def node_memory_in_cgroup(meminfo: MemInfo, limit_bytes: int | None, working_set_bytes: int) -> MemInfo:
+    """The node's memory when the node is a memory cgroup: capacity its limit (``MemTotal`` when
+    it has none or a larger one), available the capacity minus the cgroup's working set (at
+    least 0)."""
+    total = meminfo.total_bytes if limit_bytes is None else min(meminfo.total_bytes, limit_bytes)
+    return MemInfo(total_bytes=total, available_bytes=max(0, total - working_set_bytes))
+
+
 # --- Thin file wrappers -----------------------------------------------------------------------
 
 
@@ -344,3 +373,10 @@ def read_proc_stat(path: Path | str = "/proc/stat") -> CpuTimes:
 def read_meminfo(path: Path | str = "/proc/meminfo") -> MemInfo:
     path = Path(path)
     return parse_meminfo(_read(path), str(path))
+
+
+def read_node_memory_in_cgroup(cgroup_dir: Path, version: CgroupVersion, meminfo: MemInfo) -> MemInfo:
+    """:func:`node_memory_in_cgroup` of the cgroup directory (memory hierarchy)."""
+    limit = f"{cgroup_dir}/{'memory.limit_in_bytes' if version is CgroupVersion.V1 else 'memory.max'}"
+    return node_memory_in_cgroup(meminfo, parse_memory_limit(_read(limit), version, limit),
+                                 read_memory_working_set(cgroup_dir, version))

@@ -31,7 +31,9 @@ about once per ``sample_interval`` with the pods running on the node, described 
 Definitions:
 
 * Node usage is the kernel's view (``/proc/stat`` busy cores, ``MemTotal - MemAvailable``): it
-  includes system daemons and pods of every level.
+  includes system daemons and pods of every level. With ``node_memory_cgroup`` (a node that is
+  itself a memory cgroup) the node's memory is that cgroup's: its limit as capacity, its working
+  set as used (:func:`~.readers.node_memory_in_cgroup`).
 * A level's usage is the sum over its pods (``PodInfo.tidal_level``) of each pod's cgroup usage
   (CPU cores from ``cpuacct.usage``/``cpu.stat``, memory working set without inactive page cache).
   A pod with no usage for a resource yet (first sample of its CPU counter, cgroup not created
@@ -87,6 +89,7 @@ from .readers import (
     ParseError,
     read_cpu_usage_ns,
     read_meminfo,
+    read_node_memory_in_cgroup,
     OpenFiles,
     read_inactive_file,
     read_memory_usage,
@@ -246,8 +249,11 @@ class Sampler:
         pod_half_life: float = DEFAULT_POD_HALF_LIFE,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] = _utcnow,
+        node_memory_cgroup: Path | None = None,
     ) -> None:
         self.layout = layout
+        #: the memory cgroup (directory in the memory hierarchy) standing for the node, if any
+        self.node_memory_cgroup = node_memory_cgroup
         self.proc_root = Path(proc_root)
         self.windows = tuple(sorted({int(w) for w in windows}))
         self.sample_interval = sample_interval
@@ -291,6 +297,8 @@ class Sampler:
         now = self._clock()
         cpu_times = read_proc_stat(self.proc_root / "stat")
         meminfo = read_meminfo(self.proc_root / "meminfo")
+        if self.node_memory_cgroup is not None:
+            meminfo = read_node_memory_in_cgroup(self.node_memory_cgroup, self.layout.version, meminfo)
         cores = node_cpu_cores(self._previous_cpu_times, cpu_times)
         self._previous_cpu_times = cpu_times
         self.node_cpu_millicores = None if cores is None else cores * 1000

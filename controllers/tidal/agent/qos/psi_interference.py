@@ -18,10 +18,23 @@ chosen again. Decisions are :class:`PSIDecision`\\ s, carried out by
 the node's API worker like watermark evictions (Event ``TidalEvicted`` with the figures, metric
 ``tidal_evictions_total{reason="psi"}``).
 
-The feature (:class:`PSIInterference`, ``psi-interference``) reads pressure in ``sense``
-(:class:`PressureReader`; :func:`parse_some_avg10` is pure), steps the decision state in ``plan``
-and returns the evictions as effects (pods the watermark machine chose this round are left out)
-and the node's pressure as gauges.
+Memory pressure at node scope is the online pods' only while the node itself reclaims. A BE
+pod at its own memory limit (``kubernetes.io/batch-memory``) stalls in its own cgroup's reclaim:
+that stall is in the node's PSI too, and without per-pod PSI it looks exactly like interference
+— yet it is the limit doing its work (BE slowed, online untouched), and evicting the BE pod for it
+would kill BE work that harms nobody. So node-scope memory pressure counts only when the node's
+reclaim counter rose within the last :data:`NODE_RECLAIM_WINDOW_SECONDS` (avg10's window):
+``/proc/vmstat`` ``pgscan_kswapd`` + ``pgscan_direct`` (reclaim for the whole machine; the kernel
+leaves reclaim inside a cgroup's limit out of them), or — for a node that is a memory cgroup
+(``tidal-agent run --node-memory-cgroup``) — that cgroup's limit hits (v1 ``memory.failcnt``,
+v2 ``memory.events`` ``max``). :class:`NodeReclaim` is that rule (pure); without a counter
+reading (unreadable, tests) the pressure counts, as before. Per-pod PSI (v2) needs no such rule.
+
+The feature (:class:`PSIInterference`, ``psi-interference``) reads pressure and the node's
+reclaim counter in ``sense`` (:class:`PressureReader`, :func:`read_node_reclaim_count`;
+:func:`parse_some_avg10` and :func:`parse_node_reclaim_count` are pure), steps the decision state
+in ``plan`` and returns the evictions as effects (pods the watermark machine chose this round are
+left out) and the node's pressure as gauges.
 """
 from __future__ import annotations
 
@@ -38,11 +51,16 @@ from .eviction import Action, Candidate, Decision
 from .feature import DEFAULT_OPTIONS, EMPTY, Context, Gauge, Options, Plan
 from .strategy import PodState
 
-__all__ = ["NODE_SCOPE", "PSIDecision", "PSIInterference", "PSIInterferenceEviction", "PressureReader", "parse_some_avg10"]
+__all__ = ["NODE_RECLAIM_WINDOW_SECONDS", "NODE_SCOPE", "NodeReclaim", "PSIDecision", "PSIInterference",
+           "PSIInterferenceEviction", "PressureReader", "Sensed", "attributable_pressure", "parse_node_reclaim_count",
+           "parse_some_avg10", "read_node_reclaim_count"]
 
 NODE_SCOPE = "node"
 ONLINE = (QoSLevel.HLS, QoSLevel.LS)
 
+
+#: node-scope memory pressure counts while the node reclaimed this recently (avg10's window)
+NODE_RECLAIM_WINDOW_SECONDS = 10.0
 
 #: a pod asked to go stays listed while it terminates (grace period, 30 s by default)
 MIN_FORGET_SECONDS = 120.0
@@ -72,6 +90,71 @@ def parse_some_avg10(text: str) -> float:
                 if key == "avg10":
                     return float(value)
     raise ValueError(f"no 'some avg10=' in pressure text {text[:80]!r}")
+
+
+@dataclass
+class NodeReclaim:
+    """Whether the node reclaimed memory lately, from a cumulative reclaim counter."""
+
+    last_count: int | None = None
+    last_rise: float | None = None
+
+    def step(self, now: float, count: int | None) -> bool | None:
+        """True when ``count`` rose within the last :data:`NODE_RECLAIM_WINDOW_SECONDS`; None
+        without a reading. The first reading is the baseline (a node that reclaims shows a rise
+        one round later)."""
+        if count is None:
+            return None
+        if self.last_count is not None and count > self.last_count:
+            self.last_rise = now
+        self.last_count = count
+        return self.last_rise is not None and now - self.last_rise < NODE_RECLAIM_WINDOW_SECONDS
+
+
+def attributable_pressure(pressure: Mapping[str, Mapping[str, float]],
+                          node_reclaiming: bool | None) -> dict[str, dict[str, float]]:
+    """The pressure that may be the online pods': node-scope memory pressure is left out while
+    the node does not reclaim (``node_reclaiming`` False; None: unknown, kept)."""
+    out = {scope: dict(values) for scope, values in pressure.items()}
+    if node_reclaiming is False and NODE_SCOPE in out:
+        out[NODE_SCOPE].pop("memory", None)
+    return out
+
+
+def parse_node_reclaim_count(text: str, source: str) -> int:
+    """The reclaim counter of one of the node's files: ``/proc/vmstat`` (``pgscan_kswapd`` +
+    ``pgscan_direct``), v1 ``memory.failcnt`` (one integer) or v2 ``memory.events`` (``max``)."""
+    if source.endswith("memory.failcnt"):
+        return int(text.strip())
+    wanted = ("max",) if source.endswith("memory.events") else ("pgscan_kswapd", "pgscan_direct")
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key in wanted:
+            values[key] = int(value)
+    if len(values) != len(wanted):
+        raise ValueError(f"{source}: no {' or '.join(k for k in wanted if k not in values)} line")
+    return sum(values.values())
+
+
+def read_node_reclaim_count(proc_root: Path, node_memory_cgroup: Path | None, version: CgroupVersion) -> int | None:
+    """The node's reclaim counter (None when it cannot be read)."""
+    if node_memory_cgroup is None:
+        path = proc_root / "vmstat"
+    else:
+        path = node_memory_cgroup / ("memory.failcnt" if version is CgroupVersion.V1 else "memory.events")
+    try:
+        return parse_node_reclaim_count(path.read_text(), str(path))
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Sensed:
+    """What ``sense`` read: pressure per scope and resource, the node's reclaim counter."""
+
+    pressure: Mapping[str, Mapping[str, float]]
+    node_reclaim_count: int | None = None
 
 
 @dataclass
@@ -166,6 +249,7 @@ class PSIInterference:
     def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
         self.proc_root = options.proc_root
         self.machine = PSIInterferenceEviction()
+        self.node_reclaim = NodeReclaim()
         self._reader: tuple[object, PressureReader] | None = None
 
     def enabled(self, ctx: Context) -> bool:
@@ -178,17 +262,28 @@ class PSIInterference:
             self._reader = (key, PressureReader(ctx.state.layout, self.proc_root, cgroup_psi=key[1], node_psi=key[2]))
         return self._reader[1]
 
-    def sense(self, ctx: Context) -> dict[str, dict[str, float]]:
-        """some avg10 of the watched scopes (only while the feature is on)."""
+    def sense(self, ctx: Context) -> Sensed:
+        """some avg10 of the watched scopes and, when memory is watched at node scope, the
+        node's reclaim counter (only while the feature is on)."""
         config = ctx.policy.features.psi_interference
-        return self.reader(ctx).read([r.value for r in config.resources], ctx.state.pods)
+        pressure = self.reader(ctx).read([r.value for r in config.resources], ctx.state.pods)
+        count = None
+        if "memory" in pressure.get(NODE_SCOPE, {}):
+            count = read_node_reclaim_count(self.proc_root, getattr(ctx.sampler, "node_memory_cgroup", None),
+                                            ctx.state.layout.version)
+        return Sensed(pressure, count)
 
     def plan(self, ctx: Context) -> Plan:
-        pressure = ctx.observed[self.name]
+        sensed = ctx.observed[self.name]
+        if not isinstance(sensed, Sensed):  # pressure alone (tests, tools): no reclaim counter
+            sensed = Sensed(sensed)
+        pressure = sensed.pressure
         gauges = tuple(Gauge("psi", (resource,), avg10) for resource, avg10 in pressure.get(NODE_SCOPE, {}).items())
+        reclaiming = self.node_reclaim.step(ctx.now, sensed.node_reclaim_count)
         chosen = ctx.evicting
         pods = [p for p in ctx.candidates if p.uid not in chosen]
-        evict = self.machine.step(ctx.now, ctx.policy.features.psi_interference, pressure, pods)
+        evict = self.machine.step(ctx.now, ctx.policy.features.psi_interference,
+                                  attributable_pressure(pressure, reclaiming), pods)
         return Plan(decisions=gauges, effects=tuple(evict))
 
     def undo(self, ctx: Context) -> Plan:

@@ -1,0 +1,643 @@
+"""make bench-memory: does an online service whose latency depends on memory keep it next to a
+memory-hungry BE job, inside a node-sized memory budget?
+
+The node is a memory budget: the kubelet root's cgroup (every pod below it) gets
+``memory.limit_in_bytes`` = ``--budget-gib`` (6 GiB; cgroup v1 memory controller), so the pods
+compete for 6 GiB as on a 6 GiB node, while the rest of this shared 24 GiB machine stays out of
+it. "Node memory used" is that cgroup's usage (page cache included) over its limit; its working
+set (usage minus inactive page cache, what the agent and the kubelet count) is reported too.
+
+The online service is nginx (Debian's ``nginx-light``) serving a file set of ``--fileset-gib``
+(2.5 GiB of 64 KiB files) from the page cache to an open-loop fixed-rate client drawing a file
+at random per request (bench/loadgen ``-urls``), from an LS "pod". nginx rather than Redis: its
+memory is the page cache, which the kernel takes back from it silently when a neighbour needs
+memory (a cache miss becomes a disk read, the latency the issue is about), whereas Redis's
+dataset is anonymous memory that, without swap (this machine has none), cannot be taken — Redis
+would only show OOM kills, not latency; and loadgen speaks HTTP, not RESP.
+
+The BE job (a "pod" of its own) holds ``--be-anon-gib`` (1.5 GiB) of anonymous working memory
+and streams through a file larger than the budget (``--stream-gib``, 8 GiB) in a loop, as an
+ETL or sort job does, at most ``--be-pace-mb`` (300 MB/s: a job paced by its own processing —
+unpaced, its reads would take a whole core of this 2-core machine in every treatment, and CPU
+is bench-isolation's subject); its throughput is MB/s read. Its page cache grows without bound
+unless something limits it.
+
+Treatments, interleaved over ``--rounds`` rounds (order rotated each round; medians, and the
+spread min–max), every one starting from nginx's file set fully cached and the BE's stream
+file uncached:
+
+* ``solo``          the online service alone; its ``be_mb_per_s`` is the BE job's alone (run
+                    separately with the online service idle), the reference for BE throughput;
+* ``no_isolation``  both, every cgroup at its defaults, ``oom_score_adj`` 0;
+* ``k8s_default``   as Kubernetes treats a BestEffort BE pod's memory: no memory limit,
+                    ``oom_score_adj`` 1000; the LS pod's nginx at the kubelet's Burstable
+                    ``oom_score_adj``;
+* ``tidal``         ``tidal-agent run --node-memory-cgroup <budget>`` enforcing, against a private
+                    lab where a kwok node (memory capacity = the budget) stands for this machine:
+                    the BE pod's ``memory.limit_in_bytes`` from its ``kubernetes.io/batch-memory``
+                    request (set before the job starts, as the NRI plugin does at creation),
+                    memory reclaim, memory watermark eviction, PSI-based eviction on memory.
+                    An eviction ends the BE job (the bench stands in for the kubelet) and is
+                    counted, with the agent's reason logged.
+
+CPU is left at its defaults in every treatment — no ``cpu.shares`` 2 for k8s_default, Tidal's CPU
+priority and suppression off — so the figures show memory alone (``make bench-isolation``
+measures CPU; on this shared machine a CPU-deprioritised BE job would yield to other people's
+work too, which says nothing about memory). The load generator runs at SCHED_FIFO 1 as in
+bench-isolation: it stands for clients on other machines.
+
+Output: one JSON line per treatment and round, then the medians as the last line:
+``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal": R}`` with R =
+``{"p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions"}``
+(plus the spreads and the reclaim figures; see :func:`summarise`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal")
+#: the runs of one round: ``be_solo`` is the BE job alone, folded into ``solo``'s record
+RUNS = ("solo", "be_solo", "no_isolation", "k8s_default", "tidal")
+SUMMARY_KEYS = ("p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions")
+GiB = 1 << 30
+MiB = 1 << 20
+#: a 64 KiB file: a product image, a JS bundle
+FILE_BYTES = 64 * 1024
+
+
+def log(msg: str) -> None:
+    print(f"[bench-memory] {msg}", file=sys.stderr, flush=True)
+
+
+# -- pure parts (tests/unit/test_bench_memory.py) --------------------------------------------
+
+def parse_flat(text: str) -> dict[str, int]:
+    """``key value`` lines (``memory.stat``, ``memory.oom_control``) into a dict of integers."""
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            continue
+    return out
+
+
+def oom_kills(oom_control: str) -> int:
+    """``oom_kill`` of a v1 ``memory.oom_control`` (kills of tasks in that cgroup; 0 on kernels
+    before 4.13, which lack the line)."""
+    return parse_flat(oom_control).get("oom_kill", 0)
+
+
+def kubelet_burstable_oom_score_adj(memory_request: int, memory_capacity: int) -> int:
+    """The kubelet's ``oom_score_adj`` of a Burstable container (pkg/kubelet/qos/policy.go)."""
+    adj = 1000 - (1000 * memory_request) // memory_capacity
+    if adj < 1000 - 997:  # above a Guaranteed pod's (-997) share of the node
+        return 1000 - 997
+    return 999 if adj == 1000 else adj  # below BestEffort's 1000
+
+
+def rate_between(before: tuple[float, int] | None, after: tuple[float, int] | None) -> float:
+    """MB/s (10^6 bytes) between two (monotonic seconds, cumulative bytes) progress records."""
+    if before is None or after is None or after[0] <= before[0]:
+        return 0.0
+    return (after[1] - before[1]) / (after[0] - before[0]) / 1e6
+
+
+def parse_progress(text: str) -> tuple[float, int] | None:
+    """The BE job's progress record ``<monotonic seconds> <bytes read>`` (None when unreadable)."""
+    fields = text.split()
+    if len(fields) != 2:
+        return None
+    try:
+        return float(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+
+
+def metric_total(text: str, name: str, labels: Mapping[str, str] | None = None) -> float:
+    """Sum of the samples of ``name`` in Prometheus text whose labels include ``labels``."""
+    total = 0.0
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+(\S+)$")
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+        if all(have.get(k) == v for k, v in (labels or {}).items()):
+            total += float(match.group(2))
+    return total
+
+
+def spread(values: Iterable[float]) -> list[float]:
+    values = list(values)
+    return [round(min(values), 3), round(max(values), 3)] if values else []
+
+
+def summarise(runs: Mapping[str, list[dict]]) -> dict[str, dict]:
+    """Per treatment the median of every round, and ``<key>_spread`` [min, max] for latency,
+    BE throughput and memory used; the counters (errors, OOM kills, evictions) are summed over
+    the rounds. ``solo`` takes ``be_mb_per_s`` from the ``be_solo`` runs."""
+    out: dict[str, dict] = {}
+    for treatment in TREATMENTS:
+        rows = runs.get(treatment, [])
+        if treatment == "solo":
+            be_alone = [r["be_mb_per_s"] for r in runs.get("be_solo", [])]
+            rows = [{**r, "be_mb_per_s": b} for r, b in zip(rows, be_alone)] or rows
+        if not rows:
+            continue
+        record: dict = {}
+        for key in SUMMARY_KEYS:
+            values = [r[key] for r in rows]
+            record[key] = sum(values) if key in ("errors", "oom_kills", "evictions") else \
+                round(statistics.median(values), 3)
+        for key in ("p99_ms", "be_mb_per_s", "node_mem_used_pct"):
+            record[f"{key}_spread"] = spread(r[key] for r in rows)
+        for key in ("node_workingset_pct", "online_refault_mib", "budget_limit_hits"):
+            if all(key in r for r in rows):
+                record[key] = round(statistics.median(r[key] for r in rows), 3)
+        record["rounds"] = len(rows)
+        out[treatment] = record
+    return out
+
+
+def verdict(summary: Mapping[str, dict]) -> list[str]:
+    """The issue's bars, each as a line saying met or not."""
+    lines = []
+    solo, k8s, tidal = summary.get("solo"), summary.get("k8s_default"), summary.get("tidal")
+    if not (solo and k8s and tidal) or not solo["p99_ms"]:
+        return ["not every treatment measured: no verdict"]
+    ratio, k8s_ratio = tidal["p99_ms"] / solo["p99_ms"], k8s["p99_ms"] / solo["p99_ms"]
+    lines.append(f"tidal p99 {ratio:.2f}x solo (bar <= 1.2x): {'met' if ratio <= 1.2 else 'NOT met'}")
+    lines.append(f"node memory used under tidal {tidal['node_mem_used_pct']:.1f}% (bar >= 90%): "
+                 f"{'met' if tidal['node_mem_used_pct'] >= 90 else 'NOT met'}")
+    lines.append(f"tidal p99 ratio {ratio:.2f} vs k8s default's {k8s_ratio:.2f} (bar <= half): "
+                 f"{'met' if ratio <= k8s_ratio / 2 else 'NOT met'}")
+    lines.append(f"OOM kills of the online service under tidal: {tidal.get('online_oom_kills', 0)} (bar 0)")
+    if solo["be_mb_per_s"]:
+        kept = tidal["be_mb_per_s"] / solo["be_mb_per_s"]
+        lines.append(f"BE throughput under tidal {kept:.0%} of solo (bar >= 50%): {'met' if kept >= 0.5 else 'NOT met'}")
+    return lines
+
+
+# -- the workloads ----------------------------------------------------------------------------
+
+WRITE_FILESET = r"""
+import os, sys
+root, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+block = os.urandom(size)
+for i in range(count):
+    with open(os.path.join(root, f"f{i:05d}.bin"), "wb") as f:
+        f.write(i.to_bytes(8, "little") + block[8:])
+"""
+
+# Reads every file of the set (from the LS pod's cgroups: pages not cached yet are charged to it).
+WARM_FILESET = r"""
+import os, sys
+root = sys.argv[1]
+for name in os.listdir(root):
+    with open(os.path.join(root, name), "rb") as f:
+        while f.read(1 << 20):
+            pass
+"""
+
+# The BE job: anonymous working memory, then stream the input file in a loop; progress
+# "<monotonic> <bytes>" rewritten in place every 0.2 s.
+BE_JOB = r"""
+import mmap, os, sys, time
+anon_bytes, path, progress, pace = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+page = os.sysconf("SC_PAGE_SIZE")
+anon = mmap.mmap(-1, anon_bytes)
+for offset in range(0, anon_bytes, page):
+    anon[offset] = 1
+out = os.open(progress, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+fd = os.open(path, os.O_RDONLY)
+buf = bytearray(1 << 20)
+done = position = touch = 0
+last = 0.0
+print("ready", flush=True)
+start = time.monotonic()
+while True:
+    ahead = done / pace - (time.monotonic() - start)  # at most `pace` bytes per second
+    if ahead > 0:
+        time.sleep(ahead)
+    n = os.preadv(fd, [buf], position)
+    if n <= 0:
+        position = 0
+        continue
+    position += n
+    done += n
+    anon[touch] = (anon[touch] + 1) & 255  # the job's working memory stays in use
+    touch = (touch + page) % anon_bytes
+    now = time.monotonic()
+    if now - last >= 0.2:
+        os.pwrite(out, f"{now:.3f} {done}".ljust(48).encode(), 0)
+        last = now
+"""
+
+
+def write_stream_file(path: Path, size: int) -> None:
+    """The BE job's input, written from this process with its page cache dropped as it goes (it
+    is charged outside the budget, and the job must start reading it cold)."""
+    chunk = os.urandom(8 * MiB)
+    with open(path, "wb") as f:
+        for offset in range(0, size, len(chunk)):
+            f.write(chunk)
+            if offset % (256 * MiB) == 0:
+                f.flush()
+                os.fsync(f.fileno())
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def drop_file_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def set_oom_score_adj(pids: Iterable[int], value: int) -> None:
+    for pid in pids:
+        try:
+            Path(f"/proc/{pid}/oom_score_adj").write_text(str(value))
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+
+
+def cgroup_pids(dirs: Iterable[Path]) -> set[int]:
+    pids: set[int] = set()
+    for d in dirs:
+        try:
+            pids.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+        except FileNotFoundError:
+            pass
+    return pids
+
+
+class BEJob:
+    def __init__(self, python: str, dirs, anon_bytes: int, stream: Path, workdir: Path, oom_score_adj: int,
+                 pace_bytes_per_s: float) -> None:
+        from isolation import in_cgroups
+        self.progress = workdir / f"be-progress-{secrets.token_hex(3)}"
+        join = in_cgroups(dirs)
+
+        def prepare():
+            join()
+            Path("/proc/self/oom_score_adj").write_text(str(oom_score_adj))
+        self.proc = subprocess.Popen([python, "-c", BE_JOB, str(anon_bytes), str(stream), str(self.progress),
+                                      str(pace_bytes_per_s)],
+                                     preexec_fn=prepare, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        if line != "ready\n":
+            raise RuntimeError(f"the BE job exited ({self.proc.wait()}) before it was ready")
+
+    def read(self) -> tuple[float, int] | None:
+        try:
+            return parse_progress(self.progress.read_text())
+        except FileNotFoundError:
+            return None
+
+    def killed(self) -> bool:
+        return self.proc.poll() is not None
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        code = self.proc.wait(timeout=30)
+        self.progress.unlink(missing_ok=True)
+        return code
+
+
+class MemorySampler(threading.Thread):
+    """The budget's usage and working set (percent of its limit) every 0.5 s while running."""
+
+    def __init__(self, budget: Path, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.budget, self.limit = budget, limit
+        self.used: list[float] = []
+        self.workingset: list[float] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(0.5):
+            usage = int((self.budget / "memory.usage_in_bytes").read_text())
+            inactive = parse_flat((self.budget / "memory.stat").read_text()).get("total_inactive_file", 0)
+            self.used.append(usage / self.limit * 100)
+            self.workingset.append(max(0, usage - inactive) / self.limit * 100)
+
+    def stop(self) -> tuple[float, float]:
+        self.halt.set()
+        self.join()
+        med = (lambda xs: round(statistics.median(xs), 1) if xs else 0.0)
+        return med(self.used), med(self.workingset)
+
+
+def loadgen_run(loadgen: Path, urls: Path, rate: int, seconds: float) -> dict:
+    # SCHED_FIFO 1: the client stands for users on other machines (as in bench-isolation).
+    out = subprocess.run(["chrt", "-f", "1", str(loadgen), "-urls", str(urls), "-rate", str(rate),
+                          "-duration", f"{seconds}s", "-warmup", "100"],
+                         capture_output=True, text=True, timeout=seconds + 180)
+    if out.returncode != 0:
+        raise RuntimeError(f"loadgen failed: {out.stderr}")
+    return json.loads(out.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=15, help="measured seconds per treatment")
+    parser.add_argument("--settle", type=float, default=6, help="seconds the BE job runs before measuring")
+    parser.add_argument("--rate", type=int, default=200, help="online requests per second")
+    parser.add_argument("--budget-gib", type=float, default=6.0, help="the node's memory (the budget cgroup's limit)")
+    parser.add_argument("--fileset-gib", type=float, default=2.5, help="nginx's file set (its working set)")
+    parser.add_argument("--be-anon-gib", type=float, default=1.5, help="the BE job's anonymous memory")
+    parser.add_argument("--stream-gib", type=float, default=8.0, help="the BE job's input file (> the budget)")
+    parser.add_argument("--be-pace-mb", type=float, default=300,
+                        help="the BE job reads at most this many MB/s (10^6 bytes; its own processing paces it)")
+    parser.add_argument("--be-batch-memory-gib", type=float, default=3.0,
+                        help="the BE pod's kubernetes.io/batch-memory request (its limit under Tidal)")
+    parser.add_argument("--memory-high", type=int, default=95, help="the policy's memory high watermark for tidal")
+    parser.add_argument("--memory-low", type=int, default=85, help="the policy's memory low watermark for tidal")
+    parser.add_argument("--workdir-parent", default="/var/tmp", help="where the files go (deleted at the end)")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench-memory needs root: it creates cgroups and moves processes into them")
+    if not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()):
+        raise SystemExit("nginx is missing: run it through `make bench-memory`, which installs it")
+    budget_bytes = int(args.budget_gib * GiB)
+    need = int((args.fileset_gib + args.stream_gib) * GiB) + GiB
+    free = shutil.disk_usage(args.workdir_parent).free
+    if free < need + 10 * GiB:  # leave room for everyone else on this machine
+        raise SystemExit(f"{args.workdir_parent}: {free / GiB:.1f} GiB free, the bench needs {need / GiB:.1f} "
+                         "GiB plus 10 GiB to spare")
+
+    # Ctrl-C and SIGTERM (make interrupted, a timeout) end the run through the clean-up below —
+    # SIGINT too when the shell started the bench with it ignored (a background job).
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+
+    from admission import build_loadgen
+    from isolation import Nginx, in_cgroups
+    from kubernetes import client
+
+    from tidal.agent.collector.cgroups import CgroupVersion
+    from tidal.api import qos
+    from tidal.crds import crd_manifests
+    from tidal_dev.lab import processes
+    from tidal_dev.lab.apply import create_or_replace_all
+    from tidal_dev.lab.lab import Lab
+    from tidal_dev.lab.ports import free_port
+    from tidal_dev.testing.kwok import kwok_node
+    from tidal_dev.testing.local_kubelet import LocalKubelet
+    from tidal_dev.testing.real_cgroups import RealCgroups
+
+    loadgen = build_loadgen()
+    workdir = Path(tempfile.mkdtemp(prefix="tidal-bench-memory-", dir=args.workdir_parent))
+    cgroups = RealCgroups(workdir)
+    kubelet = LocalKubelet(cgroups)
+    if kubelet.layout.version is not CgroupVersion.V1:
+        shutil.rmtree(workdir)
+        raise SystemExit("bench-memory is written for the cgroup v1 memory controller (memory.limit_in_bytes, "
+                         "memory.oom_control) this machine has")
+    lab = Lab(workdir / "lab")
+    python = sys.executable
+    nginx = agent = be = None
+    node = "bench-node"
+    cpus = os.cpu_count() or 1
+    results: dict[str, list[dict]] = {r: [] for r in RUNS}
+    load = {"start": os.getloadavg()}
+    batch = {qos.BATCH_CPU_RESOURCE: str(cpus * 1000),
+             qos.BATCH_MEMORY_RESOURCE: str(int(args.be_batch_memory_gib * GiB))}
+    names: dict[str, str] = {}  # pod UID -> name
+
+    def pod(core, name, level, requests, limits):
+        running = kubelet.run_pod(core, "bench", {
+            "metadata": {"name": name, "annotations": {qos.QOS_ANNOTATION: level}},
+            "spec": {"nodeName": node, "automountServiceAccountToken": False,
+                     "containers": [{"name": "main", "image": "registry.invalid/app:1",
+                                     "resources": {"requests": requests, "limits": limits}}]}})
+        names[running.uid] = name
+        return running
+    try:
+        budget = cgroups.make(kubelet.layout.hierarchy.memory_root / kubelet.kubelet_root.lstrip("/"))
+        (budget / "memory.limit_in_bytes").write_text(str(budget_bytes))
+        log(f"node budget {budget} at {args.budget_gib:g} GiB; private lab in {lab.dir}")
+        lab.up(nodes=0, real_nodes=0)
+        with lab.api_client() as api:
+            create_or_replace_all(api, crd_manifests(), wait_established=True)
+            core = client.CoreV1Api(api)
+            custom = client.CustomObjectsApi(api)
+            custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", {
+                "apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy", "metadata": {"name": "default"},
+                # the watermarks compare the pods' usage: other people's work on this shared
+                # machine is not this node's (its memory is the budget cgroup's anyway)
+                "spec": {"overselling": {"includeSystemUsage": False},
+                         "evictionWatermarks": {"enabled": True, "memory": {"highPercent": args.memory_high,
+                                                                            "lowPercent": args.memory_low},
+                                                "cpu": {"highPercent": 99, "lowPercent": 98}},
+                         # CPU stays at its defaults in every treatment (make bench-isolation measures it)
+                         "beIsolation": {"cpuPriority": {"enabled": False}, "cpuSuppression": {"enabled": False}},
+                         "features": {"memoryReclaim": {"enabled": True},
+                                      "psiInterference": {"enabled": True, "resources": ["memory"]}}}})
+            capacity = {"cpu": str(cpus), "memory": str(budget_bytes), "pods": "110",
+                        qos.BATCH_CPU_RESOURCE: str(cpus * 1000),
+                        qos.BATCH_MEMORY_RESOURCE: str(int(args.be_batch_memory_gib * GiB))}
+            kwok_node(core, node, capacity, {qos.COLOCATION_NODE_LABEL: "true", qos.OVERSUBSCRIPTION_NODE_LABEL: "true"})
+            core.create_namespace({"metadata": {"name": "bench"}})
+            while not core.list_namespaced_service_account("bench").items:
+                time.sleep(0.2)
+
+            web_request = int((args.fileset_gib + 0.25) * GiB)
+            web = pod(core, "web", "LS", {"cpu": "1", "memory": str(web_request)}, {})
+            be_pods = [pod(core, "batch-1", "BE", batch, dict(batch))]
+        web_adj = kubelet_burstable_oom_score_adj(web_request, budget_bytes)
+
+        nginx = Nginx(workdir / "nginx", web.dirs)
+        files = workdir / "nginx" / "www" / "files"
+        files.mkdir()
+        count = int(args.fileset_gib * GiB) // FILE_BYTES
+        log(f"writing the file set: {count} files of {FILE_BYTES // 1024} KiB, from the LS pod's cgroups")
+        subprocess.run([python, "-c", WRITE_FILESET, str(files), str(count), str(FILE_BYTES)],
+                       preexec_fn=in_cgroups(web.dirs), check=True)
+        os.sync()  # the file set's writeback is over before anything is measured
+        urls = workdir / "urls.txt"
+        urls.write_text("".join(f"http://127.0.0.1:{nginx.port}/files/f{i:05d}.bin\n" for i in range(count)))
+        stream = workdir / "stream.bin"
+        log(f"writing the BE job's {args.stream_gib:g} GiB input file {stream}")
+        write_stream_file(stream, int(args.stream_gib * GiB))
+        anon = int(args.be_anon_gib * GiB)
+
+        def warm() -> None:
+            drop_file_cache(stream)
+            subprocess.run([python, "-c", WARM_FILESET, str(files)], preexec_fn=in_cgroups(web.dirs), check=True)
+
+        def oom_counts(dirs_list) -> int:
+            total = 0
+            for dirs in dirs_list:
+                for d in dirs:
+                    if (d / "memory.oom_control").exists():
+                        total += oom_kills((d / "memory.oom_control").read_text())
+            return total
+
+        web_memory = [d for d in web.dirs if (d / "memory.stat").exists()]
+
+        def run_once(run: str, round_: int) -> dict:
+            nonlocal agent, be
+            be_pod = be_pods[-1]
+            warm()
+            set_oom_score_adj(cgroup_pids(web.dirs), web_adj if run in ("k8s_default", "tidal") else 0)
+            metrics_port = None
+            if run == "tidal":
+                metrics_port = free_port()
+                agent = processes.start("agent", [
+                    str(Path(python).with_name("tidal-agent")), "run", "--node", node,
+                    "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
+                    "--kubelet-cgroup-root", kubelet.kubelet_root, "--node-memory-cgroup", kubelet.kubelet_root,
+                    "--state-dir", str(workdir / "agent"),
+                    "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
+                    workdir / "agent.log")
+                limit_file = next(d for d in be_pod.dirs if (d / "memory.stat").exists()) / "memory.limit_in_bytes"
+                want = int(args.be_batch_memory_gib * GiB)
+                deadline = time.monotonic() + 30
+                while abs(int(limit_file.read_text()) - want) > 4096:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the agent did not limit the BE pod's memory (log {workdir / 'agent.log'})")
+                    time.sleep(0.2)
+            events_before = 0
+            with lab.api_client() as api:
+                core = client.CoreV1Api(api)
+                events_before = sum(1 for e in core.list_namespaced_event("bench").items if e.reason == "TidalEvicted")
+            failcnt = int((budget / "memory.failcnt").read_text())
+            refault = parse_flat((web_memory[0] / "memory.stat").read_text()).get("total_workingset_refault_file", 0)
+            web_oom, be_oom = oom_counts([web.dirs]), oom_counts([be_pod.dirs])
+            be = None
+            if run != "solo":
+                be = BEJob(python, be_pod.dirs, anon, stream, workdir, 1000 if run in ("k8s_default", "tidal") else 0,
+                           args.be_pace_mb * 1e6)
+            evicted = threading.Event()
+            watching = threading.Event()
+
+            def watch_be_pod():  # the kubelet's part: an evicted pod's containers are killed
+                with lab.api_client() as api:
+                    core = client.CoreV1Api(api)
+                    while not watching.wait(0.5):
+                        try:
+                            p = core.read_namespaced_pod(names[be_pod.uid], "bench")
+                            gone = p.metadata.deletion_timestamp is not None
+                        except client.ApiException as err:
+                            gone = err.status == 404
+                        if gone:
+                            evicted.set()
+                            if be is not None and be.proc.poll() is None:
+                                be.proc.kill()
+                            return
+            watcher = threading.Thread(target=watch_be_pod, daemon=True)
+            watcher.start()
+            time.sleep(args.settle if be else 1)
+            sampler = MemorySampler(budget, budget_bytes)
+            sampler.start()
+            before = be.read() if be else None
+            if run == "be_solo":
+                time.sleep(args.seconds)
+                result = {"p50_ms": 0.0, "p99_ms": 0.0, "errors": 0, "ok_per_s": 0.0}
+            else:
+                result = loadgen_run(loadgen, urls, args.rate, args.seconds)
+            after = be.read() if be else None
+            used, workingset = sampler.stop()
+            watching.set()
+            watcher.join()
+            be_killed = be is not None and be.killed()
+            if be is not None:
+                be.stop()
+            be_rate = rate_between(before, after)
+            agent_metrics = {}
+            if run == "tidal":
+                text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+                agent_metrics = {"evictions_metric": metric_total(text, "tidal_evictions_total"),
+                                 "cgroup_writes": {s: metric_total(text, "tidal_agent_cgroup_writes_total", {"strategy": s})
+                                                   for s in ("be-batch-resources", "memory-reclaim")}}
+                processes.stop(agent)
+                agent = None
+                for line in (workdir / "agent.log").read_text(errors="replace").splitlines():
+                    if "evict" in line.lower() and "INFO" in line and ("evicting" in line or "evicted" in line):
+                        log(f"agent: {line[:300]}")
+                (workdir / "agent.log").rename(workdir / f"agent-{round_ + 1}.log")
+                subprocess.run([str(Path(python).with_name("tidal-agent")), "restore", "--node", node,
+                                "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
+                               check=True, capture_output=True)
+            with lab.api_client() as api:
+                core = client.CoreV1Api(api)
+                events = sum(1 for e in core.list_namespaced_event("bench").items if e.reason == "TidalEvicted")
+            evictions = max(events - events_before, 1 if evicted.is_set() else 0)
+            if evicted.is_set():  # a fresh BE pod for the next runs, as a job controller would
+                log(f"{run}: the BE pod {names[be_pod.uid]} was evicted; creating another")
+                with lab.api_client() as api:
+                    core = client.CoreV1Api(api)
+                    be_pods.append(pod(core, f"batch-{len(be_pods) + 1}", "BE", batch, dict(batch)))
+            refault_after = parse_flat((web_memory[0] / "memory.stat").read_text()).get("total_workingset_refault_file", 0)
+            web_oom_after, be_oom_after = oom_counts([web.dirs]), oom_counts([be_pod.dirs])
+            return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"], "errors": result["errors"],
+                    "be_mb_per_s": round(be_rate, 1), "node_mem_used_pct": used, "node_workingset_pct": workingset,
+                    "oom_kills": (web_oom_after - web_oom) + (be_oom_after - be_oom),
+                    "online_oom_kills": web_oom_after - web_oom, "be_killed": be_killed,
+                    "evictions": evictions, "online_refault_mib": round((refault_after - refault) * 4096 / MiB, 1),
+                    "budget_limit_hits": int((budget / "memory.failcnt").read_text()) - failcnt,
+                    "load1": round(os.getloadavg()[0], 2), **agent_metrics}
+
+        log(f"{args.rate} req/s for {args.seconds:g}s per treatment, {args.rounds} rounds; "
+            f"BE: {args.be_anon_gib:g} GiB anonymous + streaming {args.stream_gib:g} GiB")
+        warm()
+        loadgen_run(loadgen, urls, args.rate, 5)  # discarded: nginx's and the client's first requests
+        for round_ in range(args.rounds):
+            order = RUNS[round_ % len(RUNS):] + RUNS[:round_ % len(RUNS)]
+            for run in order:
+                r = run_once(run, round_)
+                results[run].append(r)
+                print(json.dumps({"round": round_ + 1, "treatment": run, **r}), flush=True)
+    finally:
+        load["end"] = os.getloadavg()
+        if be is not None:
+            be.stop()
+        if agent is not None:
+            processes.stop(agent)
+        if nginx is not None:
+            nginx.stop()
+        try:
+            lab.down(wipe=True)
+        finally:
+            cgroups.cleanup()
+            shutil.rmtree(workdir, ignore_errors=True)
+    summary = summarise(results)
+    for line in verdict({**summary, "tidal": {**summary.get("tidal", {}),
+                                              "online_oom_kills": sum(r["online_oom_kills"] for r in results["tidal"])}}):
+        log(line)
+    log(f"load average at start {load['start'][0]:.2f}, at end {load['end'][0]:.2f}")
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

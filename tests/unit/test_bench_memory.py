@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""bench/memory.py's pure parts: OOM counting, progress and rate, metrics, the summary."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import memory  # noqa: E402
+
+OOM_CONTROL = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"
+
+
+@pytest.mark.parametrize("text, kills", [
+    (OOM_CONTROL, 3),
+    ("oom_kill_disable 0\nunder_oom 0\n", 0),  # kernels before 4.13 have no oom_kill line
+])
+def test_oom_kills_of_a_v1_cgroup(text, kills):
+    assert memory.oom_kills(text) == kills
+
+
+@pytest.mark.parametrize("request_, capacity, adj", [
+    (int(2.75 * (1 << 30)), 6 << 30, 542),  # the bench's LS pod on its 6 GiB node
+    (0, 6 << 30, 999),                      # no request: just below BestEffort's 1000
+    (6 << 30, 6 << 30, 3),                  # all of the node: just above Guaranteed
+    (7 << 30, 6 << 30, 3),
+])
+def test_kubelet_burstable_oom_score_adj(request_, capacity, adj):
+    assert memory.kubelet_burstable_oom_score_adj(request_, capacity) == adj
+
+
+@pytest.mark.parametrize("text, record", [
+    ("12.500 1048576" + " " * 30, (12.5, 1048576)),
+    ("", None),
+    ("12.5", None),
+    ("x 1", None),
+])
+def test_progress_records(text, record):
+    assert memory.parse_progress(text) == record
+
+
+@pytest.mark.parametrize("before, after, rate", [
+    ((10.0, 0), (12.0, 200_000_000), 100.0),
+    (None, (12.0, 1), 0.0),
+    ((12.0, 5), (12.0, 9), 0.0),  # no time passed: no rate, not a division by zero
+])
+def test_rate_between_progress_records(before, after, rate):
+    assert memory.rate_between(before, after) == rate
+
+
+METRICS = """# HELP tidal_evictions_total Evictions
+tidal_evictions_total{node="n",reason="psi",resource="memory"} 2.0
+tidal_evictions_total{node="n",reason="watermark",resource="memory"} 1.0
+tidal_agent_cgroup_writes_total{node="n",strategy="be-batch-resources"} 5.0
+"""
+
+
+def test_metric_totals_by_labels():
+    assert memory.metric_total(METRICS, "tidal_evictions_total") == 3.0
+    assert memory.metric_total(METRICS, "tidal_evictions_total", {"reason": "psi"}) == 2.0
+    assert memory.metric_total(METRICS, "tidal_agent_cgroup_writes_total", {"strategy": "memory-reclaim"}) == 0.0
+
+
+def run(p99, be=0.0, used=50.0, ooms=0, evictions=0, errors=0):
+    return {"p50_ms": p99 / 4, "p99_ms": p99, "errors": errors, "be_mb_per_s": be, "node_mem_used_pct": used,
+            "oom_kills": ooms, "evictions": evictions}
+
+
+def test_summary_medians_spreads_and_summed_counters():
+    runs = {
+        "solo": [run(4.0), run(2.0), run(3.0)],
+        "be_solo": [run(0.0, be=1000.0), run(0.0, be=900.0), run(0.0, be=1100.0)],
+        "no_isolation": [run(40.0, be=800.0, used=100.0, errors=1)] * 3,
+        "k8s_default": [run(30.0, be=800.0, used=100.0, ooms=1)] * 3,
+        "tidal": [run(3.3, be=600.0, used=92.0, evictions=1), run(3.0, be=650.0, used=93.0), run(3.6, be=0.0, used=91.0)],
+    }
+    summary = memory.summarise(runs)
+    assert list(summary) == list(memory.TREATMENTS)
+    assert summary["solo"]["p99_ms"] == 3.0 and summary["solo"]["p99_ms_spread"] == [2.0, 4.0]
+    assert summary["solo"]["be_mb_per_s"] == 1000.0  # the BE job alone
+    assert summary["tidal"]["be_mb_per_s"] == 600.0 and summary["tidal"]["be_mb_per_s_spread"] == [0.0, 650.0]
+    assert summary["tidal"]["evictions"] == 1 and summary["k8s_default"]["oom_kills"] == 3
+    assert summary["no_isolation"]["errors"] == 3
+    assert all(set(memory.SUMMARY_KEYS) <= set(r) for r in summary.values())
+    lines = memory.verdict({**summary, "tidal": {**summary["tidal"], "online_oom_kills": 0}})
+    assert "tidal p99 1.10x solo (bar <= 1.2x): met" in lines
+    assert "node memory used under tidal 92.0% (bar >= 90%): met" in lines
+    assert "tidal p99 ratio 1.10 vs k8s default's 10.00 (bar <= half): met" in lines
+    assert "BE throughput under tidal 60% of solo (bar >= 50%): met" in lines
+
+
+def test_no_verdict_without_every_treatment():
+    assert memory.verdict({"solo": run(1.0)}) == ["not every treatment measured: no verdict"]

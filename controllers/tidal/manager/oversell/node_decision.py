@@ -270,6 +270,22 @@ def current_amounts(node: Mapping[str, Any], reporting_mode: str) -> dict[str, i
     return out
 
 
+def breakdown_disagrees(profile: Mapping[str, Any] | None, current: Mapping[str, int | None]) -> bool:
+    """Whether the NodeProfile's published breakdown (``status.oversell.<resource>.result``)
+    names other batch amounts than the node carries: the node was patched and the breakdown
+    was not (a leader killed between its two writes), or the breakdown was lost. Such a node is
+    written again even when its amounts need no change, so no node keeps a half-written cycle.
+    A node without a NodeProfile (nothing to publish into) or without amounts never disagrees."""
+    if profile is None or all(current.get(name) is None for _, _, name, _ in RESOURCES):
+        return False
+    oversell = ((profile.get("status") or {}).get("oversell")) or {}
+    for _, key, name, _ in RESOURCES:
+        published = (oversell.get(key) or {}).get("result")
+        if published != (current.get(name) or 0):
+            return True
+    return False
+
+
 VOLCANO_OVERSUBSCRIPTION_LABEL = qos.VOLCANO_OVERSUBSCRIPTION_LABEL
 VOLCANO_CPU_ANNOTATION = qos.VOLCANO_OVERSUBSCRIPTION_CPU_ANNOTATION
 VOLCANO_MEMORY_ANNOTATION = qos.VOLCANO_OVERSUBSCRIPTION_MEMORY_ANNOTATION

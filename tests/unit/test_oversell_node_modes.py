@@ -276,6 +276,23 @@ def test_breakdown_disagrees(oversell, current, disagrees):
     assert breakdown_disagrees(profile, current) is disagrees
 
 
+@pytest.mark.parametrize("published, notes, disagrees", [
+    (["annotation x=50 overrides the policy (60)"], ["annotation x=50 overrides the policy (60)"], False),
+    # a user's annotation ignored since the last write: the note must be published
+    ([], ["annotation colocation.tidal.io/oversell-ratio-percent='lots' ignored: must be a number 0-100"], True),
+    # ... and removed again
+    (["annotation x=50 overrides the policy (60)"], [], True),
+    # only the figures changed (a stale profile's age): not worth a write every cycle
+    (["NodeProfile is stale (301s old > degrade time 300s)"], ["NodeProfile is stale (306s old > degrade time 300s)"],
+     False),
+])
+def test_a_breakdown_whose_notes_disagree_is_written_again(published, notes, disagrees):
+    profile = {"status": {"oversell": {"cpuMillicores": {"result": 1}, "memoryBytes": {"result": 2},
+                                       "notes": published}}}
+    assert breakdown_disagrees(profile, {CPU: 1, MEMORY: 2}, notes) is disagrees
+    assert breakdown_disagrees(profile, {CPU: 1, MEMORY: 2}) is False   # notes not given: amounts only
+
+
 def test_a_node_without_a_node_profile_has_nothing_half_written():
     assert breakdown_disagrees(None, {CPU: 3000, MEMORY: 1024}) is False
 

@@ -189,7 +189,7 @@ class OversellMaster:
             result.decisions[name] = decision
             desired = decision.amounts
             if label_changes or any(should_write(current[k], desired[k], self.settings.change_threshold_percent)
-                                    for k in desired) or breakdown_disagrees(profiles.get(name), current):
+                                    for k in desired) or breakdown_disagrees(profiles.get(name), current, decision.notes):
                 writes.append(self._write(node, decision, current, name in profiles, now, result, label_changes))
         # Bounded concurrency: a cycle that changes thousands of nodes stays within seconds
         # without flooding the API server (its priority and fairness limits still apply).

@@ -24,9 +24,11 @@ CONVERGE_SECONDS = 10
 def _converge(core, custom, recovery, fault: str, since, service: str) -> dict[str, float]:
     """Once the API server answers: poll until it answers through the `kubernetes` Service
     (`back`: the lab's kube-proxy routes to it again), then until every part of convergence
-    holds; record the time it took from `back`, with when each part first held, and check it."""
+    holds; record the time it took from `back`, with when each part first held, and check it.
+    (The Service routes again 0.1-53 s after kube-apiserver is back, measured 2026-11-26: the lab's
+    kube-proxy and the API server's endpoint reconciler, not Tidal; hence the long deadline.)"""
     answered = time.monotonic()
-    wait_for(lambda: service_answers(service), 60, f"the API server through the kubernetes Service {service}",
+    wait_for(lambda: service_answers(service), 120, f"the API server through the kubernetes Service {service}",
              interval=0.1)
     back = time.monotonic()
     first: dict[str, float] = {"service routes": round(back - answered, 1)}

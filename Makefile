@@ -56,6 +56,15 @@ $(VENV)/collections/.installed: requirements.yml tests/ansible/install_collectio
 test: venv debian-packages lab-build console-web collections
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The flake hunt (issue 15, not part of `make test`): every lab, fault and NRI test FLAKE_RUNS
+# times, each run a pytest session of its own (on a clean lab of its own unless $TIDAL_LAB_DIR
+# names a running one); prints each test's pass rate, then a JSON line. FLAKE_TESTS narrows it.
+FLAKE_RUNS ?= 10
+FLAKE_TESTS ?= tests/lab tests/faults tests/nri
+.PHONY: flake-hunt
+flake-hunt: venv debian-packages lab-build console-web collections
+	$(BIN)/python -m tidal_dev.testing.flake_hunt --runs $(FLAKE_RUNS) $(FLAKE_TESTS) -- $(PYTEST_ARGS)
+
 unit: venv collections
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 

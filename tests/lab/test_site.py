@@ -7,14 +7,19 @@ removes everything again (the lab is shared by the suite)."""
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tidal_dev.testing.playbook import run as playbook_run
+from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, play, recap
+from tidal_dev.testing.site import container_cgroup as _container_cgroup
+from tidal_dev.testing.site import gone as _gone
+from tidal_dev.testing.site import pod_manifest as _pod
+from tidal_dev.testing.site import read as _read
+from tidal_dev.testing.site import running as _running
+from tidal_dev.testing.site import switch_colocation as _switch_colocation
 
 pytestmark = pytest.mark.lab
 
@@ -22,26 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "console"))
 from browser_helpers import browser  # noqa: E402,F401 (a fixture)
 from browser_helpers import go, signed_in  # noqa: E402
-
-PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
-
-
-def play(playbook: str, lab, timeout: float = 240, *extra: str) -> subprocess.CompletedProcess:
-    """Run a playbook against the lab (retried once past ansible-core's results-thread race:
-    tidal_dev.testing.playbook)."""
-    env = dict(os.environ, TIDAL_LAB_DIR=str(lab.dir), ANSIBLE_NOCOLOR="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    return playbook_run([PLAYBOOK, playbook, *extra], ROOT, env, timeout)
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    return {host: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
-            for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE)}
-
-
-REAL_NODE = "lab-real-0"
-NAMESPACE = "tidal-system"
-
 
 @pytest.fixture(scope="module")
 def site(lab):
@@ -407,62 +392,9 @@ def test_the_console_shows_the_demo_working_and_switches_a_node_off(lab, site, c
 
 # -- the whole chain on the real node, with Tidal deployed as pods ---------------------------
 
-CGROUP = Path("/sys/fs/cgroup")
-
-
-def _container_cgroup(pod, controller: str) -> Path:
-    """The container's cgroup directory under the real node's kubelet (cgroupfs driver)."""
-    qos_class = pod.status.qos_class.lower()
-    pod_dir = f"pod{pod.metadata.uid}"
-    base = CGROUP / controller / "tidal-lab" / "kubepods"
-    base = base / pod_dir if qos_class == "guaranteed" else base / qos_class / pod_dir
-    container_id = pod.status.container_statuses[0].container_id.split("://", 1)[1]
-    return base / container_id
-
-
-def _read(path: Path) -> str:
-    return path.read_text().strip()
-
-
-def _pod(name: str, image: str, level: str | None, resources: dict, command: list[str], **extra) -> dict:
-    annotations = {"colocation.tidal.io/qos-level": level} if level else {}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": REAL_NODE}, "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never",
-                                     "command": command, "resources": resources}], **extra}}
-
-
-def _running(core, namespace: str, name: str):
-    def check():
-        pod = core.read_namespaced_pod(name, namespace)
-        statuses = pod.status.container_statuses or []
-        return pod if pod.status.phase == "Running" and statuses and statuses[0].container_id else None
-    return check
-
-
-def _gone(core, namespace: str, name: str):
-    from kubernetes.client.exceptions import ApiException
-
-    def check():
-        try:
-            core.read_namespaced_pod(name, namespace)
-        except ApiException as err:
-            return err.status == 404
-        return False
-    return check
-
 
 def _node(core):
     return core.read_node(REAL_NODE)
-
-
-def _switch_colocation(lab, on: bool) -> subprocess.CompletedProcess:
-    """The real node's colocation switch, as a user flips it: the tidal.colocation.node module."""
-    return subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-m", "tidal.colocation.node",
-                           "-a", json.dumps({"names": [REAL_NODE], "colocation": on,
-                                             "kubeconfig": str(lab.kubeconfig_path)})],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, site, core):

@@ -12,7 +12,7 @@ from tidal.api.node_mode import (OVERSELL_TYPES_ANNOTATION, VOLCANO_COLOCATION_L
 from tidal.manager.oversell.master import OversellMaster, master_node, volcano_patch
 from tidal.manager.oversell.node_decision import (COLOCATION_ONLY_NOTE, VOLCANO_CPU_ANNOTATION,
                                                   VOLCANO_MEMORY_ANNOTATION, OversellSettings, decide_node,
-                                                  mode_of, volcano_label_changes)
+                                                  breakdown_disagrees, mode_of, volcano_label_changes)
 
 NOW = datetime.datetime(2024, 5, 1, 12, 0, tzinfo=datetime.timezone.utc)
 GiB = 1024 ** 3
@@ -212,14 +212,16 @@ def test_volcano_mode_cycle_writes_label_and_marker_with_the_amounts(labels, ann
 
 def test_volcano_mode_cycle_after_its_own_write_writes_nothing_and_undoes_itself():
     """The marker ends the loop: written once, read back as output, removed with Tidal's label."""
-    node = _node({OV: "true"})
-    writes, _ = _cycle([node], VOLCANO)
+    node, profile = _node({OV: "true"}), _profile()
+    writes, _ = _cycle([node], VOLCANO, [profile])
     ((_, _, body),) = [w for w in writes if w[0] == "strategic"]
     node["metadata"]["labels"].update(body["metadata"]["labels"])
     node["metadata"]["annotations"].update(body["metadata"]["annotations"])
-    assert [w for w in _cycle([node], VOLCANO)[0] if w[0] == "strategic"] == []
+    ((_, _, breakdown),) = [w for w in writes if w[0] == "merge"]   # as the API server stores it
+    profile["status"].update(breakdown["status"])
+    assert [w for w in _cycle([node], VOLCANO, [profile])[0] if w[0] == "strategic"] == []
     del node["metadata"]["labels"][OV]
-    (undo,) = [w[2]["metadata"] for w in _cycle([node], VOLCANO)[0] if w[0] == "strategic"]
+    (undo,) = [w[2]["metadata"] for w in _cycle([node], VOLCANO, [profile])[0] if w[0] == "strategic"]
     assert undo["labels"] == {VOV: None} and undo["annotations"][MARK] is None
 
 
@@ -241,3 +243,73 @@ def test_extended_resources_cycle_follows_the_mode(labels, batch, amounts, event
                        "/status/allocatable/kubernetes.io~1batch-memory": str(amounts[1])}]
     assert [w for w in writes if w[0] == "strategic"] == []   # no Volcano label in this mode
     assert len([w for w in writes if w[0] == "create"]) == events
+
+
+# -- a half-written node (issue 15): a leader killed between its two writes of a node (the Node's
+# batch amounts, then the breakdown in its NodeProfile); the next leader's cycle finishes it even
+# though the amounts need no change.
+
+CPU, MEMORY = qos.BATCH_CPU_RESOURCE, qos.BATCH_MEMORY_RESOURCE
+
+
+def _with_breakdown(profile, cpu, memory):
+    profile["status"]["oversell"] = {"cpuMillicores": {"result": cpu}, "memoryBytes": {"result": memory}}
+    return profile
+
+
+@pytest.mark.parametrize("oversell, current, disagrees", [
+    # the breakdown names what the node carries: nothing to finish
+    ({"cpuMillicores": {"result": 3000}, "memoryBytes": {"result": 1024}}, {CPU: 3000, MEMORY: 1024}, False),
+    # the node was patched, the breakdown not (killed in between)
+    ({"cpuMillicores": {"result": 2000}, "memoryBytes": {"result": 1024}}, {CPU: 3000, MEMORY: 1024}, True),
+    ({"cpuMillicores": {"result": 3000}, "memoryBytes": {"result": 0}}, {CPU: 3000, MEMORY: 1024}, True),
+    # no breakdown at all on a node with amounts (never written, or the status was lost)
+    (None, {CPU: 3000, MEMORY: 1024}, True),
+    ({}, {CPU: 0, MEMORY: 0}, True),
+    # a node without amounts: nothing was written, nothing half-written
+    (None, {CPU: None, MEMORY: None}, False),
+    # an amount missing counts as 0
+    ({"cpuMillicores": {"result": 0}, "memoryBytes": {"result": 1024}}, {CPU: None, MEMORY: 1024}, False),
+])
+def test_breakdown_disagrees(oversell, current, disagrees):
+    profile = {"metadata": {"name": "n1"}, "status": {} if oversell is None else {"oversell": oversell}}
+    assert breakdown_disagrees(profile, current) is disagrees
+
+
+@pytest.mark.parametrize("published, notes, disagrees", [
+    (["annotation x=50 overrides the policy (60)"], ["annotation x=50 overrides the policy (60)"], False),
+    # a user's annotation ignored since the last write: the note must be published
+    ([], ["annotation colocation.tidal.io/oversell-ratio-percent='lots' ignored: must be a number 0-100"], True),
+    # ... and removed again
+    (["annotation x=50 overrides the policy (60)"], [], True),
+    # only the figures changed (a stale profile's age): not worth a write every cycle
+    (["NodeProfile is stale (301s old > degrade time 300s)"], ["NodeProfile is stale (306s old > degrade time 300s)"],
+     False),
+])
+def test_a_breakdown_whose_notes_disagree_is_written_again(published, notes, disagrees):
+    profile = {"status": {"oversell": {"cpuMillicores": {"result": 1}, "memoryBytes": {"result": 2},
+                                       "notes": published}}}
+    assert breakdown_disagrees(profile, {CPU: 1, MEMORY: 2}, notes) is disagrees
+    assert breakdown_disagrees(profile, {CPU: 1, MEMORY: 2}) is False   # notes not given: amounts only
+
+
+def test_a_node_without_a_node_profile_has_nothing_half_written():
+    assert breakdown_disagrees(None, {CPU: 3000, MEMORY: 1024}) is False
+
+
+def test_the_next_cycle_finishes_a_half_written_node_and_then_writes_nothing():
+    # The node carries the amounts of the killed leader's cycle; its breakdown is the one before.
+    node = _node({OV: "true"}, batch={CPU: str(CPU_OK), MEMORY: str(MEMORY_OK)})
+    profile = _with_breakdown(_profile(), CPU_OK - 1000, MEMORY_OK)
+    writes, result = _cycle([node], SETTINGS, [profile])
+    (breakdown,) = [body["status"]["oversell"] for kind, _, body in writes if kind == "merge"]
+    assert (breakdown["cpuMillicores"]["result"], breakdown["memoryBytes"]["result"]) == (CPU_OK, MEMORY_OK)
+    assert [kind for kind, _, _ in writes if kind == "create"] == []   # no Event: the amounts did not drop
+    # once finished, the node and its breakdown agree: the following cycle writes nothing
+    profile["status"]["oversell"] = breakdown
+    assert _cycle([node], SETTINGS, [profile])[0] == []
+
+
+def test_a_node_and_breakdown_that_agree_are_not_written_again():
+    node = _node({OV: "true"}, batch={CPU: str(CPU_OK), MEMORY: str(MEMORY_OK)})
+    assert _cycle([node], SETTINGS, [_with_breakdown(_profile(), CPU_OK, MEMORY_OK)])[0] == []

@@ -74,8 +74,10 @@ SD_POD = f"/cg/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{
 @pytest.mark.parametrize(
     "layout, caps, expected",
     [
-        # the BE parent first (where BE competes with the online pods' groups), then each BE pod
-        (V1, {"cpu.idle": True}, [("/cg/cpu/kubepods/besteffort", "cpu.idle", "1"),
+        # the BE parent first (where BE competes with the online pods' groups), then each BE pod;
+        # the parent keeps the kubelet's minimum weight, never cpu.idle (the kubelet could not
+        # write its weight and would not start again: issue 15)
+        (V1, {"cpu.idle": True}, [("/cg/cpu/kubepods/besteffort", "cpu.shares", "2"),
                                   (f"/cg/cpu/kubepods/besteffort/pod{UID}", "cpu.idle", "1")]),
         (V1, {}, [("/cg/cpu/kubepods/besteffort", "cpu.shares", "2"),
                   (f"/cg/cpu/kubepods/besteffort/pod{UID}", "cpu.shares", "2")]),
@@ -90,7 +92,7 @@ SD_POD = f"/cg/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{
         ),
         (
             V2, {"cpu.idle": True},
-            [("/cg/kubepods.slice/kubepods-besteffort.slice", "cpu.idle", "1"), (SD_POD, "cpu.idle", "1")],
+            [("/cg/kubepods.slice/kubepods-besteffort.slice", "cpu.weight", "1"), (SD_POD, "cpu.idle", "1")],
         ),
         (
             V2, {},

@@ -109,3 +109,46 @@ def test_restore_is_every_features_undo_and_the_journal(tmp_path):
     assert engine.restore() == []
     assert value.read_text() == "0" and sorted(p.name for p in resctrl.iterdir()) == ["mine"]
     assert engine.journal.originals == {}
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real, full filesystem for the journal: a 64 KiB tmpfs filled up (root only)."""
+    import subprocess
+    mount = tmp_path / "state"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a tmpfs (a real full disk for the journal)")
+    try:
+        import os
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"x" * 1024)
+        except OSError:
+            pass
+        os.close(fd)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_journal_on_a_full_disk_leaves_the_cgroup_alone_and_reports_it(tmp_path, full_disk):
+    """Issue 15, disk full for the agent's journal: a file whose original cannot be journalled
+    is not changed (nothing could put it back), the write is an error naming the journal and
+    the reason, not an exception that would crash the agent; once there is room, it goes on."""
+    root = tmp_path / "kubepods"
+    (root / "pod").mkdir(parents=True)
+    (root / "pod" / "cpu.shares").write_text("1024")
+    executor = Executor(full_disk / "qos-journal.json")
+    out = executor.execute([CgroupWrite(root / "pod", "cpu.shares", "2")], [], [root])
+    ((write, problem),) = out.result.errors
+    assert (root / "pod" / "cpu.shares").read_text() == "1024"
+    assert "not changed" in problem and "qos-journal.json" in problem and "No space left" in problem, problem
+    assert executor.journal.originals == {}
+    (full_disk / "filler").unlink()
+    out = executor.execute([CgroupWrite(root / "pod", "cpu.shares", "2")], [], [root])
+    assert out.result.errors == [] and (root / "pod" / "cpu.shares").read_text() == "2"
+    assert json.loads((full_disk / "qos-journal.json").read_text())["originals"] == {
+        str(root / "pod" / "cpu.shares"): "1024"}

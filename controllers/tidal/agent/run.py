@@ -229,6 +229,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                                     lambda: loop.time() - last_tick < 10)
     last_report = None
     reported: list[int | None] = [None]  # the policy generation last written, set by _report
+    failed = [False]  # whether the last report failed (set by _report): retried sooner
     writer: asyncio.Task | None = None
 
     def observe(now: float) -> None:
@@ -253,13 +254,13 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # rollout status waits for it. The write runs beside the ticks, so an absent API server
         # never delays enforcement.
         behind = reported[0] != node_qos.policy_generation
-        due = last_report is None or started - last_report >= report_interval or behind
+        due = report_due(started, last_report, failed[0], behind, report_interval)
         if due and (writer is None or writer.done()):
             last_report = started
             writer = asyncio.create_task(_report(api, node, report(
                 sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed),
                 node_qos.mode_status()),
-                node_qos.policy_generation, reported))
+                node_qos.policy_generation, reported, failed))
 
     async def wait(seconds: float) -> None:
         try:
@@ -298,11 +299,30 @@ def restore_on_exit(node: dict | None) -> bool:
     return not node_active(meta.get("labels"), meta.get("annotations"))
 
 
-async def _report(api, node: str, status: dict, generation: int, reported: list) -> None:
+# A failed report (the API server away) is retried this soon, not a whole report interval later:
+# the node is reported again within seconds of the API server's return (issue 15: everything
+# converges within 10 s), with one warning per retry meanwhile.
+REPORT_RETRY_SECONDS = 2.0
+
+
+def report_due(now: float, last_report: float | None, last_failed: bool, behind: bool, interval: float,
+               retry: float = REPORT_RETRY_SECONDS) -> bool:
+    """Whether the agent writes its NodeProfile at `now`: the first time, when the policy
+    generation it reported is behind, every `interval` seconds, and `retry` seconds after a
+    failed write (never later than `interval`)."""
+    if last_report is None or behind:
+        return True
+    return now - last_report >= (min(retry, interval) if last_failed else interval)
+
+
+async def _report(api, node: str, status: dict, generation: int, reported: list, failed: list | None = None) -> None:
+    failed = failed if failed is not None else [False]
     try:
         await asyncio.wait_for(write_status(api.request, node, status), timeout=10)
         reported[0] = generation
-    except Exception as err:  # the next report retries; stale data degrades to 0 at the master
+        failed[0] = False
+    except Exception as err:  # retried after REPORT_RETRY_SECONDS; stale data degrades to 0 at the master
+        failed[0] = True
         log.warning("NodeProfile %s not written: %s", node, err)
 
 

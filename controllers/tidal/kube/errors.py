@@ -96,3 +96,16 @@ def error_summary(err: BaseException) -> str:
         text = str(err) if err.message else f"{err} {err.body}".strip()
         return text.replace("\n", " ")[:500]
     return str(err) or type(err).__name__
+
+
+def unavailable(err: BaseException) -> bool:
+    """Whether a failed call failed because the API server was away or refused it — an
+    ApiError answer, a connection refused or reset (OSError and aiohttp's client errors, which
+    derive from OSError or ClientError), a timeout — rather than because of a bug. Such a
+    failure is expected while the control plane restarts: one log line, no traceback."""
+    import asyncio
+    try:
+        from aiohttp import ClientError
+    except ImportError:  # pragma: no cover - aiohttp is a dependency of every component
+        ClientError = OSError  # noqa: N806
+    return isinstance(err, (ApiError, OSError, ClientError, asyncio.TimeoutError, TimeoutError))

@@ -115,10 +115,17 @@ class RestoreJournal:
                 _write_atomic(old, {"originals": {}})
 
     def record(self, target: Path, original: str) -> None:
+        """Record ``target``'s original value (once) and persist it; raises OSError — and
+        records nothing — when the journal cannot be written (its disk full): the caller must
+        then leave the file alone, as nothing could put it back."""
         key = str(target)
         if key not in self.originals:
             self.originals[key] = original
-            self.save()
+            try:
+                self.save()
+            except OSError:
+                del self.originals[key]
+                raise
 
     def forget(self, target: Path | str) -> None:
         if self.originals.pop(str(target), None) is not None:
@@ -211,7 +218,12 @@ def _apply_pass(
         if current == write.value:
             result.unchanged.append(write)
             continue
-        journal.record(target, current)
+        try:
+            journal.record(target, current)
+        except OSError as error:  # never change what could not be put back: an error, not a crash
+            result.errors.append((write, f"{target}: not changed: its original could not be journalled in "
+                                         f"{journal.path}: {error.strerror or error}"))
+            continue
         try:
             target.write_text(write.value, encoding="ascii")
         except OSError as error:
@@ -274,5 +286,8 @@ def restore(journal: RestoreJournal, only: Iterable[str] | None = None) -> list[
         if not problems or len(problems) == len(pending):
             break
         pending = [key for key, _ in problems]
-    journal.save()
+    try:
+        journal.save()
+    except OSError as error:  # the files are back; the journal on disk still names them (harmless)
+        problems.append((str(journal.path), f"journal not saved: {error.strerror or error}"))
     return problems

@@ -1,14 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """BE CPU priority: BE pods run at the lowest CPU priority the kernel offers.
 
-On the parent of all BE pods (``kubepods/besteffort``, the sibling of the online pods' groups:
-a group's idleness or weight only counts among its siblings) and on every BE pod cgroup
-(containers below a pod only compete with each other):
+On every BE pod cgroup (containers below a pod only compete with each other):
 
 * ``cpu.idle = 1`` where the kernel has it (v1 and v2, Linux >= 5.15): SCHED_IDLE for the group,
   so any online task preempts it;
 * otherwise the minimum weight: ``cpu.shares = 2`` (v1) or ``cpu.weight = 1`` (v2);
 * and, on openEuler kernels with ``cpu.qos_level``, ``cpu.qos_level = -1`` (offline).
+
+On the parent of all BE pods (``kubepods/besteffort``, the sibling of the online pods' groups:
+a group's idleness or weight only counts among its siblings): the minimum weight and
+``cpu.qos_level``, never ``cpu.idle``. The kubelet owns that group's weight and writes it at every
+start (``cpu.shares = 2``, ``cpu.weight = 1``); the kernel refuses a weight on an idle group
+(EINVAL), and a kubelet that cannot write it does not start ("failed to initialize top level
+QOS containers"): an idle parent made every kubelet restart on a Tidal node fail (issue 15's
+kubelet-restart fault). The minimum weight is the kubelet's own value, so both agree.
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ class BECPUPriority:
         # The priority must hold where BE competes with online pods: a group's cpu.idle or
         # weight only counts among its siblings. BE pods are BestEffort, so their parent
         # (kubepods/besteffort) is the sibling of the online pods' (kubepods/burstable and the
-        # Guaranteed pods in kubepods): it is made idle too. (The kubelet already gives it the
-        # minimum weight, 2 shares.) Each BE pod is idle among the BestEffort pods as well.
-        paths = [cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))] if state.be_pods() else []
+        # Guaranteed pods in kubepods): it keeps the minimum weight — the kubelet's own value;
+        # never cpu.idle, which makes the kubelet's weight write fail and the kubelet not start
+        # (see the module's docstring). Each BE pod is idle among the BestEffort pods.
+        parent = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
+        paths = [parent] if state.be_pods() else []
         paths += [cpu_dir(state, state.layout.pod_relpath(p.uid, p.qos_class)) for p in state.be_pods()]
         for path in paths:
-            if state.supports("cpu.idle"):
+            if state.supports("cpu.idle") and path != parent:
                 writes.append(CgroupWrite(path, "cpu.idle", "1"))
             elif state.layout.version is CgroupVersion.V1:
                 writes.append(CgroupWrite(path, "cpu.shares", str(MIN_SHARES)))

@@ -11,6 +11,7 @@ import time
 
 from tidal.api import qos
 from tidal.kube import KubeAPI, Watcher, read_policy
+from tidal.kube.errors import error_summary, unavailable
 from tidal.api.pod_resources import batch_requested
 from tidal.manager.oversell.master import CycleResult, OversellMaster
 from tidal.metrics import ManagerMetrics
@@ -54,8 +55,11 @@ async def run_master(api: KubeAPI, interval_seconds: float, metrics: ManagerMetr
                     export_cycle(metrics, result, time.time())
             except asyncio.CancelledError:
                 raise
-            except Exception:  # one bad cycle must not end the leader's work
-                log.exception("oversell cycle failed")
+            except Exception as err:  # one bad cycle must not end the leader's work
+                if unavailable(err):  # the API server away: one line per retry, no traceback
+                    log.warning("oversell cycle failed: %s", error_summary(err))
+                else:
+                    log.exception("oversell cycle failed")
                 if metrics is not None:
                     metrics.cycles.labels("error").inc()
             await asyncio.sleep(interval_seconds)

@@ -34,9 +34,9 @@ from tidal.api.json_patch import escape as _escape
 from tidal.kube import KubeAPI, NotFound, Watcher, custom_path, error_summary
 from tidal.manager.oversell.arithmetic import should_write
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_MEMORY_ANNOTATION,
-                                                  NodeDecision, OversellSettings, current_amounts,
-                                                  decide_node, master_wrote_volcano_label, mode_of,
-                                                  volcano_label_changes)
+                                                  NodeDecision, OversellSettings, breakdown_disagrees,
+                                                  current_amounts, decide_node, master_wrote_volcano_label,
+                                                  mode_of, volcano_label_changes)
 
 log = logging.getLogger(__name__)
 NODES = "/api/v1/nodes"
@@ -189,7 +189,7 @@ class OversellMaster:
             result.decisions[name] = decision
             desired = decision.amounts
             if label_changes or any(should_write(current[k], desired[k], self.settings.change_threshold_percent)
-                                    for k in desired):
+                                    for k in desired) or breakdown_disagrees(profiles.get(name), current, decision.notes):
                 writes.append(self._write(node, decision, current, name in profiles, now, result, label_changes))
         # Bounded concurrency: a cycle that changes thousands of nodes stays within seconds
         # without flooding the API server (its priority and fairness limits still apply).

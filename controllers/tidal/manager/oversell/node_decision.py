@@ -23,8 +23,9 @@ A report older than the degrade time, or none at all, drives the node's batch re
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from tidal.api import qos
 from tidal.api.node_mode import VOLCANO_LABEL_WRITTEN_ANNOTATION, Mode, NodeMode, node_mode
@@ -268,6 +269,31 @@ def current_amounts(node: Mapping[str, Any], reporting_mode: str) -> dict[str, i
         except QuantityError:
             out[name] = None
     return out
+
+
+def _gist(notes) -> list[str]:
+    """Notes without their figures (a stale profile's age changes every cycle, its meaning not)."""
+    return [re.sub(r"[0-9][0-9.]*", "#", note) for note in notes or ()]
+
+
+def breakdown_disagrees(profile: Mapping[str, Any] | None, current: Mapping[str, int | None],
+                        notes: Iterable[str] | None = None) -> bool:
+    """Whether the NodeProfile's published breakdown (``status.oversell``) disagrees with the
+    node: other batch amounts than the node carries (the node was patched and the breakdown was
+    not — a leader killed between its two writes — or the breakdown was lost), or, given the
+    cycle's `notes`, other notes than those, figures aside (a user's annotation ignored or
+    applied since, with the amounts unchanged: its note must reach the user). Such a node is
+    written again even when its amounts need no change, so no node keeps a half-written or
+    stale breakdown. A node without a NodeProfile (nothing to publish into) or without amounts
+    never disagrees."""
+    if profile is None or all(current.get(name) is None for _, _, name, _ in RESOURCES):
+        return False
+    oversell = ((profile.get("status") or {}).get("oversell")) or {}
+    for _, key, name, _ in RESOURCES:
+        published = (oversell.get(key) or {}).get("result")
+        if published != (current.get(name) or 0):
+            return True
+    return notes is not None and _gist(oversell.get("notes")) != _gist(notes)
 
 
 VOLCANO_OVERSUBSCRIPTION_LABEL = qos.VOLCANO_OVERSUBSCRIPTION_LABEL

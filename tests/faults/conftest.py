@@ -1,0 +1,119 @@
+"""The fault suite's fixtures: Tidal deployed as pods on the lab's real node once for the
+suite (playbooks/site.yml without the demo, playbooks/uninstall.yml afterwards), a policy that
+lets the real node oversell and never evicts for the machine's own load, a BE pod on batch
+resources held by the agent and the NRI plugin, and the recovery times measured."""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, container_cgroup, play, read, running,
+                                    tidal_pods)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fault_helpers import (BE_QUOTA_US, POLICY, SUITE_POLICY, _namespace_gone, batch_cpu, be_pod,  # noqa: E402
+                           now_utc)
+
+# The recovery times measured by the suite, by fault (the README's table is made from them).
+RECOVERY_FILE = Path(__file__).resolve().parents[1] / "output" / "faults-recovery.json"
+
+
+@pytest.fixture(scope="package")
+def core(lab):
+    with lab.api_client() as api:
+        yield client.CoreV1Api(api)
+
+
+@pytest.fixture(scope="package")
+def custom(core):
+    return client.CustomObjectsApi(core.api_client)
+
+
+@pytest.fixture(scope="package")
+def deployed(lab, core):
+    """Tidal as pods on the real node (site.yml without the demo); removed again afterwards,
+    which must leave no Tidal label, taint or batch resource on the real node.
+    TIDAL_FAULTS_KEEP=1 (while working on a fault): leave it deployed, and reuse it next time."""
+    keep = os.environ.get("TIDAL_FAULTS_KEEP") == "1"
+    if not (keep and len(tidal_pods(core, "tidal-manager")) == 2):
+        started = time.monotonic()
+        run = play("playbooks/site.yml", lab, 900, "-e", "tidal_demo=false")
+        assert run.returncode == 0, (run.stdout + run.stderr)[-15000:]
+        print(f"site.yml (no demo): {time.monotonic() - started:.0f}s")
+    yield
+    if keep:
+        return
+    started = time.monotonic()
+    down = play("playbooks/uninstall.yml", lab)
+    assert down.returncode == 0, down.stdout[-5000:] + down.stderr
+    print(f"uninstall.yml: {time.monotonic() - started:.0f}s")
+    node = core.read_node(REAL_NODE)
+    assert not {k for k in node.metadata.labels if k.startswith(TIDAL_PREFIX)}
+    assert not [t for t in (node.spec.taints or []) if t.key.startswith(TIDAL_PREFIX)]
+    assert not {k for k in node.status.allocatable if k.startswith(BATCH_PREFIX)}
+
+
+@pytest.fixture(scope="package")
+def suite_policy(deployed, custom):
+    """The suite's policy fields merged into the ColocationPolicy; the spec put back afterwards
+    (tests that delete the policy create it again with the suite's spec)."""
+    original = custom.get_cluster_custom_object(*POLICY)["spec"]
+    custom.patch_cluster_custom_object(*POLICY, {"spec": SUITE_POLICY})
+    spec = custom.get_cluster_custom_object(*POLICY)["spec"]
+    yield spec
+    try:
+        current = custom.get_cluster_custom_object(*POLICY)
+        current["spec"] = original
+        custom.replace_cluster_custom_object(*POLICY, current)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        custom.create_cluster_custom_object(*POLICY[:3], {
+            "apiVersion": "colocation.tidal.io/v1alpha1", "kind": "ColocationPolicy",
+            "metadata": {"name": "default"}, "spec": original})
+
+
+@pytest.fixture(scope="package")
+def image(core, deployed):
+    return tidal_pods(core, "tidal-manager")[0].spec.containers[0].image
+
+
+@pytest.fixture(scope="package")
+def workload(core, suite_policy, image):
+    """A namespace with a BE pod on the real node's batch resources (300 m, 64 MiB), Running
+    and held to its quota; deleted after the suite."""
+    namespace = f"faults-{os.getpid()}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
+    wait_for(lambda: batch_cpu(core) >= 300 and batch_cpu(core), 120, f"batch-cpu >= 300m on {REAL_NODE}")
+    core.create_namespaced_pod(namespace, be_pod("transcode", image))
+    pod = wait_for(running(core, namespace, "transcode"), 120, "the BE pod Running")
+    wait_for(lambda: read(container_cgroup(pod, "cpu") / "cpu.cfs_quota_us") == BE_QUOTA_US, 30,
+             "the BE pod's CPU quota from its batch-cpu")
+    yield namespace
+    core.delete_namespace(namespace)
+    wait_for(lambda: _namespace_gone(core, namespace), 120, f"namespace {namespace} deleted")
+
+
+@pytest.fixture(scope="session")
+def recovery():
+    """record(fault, seconds, detail): one measured recovery, printed and kept in
+    tests/output/faults-recovery.json (the README's table quotes them)."""
+    RECOVERY_FILE.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        figures = json.loads(RECOVERY_FILE.read_text())
+    except (OSError, ValueError):
+        figures = {}
+
+    def record(fault: str, seconds: float, detail: str = "") -> None:
+        print(f"recovery: {fault}: {seconds:.1f}s {detail}")
+        figures[fault] = {"seconds": round(seconds, 1), "detail": detail,
+                          "measured": now_utc().strftime("%Y-%m-%dT%H:%M:%SZ")}
+        RECOVERY_FILE.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+    return record

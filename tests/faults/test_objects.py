@@ -1,0 +1,120 @@
+"""Faults in Tidal's own objects and in what users type onto nodes: a NodeProfile deleted, the
+policy deleted, garbage in the node annotations Tidal reads. (Runs last of the suite: deleting
+the policy puts the defaults in force for a few seconds.)"""
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tidal.api.policy import ColocationPolicy
+from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.site import REAL_NODE
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fault_helpers import POLICY, PROFILES, batch_cpu, evictions, now_utc, tracebacks  # noqa: E402
+
+pytestmark = pytest.mark.lab
+
+
+def _profile(custom):
+    try:
+        return custom.get_cluster_custom_object(*PROFILES, REAL_NODE)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _agrees(core, profile) -> bool:
+    """The profile's breakdown names the batch amounts the node carries."""
+    oversell = ((profile or {}).get("status") or {}).get("oversell")
+    if not oversell:
+        return False
+    allocatable = core.read_node(REAL_NODE).status.allocatable
+    return (oversell["cpuMillicores"]["result"], oversell["memoryBytes"]["result"]) == (
+        int(allocatable.get("kubernetes.io/batch-cpu", "0")), int(allocatable.get("kubernetes.io/batch-memory", "0")))
+
+
+def test_node_profile_deleted_the_agent_recreates_it_and_the_master_republishes_the_breakdown(
+        core, custom, workload, recovery):
+    """The real node's NodeProfile deleted. Must hold: the agent creates it again with its report,
+    the master publishes the breakdown into it again, and the node's batch resources agree with
+    it (while it is missing the node may fall to 0 — fail safe — and come back); the BE pod is
+    not evicted; no traceback."""
+    uid = _profile(custom)["metadata"]["uid"]
+    evicted_before = len(evictions(core, workload))
+    started = now_utc()
+    custom.delete_cluster_custom_object(*PROFILES, REAL_NODE)
+    deleted = time.monotonic()
+
+    def back():
+        profile = _profile(custom)
+        return (profile and profile["metadata"]["uid"] != uid and profile["status"].get("observedAt")
+                and _agrees(core, profile) and batch_cpu(core) > 0 and profile)
+    wait_for(back, 60, "the NodeProfile recreated, reported and its breakdown published", interval=0.25)
+    recovery("NodeProfile deleted", time.monotonic() - deleted, "recreated by the agent, breakdown republished")
+    assert len(evictions(core, workload)) == evicted_before
+    assert not tracebacks(core, started)
+
+
+def test_policy_deleted_the_defaults_apply_and_the_status_says_so(core, custom, workload, suite_policy, recovery):
+    """The ColocationPolicy deleted. Must hold: every node runs the defaults, and says so in its
+    NodeProfile (`status.policy.appliedGeneration` 0, `effective` the defaults); created again,
+    the policy is in force again; no traceback."""
+    policy = custom.get_cluster_custom_object(*POLICY)
+    defaults = ColocationPolicy.from_spec({}).to_spec()
+    started = now_utc()
+    custom.delete_cluster_custom_object(*POLICY)
+    deleted = time.monotonic()
+    try:
+        def on_defaults():
+            status = (_profile(custom) or {}).get("status", {}).get("policy") or {}
+            return status.get("appliedGeneration") == 0 and status.get("effective") == defaults and status
+        wait_for(on_defaults, 30, "the node reporting the defaults in force", interval=0.25)
+        recovery("policy deleted", time.monotonic() - deleted, "node reports appliedGeneration 0 and the defaults")
+    finally:
+        custom.create_cluster_custom_object(*POLICY[:3], {
+            "apiVersion": policy["apiVersion"], "kind": policy["kind"], "metadata": {"name": "default"},
+            "spec": suite_policy})
+    again = custom.get_cluster_custom_object(*POLICY)["metadata"]["generation"]
+    wait_for(lambda: (_profile(custom)["status"]["policy"].get("appliedGeneration") == again), 30,
+             "the node running the policy created again")
+    assert not tracebacks(core, started)
+
+
+GARBAGE = {
+    "colocation.tidal.io/oversell-types": "gpu,banana",
+    "colocation.tidal.io/oversell-ratio-percent": "lots",
+    "colocation.tidal.io/oversell-safety-margin-percent": "-5",
+}
+
+
+def test_garbage_node_annotations_are_named_in_the_status_and_change_nothing(core, custom, workload):
+    """Garbage in the node annotations a user types (oversell types, ratio and margin
+    overrides). Must hold: each is named with what is allowed in the node's NodeProfile
+    breakdown, and nothing changes: both types still oversold, the policy's cap and margin in
+    force, no eviction; removed, the notes go."""
+    before = _profile(custom)["status"]["oversell"]
+    evicted_before = len(evictions(core, workload))
+    core.patch_node(REAL_NODE, {"metadata": {"annotations": GARBAGE}})
+    try:
+        def named():
+            oversell = _profile(custom)["status"]["oversell"]
+            notes = " ".join(oversell.get("notes") or [])
+            return all(key in notes for key in GARBAGE) and oversell
+        oversell = wait_for(named, 30, f"notes naming each of {sorted(GARBAGE)} in the breakdown", interval=0.5)
+        notes = oversell["notes"]
+        assert any("oversell-types" in n and "cpu" in n and "memory" in n for n in notes), notes  # the allowed values
+        assert any("oversell-ratio-percent" in n and "0-100" in n for n in notes), notes
+        for resource in ("cpuMillicores", "memoryBytes"):
+            assert oversell[resource]["capPercent"] == before[resource]["capPercent"]
+            assert oversell[resource]["safetyMargin"] == before[resource]["safetyMargin"] or \
+                oversell[resource]["allocatable"] != before[resource]["allocatable"]
+        assert oversell["memoryBytes"]["result"] > 0 and batch_cpu(core) > 0   # both types still oversold
+    finally:
+        core.patch_node(REAL_NODE, {"metadata": {"annotations": dict.fromkeys(GARBAGE)}})
+    wait_for(lambda: not any(key in " ".join(_profile(custom)["status"]["oversell"].get("notes") or [])
+                             for key in GARBAGE), 30, "the notes gone with the annotations")
+    assert len(evictions(core, workload)) == evicted_before

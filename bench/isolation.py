@@ -185,16 +185,36 @@ def fixed_rate(loadgen: Path, url: str, rate: int, seconds: float, realtime_clie
     return json.loads(out.stdout)
 
 
-def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client) -> dict:
+def ls_threads(ls_dir: Path):
+    """The run-queue counters of the online server's threads (what the agent's signal reads)."""
+    from tidal.agent.qos.be_cpu_interference import RunQueueSample, parse_schedstat
+    threads = {}
+    for tid in (ls_dir / "tasks").read_text().split():
+        try:
+            _, waited, slices = parse_schedstat(Path(f"/proc/{tid}/schedstat").read_text())
+        except (OSError, ValueError):
+            continue
+        threads[int(tid)] = (waited, slices)
+    return RunQueueSample(time.monotonic_ns(), threads)
+
+
+def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path) -> dict:
+    from tidal.agent.qos.be_cpu_interference import signal as runqueue_signal
     stress = StressNG(be_dirs, seconds + 4, workdir) if be_dirs else None
     time.sleep(2 if stress else 0.5)
     before = proc_stat()
+    threads = ls_threads(ls_dir)
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
+    waited = runqueue_signal(threads, ls_threads(ls_dir))
     busy = busy_cores(before, proc_stat())
     return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
             "be_ops_per_s": round(stress.ops_per_s(), 1) if stress else 0.0,
-            "errors": result["errors"], "loadavg1": round(os.getloadavg()[0], 2)}
+            "errors": result["errors"], "loadavg1": round(os.getloadavg()[0], 2),
+            # the online server's threads over the measured seconds: mean run-queue delay per
+            # scheduling slice (the agent's signal) and time waited per second
+            "ls_runqueue_delay_us": round(waited.delay_us or 0.0, 1) if waited else None,
+            "ls_wait_ratio": round(waited.wait_ratio, 4) if waited else None}
 
 
 AGENT_METRICS = {"tidal_be_cpu_quota_millicores": "be_quota_millicores_end",
@@ -216,7 +236,7 @@ def agent_metrics(port: int) -> dict:
 
 
 def median_of(runs: list[dict]) -> dict:
-    keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1")
+    keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us")
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
 
 
@@ -342,7 +362,8 @@ def main() -> int:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
                 r = measure(loadgen, url, args.rate, args.seconds,
-                            None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo")
+                            None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo",
+                            web_dirs[0])
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")

@@ -23,7 +23,7 @@ from tidal.api.feature_support import FEATURE_NEEDS
 from tidal.api.policy import ColocationPolicy, CPUInterference, PolicyValidationError
 from tidal.api.qos import QoSLevel
 
-CONFIG = CPUInterference()  # target 200 µs, −50 %, +5 % of the node's CPUs
+CONFIG = CPUInterference(target_delay_microseconds=200)  # −50 %, +5 % of the node's CPUs
 
 
 def test_parse_schedstat():
@@ -155,7 +155,7 @@ def test_feature_lowers_the_quota_reports_and_raises_it_again(tmp_path):
     assert [c for c in plan.decisions if isinstance(c, Counter)] == [Counter("be_cpu_throttles", (), 1)]
     [status] = [s for s in plan.decisions if isinstance(s, StatusPart)]
     assert status.key == "cpuInterference" and status.value == {
-        "targetDelayMicroseconds": 200, "beCPUAllowanceMillicores": 650, "boundMillicores": 1300,
+        "targetDelayMicroseconds": 100, "beCPUAllowanceMillicores": 650, "boundMillicores": 1300,
         "throttled": True, "onlineThreads": 2, "waitRatio": 0.003, "runQueueDelayMicroseconds": 600.0}
     [event] = plan.effects
     assert isinstance(event, NodeEvent) and event.reason == "TidalBECPUThrottled" and event.warning
@@ -224,5 +224,15 @@ def test_policy_rejects_bad_knobs_naming_the_field(spec, field):
 def test_policy_defaults_and_capability_need():
     config = ColocationPolicy().be_isolation.cpu_interference
     assert (config.enabled, config.target_delay_microseconds, config.decrease_percent, config.increase_percent) == \
-        (True, 200, 50, 5)
+        (True, 100, 50, 5)
     assert FEATURE_NEEDS["beIsolation.cpuInterference"] == (("schedstat",),)
+
+
+@pytest.mark.parametrize("per_pod, limit, expected", [
+    ([[3, 1], [2]], 8, [3, 1, 2]),                        # under the limit: every thread
+    ([[9, 8, 7, 6, 5, 4], [1, 2]], 6, [4, 5, 6, 7, 1, 2]),  # over: a share each (at least 4), lowest ids
+    ([list(range(100, 120)), list(range(10))], 16, list(range(100, 108)) + list(range(8))),
+])
+def test_sampled_threads(per_pod, limit, expected):
+    from tidal.agent.qos.be_cpu_interference import sampled
+    assert sampled(per_pod, limit) == expected

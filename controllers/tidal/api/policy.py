@@ -357,7 +357,7 @@ class CPUInterference:
     )
     target_delay_microseconds: int = _integer(
         "targetDelayMicroseconds",
-        default=200,
+        default=100,
         minimum=10,
         maximum=100000,
         description="Mean run-queue delay per scheduling slice of the online pods' threads above which "

@@ -10,7 +10,8 @@ Signal — the run-queue delay of online tasks. ``/proc/<tid>/schedstat`` holds,
 nanoseconds it ran, the nanoseconds it *waited on a run queue* (runnable, not running) and the
 number of times it was scheduled in (slices). Every round the agent reads the threads of every
 HLS/LS pod (the ``tasks`` files of the pod's cgroups on v1, ``cgroup.threads`` on v2) and takes
-the differences since the last round, summed over the threads present both times:
+the differences since the last round, summed over the threads present both times (at most
+``MAX_THREADS`` per round, an equal share of each pod: :func:`sampled`):
 
 * **mean delay per slice** (``runQueueDelayMicroseconds``) = Σ Δwaited / Σ Δslices. This is
   what each wake-up of an online thread waited before it got a CPU, i.e. what interference adds
@@ -58,8 +59,8 @@ from .be_cpu_suppression import suppressed_millicores
 from .feature import DEFAULT_OPTIONS, EMPTY, Context, Counter, Gauge, NodeEvent, Options, Plan, StatusPart
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
-__all__ = ["EVENT_INTERVAL_SECONDS", "BECPUInterference", "InterferenceController", "RunQueueReader",
-           "RunQueueSample", "Signal", "parse_schedstat", "signal"]
+__all__ = ["EVENT_INTERVAL_SECONDS", "MAX_THREADS", "BECPUInterference", "InterferenceController", "RunQueueReader",
+           "RunQueueSample", "Signal", "parse_schedstat", "sampled", "signal"]
 
 ONLINE = (QoSLevel.HLS, QoSLevel.LS)
 #: a throttling episode's Event is repeated at most this often while it lasts
@@ -157,45 +158,68 @@ def _task_files(directory: Path, version: CgroupVersion) -> list[Path]:
     return out
 
 
+#: most threads read per round, node-wide: each read costs about 5 µs (open, read, close of
+#: /proc/<tid>/schedstat measured on the development machine), so at most about 2.5 ms a round
+MAX_THREADS = 512
+#: threads per pod always read (a pod with many threads does not crowd out the others)
+MIN_THREADS_PER_POD = 4
+
+
+def sampled(per_pod: list[list[int]], limit: int = MAX_THREADS) -> list[int]:
+    """The threads to read (pure): every thread while the pods have ``limit`` or fewer together,
+    else the same share of each pod (at least ``MIN_THREADS_PER_POD``), lowest ids first — a
+    pod's oldest threads (its main process and workers), stable from round to round so the
+    differences hold."""
+    if sum(len(t) for t in per_pod) <= limit:
+        return [tid for tids in per_pod for tid in tids]
+    share = max(MIN_THREADS_PER_POD, limit // max(1, len(per_pod)))
+    return [tid for tids in per_pod for tid in sorted(tids)[:share]]
+
+
 @dataclass
 class RunQueueReader:
-    """Reads the schedstat of every thread of the online pods (the thin adapter)."""
+    """Reads the schedstat of the online pods' threads (the thin adapter)."""
 
     proc_root: Path = Path("/proc")
     clock_ns: object = None
-    _dirs: tuple[object, list[Path]] | None = field(default=None, repr=False)
+    _dirs: tuple[object, list[list[Path]]] | None = field(default=None, repr=False)
 
-    def task_files(self, state: NodeState) -> list[Path]:
-        """The ``tasks`` / ``cgroup.threads`` files below the online pods' cpu cgroups; the
+    def task_files(self, state: NodeState) -> list[list[Path]]:
+        """Per online pod, the ``tasks`` / ``cgroup.threads`` files below its cpu cgroup; the
         walk is redone only when the pods change (containers come with pod changes)."""
         online = tuple(p for p in state.pods if p.tidal_level in ONLINE)
         key = (online, state.layout, state.cpu_controller_root)
         if self._dirs is None or self._dirs[0] != key:
-            files: list[Path] = []
-            for pod in online:
-                files += _task_files(cpu_dir(state, state.layout.pod_relpath(pod.uid, pod.qos_class)),
-                                     state.layout.version)
+            files = [_task_files(cpu_dir(state, state.layout.pod_relpath(pod.uid, pod.qos_class)),
+                                 state.layout.version) for pod in online]
             self._dirs = (key, files)
         return self._dirs[1]
 
     def read(self, state: NodeState) -> RunQueueSample:
         import time
         at = (self.clock_ns or time.monotonic_ns)()  # type: ignore[operator]
-        threads: dict[int, tuple[int, int]] = {}
+        per_pod: list[list[int]] = []
         stale = False
-        for tasks in self.task_files(state):
-            try:
-                ids = tasks.read_text().split()
-            except OSError:
-                stale = True  # container gone: walk again next round
-                continue
-            for tid in ids:
+        for files in self.task_files(state):
+            tids: list[int] = []
+            for tasks in files:
                 try:
-                    with open(f"{self.proc_root}/{tid}/schedstat", "rb") as f:
-                        _, wait_ns, count = parse_schedstat(f.read().decode())
-                except (OSError, ValueError):
-                    continue  # thread exited
-                threads[int(tid)] = (wait_ns, count)
+                    tids += [int(t) for t in tasks.read_text().split()]
+                except OSError:
+                    stale = True  # container gone: walk again next round
+            per_pod.append(tids)
+        threads: dict[int, tuple[int, int]] = {}
+        proc = str(self.proc_root)
+        for tid in sampled(per_pod):
+            try:
+                fd = os.open(f"{proc}/{tid}/schedstat", os.O_RDONLY)
+                try:
+                    _, wait_ns, count = parse_schedstat(os.read(fd, 128).decode())
+                finally:
+                    os.close(fd)
+            except (OSError, ValueError):
+                continue  # thread exited
+            threads[tid] = (wait_ns, count)
         if stale:
             self._dirs = None
         return RunQueueSample(at, threads)

@@ -236,3 +236,30 @@ def test_policy_defaults_and_capability_need():
 def test_sampled_threads(per_pod, limit, expected):
     from tidal.agent.qos.be_cpu_interference import sampled
     assert sampled(per_pod, limit) == expected
+
+
+@pytest.mark.parametrize("text, present", [
+    ("1189955 4000 7\n", True), ("0 0 0\n", False), ("", False), ("12 x 3", False)])
+def test_probe_reads_schedstat_of_itself(tmp_path, text, present):
+    from tidal.agent.qos.capabilities import parse_schedstat_present, probe
+    assert parse_schedstat_present(text) is present
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/schedstat").write_text(text)
+    [cap] = [c for c in probe(tmp_path / "cgroup", tmp_path / "proc", tmp_path / "sys") if c.name == "schedstat"]
+    assert cap.supported is present
+    if not present:
+        assert "scheduler statistics off" in cap.reason
+
+
+def test_probe_without_schedstat_names_the_kernel_option(tmp_path):
+    from tidal.agent.qos.capabilities import probe
+    [cap] = [c for c in probe(tmp_path / "cgroup", tmp_path / "proc", tmp_path / "sys") if c.name == "schedstat"]
+    assert not cap.supported and "CONFIG_SCHED_INFO" in cap.reason
+
+
+def test_the_policy_problem_names_the_missing_schedstat():
+    from tidal.agent.qos.capabilities import Capability
+    from tidal.agent.qos.policy_status import unsupported_features
+    spec = ColocationPolicy().to_spec()  # on by default
+    assert unsupported_features(spec, [Capability("schedstat", False, "sched_info off")]) == [
+        "spec.beIsolation.cpuInterference: enabled but not supported on this node (schedstat: sched_info off)"]

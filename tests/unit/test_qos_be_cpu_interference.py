@@ -263,3 +263,77 @@ def test_the_policy_problem_names_the_missing_schedstat():
     spec = ColocationPolicy().to_spec()  # on by default
     assert unsupported_features(spec, [Capability("schedstat", False, "sched_info off")]) == [
         "spec.beIsolation.cpuInterference: enabled but not supported on this node (schedstat: sched_info off)"]
+
+
+class Sample:
+    """The sampler's figures a round reads (no kernel): no online usage."""
+
+    node_cpu_millicores, node_memory_bytes, node_memory_total_bytes = 1000.0, 100, 1000
+    pods_cpu_millicores, pods_memory_bytes = 800.0, 100
+
+    def level_current(self, level):
+        return 0.0, 0.0
+
+    def pod_usage(self, uid):
+        return None
+
+
+class RecordingActions:
+    """The node's API actions, recorded (the worker's side of a round)."""
+
+    def __init__(self):
+        self.events = []
+
+    async def event(self, **event):
+        self.events.append(event)
+
+    async def set_offline_taint(self, want):
+        return True
+
+
+def test_the_node_round_sends_the_event_exports_the_metrics_and_keeps_the_status(tmp_path):
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+    from tidal.agent.qos.node_qos import NodeQoS
+    from tidal.api import qos
+    from tidal.metrics import node_metrics
+
+    tree = Tree(tmp_path)
+    besteffort = tmp_path / "cpu/kubepods/besteffort"
+    besteffort.mkdir(parents=True)
+    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
+        (besteffort / f).write_text(v)
+    clock = iter(range(0, 10**12, 10**9))
+    feature = BECPUInterference(Options(proc_root=tree.proc))
+    feature.reader.clock_ns = lambda: next(clock)
+    registry_ = CollectorRegistry()
+    actions = RecordingActions()
+    node_qos = NodeQoS("n1", tree.layout, QoSEngine(tmp_path / "j.json", features=[feature]), {"schedstat": True},
+                       actions, node_metrics(registry_), node_cpus=2, clock=lambda: 100.0)
+    node_qos.observe_node({"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: "true"}}})
+
+    async def rounds():
+        node_qos.start()
+        node_qos.round(Sample(), [LS, BE])
+        tree.set(101, 5_000_000, 10)  # 500 µs per slice
+        node_qos.round(Sample(), [LS, BE])
+        for _ in range(200):  # the worker sends it beside the rounds
+            if actions.events:
+                break
+            await asyncio.sleep(0.01)
+        await node_qos.stop()
+
+    asyncio.run(rounds())
+    [event] = actions.events
+    assert (event["kind"], event["name"], event["reason"], event["warning"]) == ("Node", "n1", "TidalBECPUThrottled", True)
+    value = registry_.get_sample_value
+    assert value("tidal_be_cpu_quota_millicores", {"node": "n1"}) == 650
+    assert value("tidal_online_runqueue_delay_microseconds", {"node": "n1"}) == 500
+    assert value("tidal_be_cpu_interference_throttles_total", {"node": "n1"}) == 1
+    assert node_qos.feature_status["cpuInterference"]["beCPUAllowanceMillicores"] == 650
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == "65000"
+    node_qos.observe_policy({"metadata": {"resourceVersion": "2"},
+                             "spec": {"beIsolation": {"cpuInterference": {"enabled": False}}}})
+    node_qos.round(Sample(), [LS, BE])
+    assert node_qos.feature_status == {"cpuInterference": None}  # removed from the status by the merge patch

@@ -117,6 +117,7 @@ class InterferenceController:
     allowance: float | None = None
     #: monotonic time of the last Event of the running throttling episode (None: no episode)
     event_at: float | None = None
+    #: decreases so far (rounds above the target while at the floor are not counted)
     throttles: int = 0
 
     def step(self, now: float, delay_us: float | None, bound: float, floor: float, node_cpus: float,
@@ -127,8 +128,10 @@ class InterferenceController:
         current = bound if self.allowance is None else min(self.allowance, bound)
         target = config.target_delay_microseconds
         if delay_us is not None and delay_us > target:
-            current = max(floor, current * (1 - config.decrease_percent / 100))
-            self.throttles += 1
+            lowered = max(floor, current * (1 - config.decrease_percent / 100))
+            if lowered < current:  # at the floor already: held there, not lowered again
+                self.throttles += 1
+            current = lowered
             if self.event_at is None or now - self.event_at >= EVENT_INTERVAL_SECONDS:
                 self.event_at = now
                 events.append(NodeEvent(

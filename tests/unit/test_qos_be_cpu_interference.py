@@ -28,6 +28,7 @@ CONFIG = CPUInterference(target_delay_microseconds=200)  # −50 %, +5 % of the 
 
 def test_parse_schedstat():
     assert parse_schedstat("1189955 4000 7\n") == (1189955, 4000, 7)
+    assert parse_schedstat(b"5 6 7\n") == (5, 6, 7)  # as the reader reads it
     with pytest.raises(ValueError, match="three numbers"):
         parse_schedstat("12 3")
 
@@ -230,7 +231,8 @@ def test_policy_defaults_and_capability_need():
 
 @pytest.mark.parametrize("per_pod, limit, expected", [
     ([[3, 1], [2]], 8, [3, 1, 2]),                        # under the limit: every thread
-    ([[9, 8, 7, 6, 5, 4], [1, 2]], 6, [4, 5, 6, 7, 1, 2]),  # over: a share each (at least 4), lowest ids
+    ([[9, 8, 7, 6, 5, 4], [1, 2]], 6, [4, 5, 6, 1, 2]),     # over: a share each, lowest ids
+    ([[9, 8, 7], [6, 5, 4], [3, 2, 1]], 3, [7, 8, 4, 5, 1, 2]),  # at least 2 each, whatever the limit
     ([list(range(100, 120)), list(range(10))], 16, list(range(100, 108)) + list(range(8))),
 ])
 def test_sampled_threads(per_pod, limit, expected):

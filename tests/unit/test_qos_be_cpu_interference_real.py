@@ -95,7 +95,10 @@ def test_engine_lowers_the_be_quota_while_an_ls_task_waits_and_gives_it_back(hie
     cpu = sorted(os.sched_getaffinity(0))[-1]
     pinned(real, cpu, *dirs)
     engine = QoSEngine(tmp_path / "journal.json", features=features())
-    state = NodeState((ls, be), 2.0, 0.0, ColocationPolicy(), caps, kubelet.layout, kubelet.cpu_root)
+    # A 1 ms target: the competitor on the LS task's CPU makes it wait its slices (milliseconds),
+    # while a merely busy shared machine stays below half of it (the default 100 µs would not).
+    policy = ColocationPolicy.from_spec({"beIsolation": {"cpuInterference": {"targetDelayMicroseconds": 1000}}})
+    state = NodeState((ls, be), 2.0, 0.0, policy, caps, kubelet.layout, kubelet.cpu_root)
     bound = "130000"  # 2 CPUs × 65 % − no online usage counted here
     floor = "50000"
 

@@ -7,6 +7,11 @@ for colocation (the QoS engine runs). Baseline in the same run: the same agent o
 with no pods. After a warm-up, CPU time (utime + stime of the process) and RSS are measured over
 a window; medians of several windows are reported.
 
+Every online pod (HLS, LS) runs ``--online-threads`` sleeping processes in total (default 600,
+spread evenly: more than the 512 threads the run-queue delay control reads a round, so its
+sampling cap is what is measured); ``--cpu-interference off`` switches that control off in the
+policy (the difference between the two runs is its cost).
+
 Last line: ``{"pods": 100, "cpu_pct_of_core": …, "rss_mib": …, "baseline_0_pods": {…}}``.
 """
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +46,15 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
+def in_cgroups(dirs):
+    """preexec_fn: the child joins the cgroups before it execs."""
+    def join():
+        for d in dirs:
+            with open(d / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+    return join
+
+
 def footprint(pid: int, windows: int, seconds: float) -> dict:
     cpu, rss = [], []
     for _ in range(windows):
@@ -57,6 +72,10 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=20)
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--window-seconds", type=float, default=10)
+    parser.add_argument("--online-threads", type=int, default=600,
+                        help="sleeping processes spread over the online pods' containers")
+    parser.add_argument("--cpu-interference", choices=("on", "off"), default="on",
+                        help="beIsolation.cpuInterference.enabled in the policy")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-agent needs root: it creates cgroups")
@@ -78,6 +97,7 @@ def main() -> int:
     kubelet = LocalKubelet(cgroups)
     lab = Lab(workdir / "lab")
     agents = []
+    sleepers: list = []
     try:
         log(f"starting a private lab in {lab.dir}")
         lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
@@ -93,6 +113,13 @@ def main() -> int:
             while not core.list_namespaced_service_account("bench").items:
                 time.sleep(0.2)
             started = time.monotonic()
+            if args.cpu_interference == "off":
+                client.CustomObjectsApi(api).create_cluster_custom_object(
+                    qos.API_GROUP, qos.API_VERSION, "colocationpolicies", {
+                        "apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy",
+                        "metadata": {"name": "default"},
+                        "spec": {"beIsolation": {"cpuInterference": {"enabled": False}}}})
+            online_dirs = []
             for i in range(args.pods):
                 if i % 10 == 0:
                     level, requests, limits = "HLS", {"cpu": "1", "memory": "256Mi"}, {"cpu": "1", "memory": "256Mi"}
@@ -101,11 +128,15 @@ def main() -> int:
                 else:
                     batch = {qos.BATCH_CPU_RESOURCE: "200", qos.BATCH_MEMORY_RESOURCE: str(128 << 20)}
                     level, requests, limits = "BE", batch, dict(batch)
-                kubelet.run_pod(core, "bench", {
+                running = kubelet.run_pod(core, "bench", {
                     "metadata": {"name": f"pod-{i:03d}", "annotations": {qos.QOS_ANNOTATION: level}},
                     "spec": {"nodeName": "bench-node", "automountServiceAccountToken": False,
                              "containers": [{"name": "main", "image": "registry.invalid/app:1",
                                              "resources": {"requests": requests, "limits": limits}}]}})
+                if level != "BE":
+                    online_dirs.append(running.dirs)
+            for n in range(args.online_threads):
+                sleepers.append(subprocess.Popen(["sleep", "infinity"], preexec_fn=in_cgroups(online_dirs[n % len(online_dirs)])))
             log(f"{args.pods} pods running with cgroups in {time.monotonic() - started:.0f}s")
         tidal_agent = str(Path(sys.executable).with_name("tidal-agent"))
         for node in ("bench-node", "bench-empty"):
@@ -124,10 +155,14 @@ def main() -> int:
     finally:
         for agent in agents:
             processes.stop(agent)
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
         lab.down(wipe=True)
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps({"pods": args.pods, "cpu_pct_of_core": measured["cpu_pct_of_core"],
+    print(json.dumps({"pods": args.pods, "online_threads": args.online_threads,
+                      "cpu_interference": args.cpu_interference, "cpu_pct_of_core": measured["cpu_pct_of_core"],
                       "rss_mib": measured["rss_mib"], "cpu_windows": measured["cpu_windows"],
                       "baseline_0_pods": baseline}))
     return 0

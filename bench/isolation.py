@@ -8,9 +8,20 @@ reference):
 * ``no_isolation``  plus a BE "pod" burning every CPU (stress-ng), with default cgroup weights;
 * ``k8s_default``   the same BE pod treated as Kubernetes treats BestEffort pods (``cpu.shares=2``
                     on the pod and on the besteffort parent);
-* ``tidal``         the same BE pod with ``tidal-agent run`` enforcing (cpu.idle, batch
-                    resources, suppression quota on the BE parent), against a private lab where
-                    a kwok node stands for this machine and the pods are bound to it.
+* ``tidal_usage``   the same BE pod with ``tidal-agent run`` enforcing (cpu.idle, batch
+                    resources, suppression quota on the BE parent) with the run-queue delay
+                    control off (``beIsolation.cpuInterference.enabled: false``): the quota
+                    follows node usage only, as before issue 14;
+* ``tidal``         the same with the policy's defaults: the BE quota also follows the online
+                    threads' run-queue delay (``beIsolation.cpuInterference``).
+
+Both Tidal treatments run against a private lab where a kwok node stands for this machine and
+the pods are bound to it.
+
+``--background lab`` runs the bench beside the load of a node's daemons (bench/lab_background.py:
+the lab's control plane under a stream of API writes, outside every pod cgroup) for the whole
+run, every treatment alike; ``--background none`` (default) adds nothing (the lab then idles).
+Each line carries the machine's 1-minute load average at its end.
 
 The online server is nginx with gzip serving a 16 KiB page from an LS "pod" cgroup, under a fixed
 request rate (open loop: bench/loadgen sends on schedule whatever the latency, so queueing shows).
@@ -19,8 +30,10 @@ machine it stands for clients on other machines, which a BE job here could not s
 Pods are kubelet-style cgroups below a private cgroup root (tidal_dev.testing.local_kubelet).
 
 Output: one JSON line per treatment and round, then the medians as the last line:
-``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal": R}`` with R =
-``{"p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s"}``.
+``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal_usage": R, "tidal": R, "background": B}``
+with R = ``{"p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1",
+"p99_vs_solo", "p99_vs_solo_min", "p99_vs_solo_max"}`` (medians; the ratio of each round to that
+round's solo, median and spread) and B what ran beside it.
 """
 from __future__ import annotations
 
@@ -41,7 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal")
+TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal")
 CPUS = os.cpu_count() or 1
 
 
@@ -172,21 +185,66 @@ def fixed_rate(loadgen: Path, url: str, rate: int, seconds: float, realtime_clie
     return json.loads(out.stdout)
 
 
-def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client) -> dict:
+def ls_threads(ls_dir: Path):
+    """The run-queue counters of the online server's threads (what the agent's signal reads)."""
+    from tidal.agent.qos.be_cpu_interference import RunQueueSample, parse_schedstat
+    threads = {}
+    for tid in (ls_dir / "tasks").read_text().split():
+        try:
+            _, waited, slices = parse_schedstat(Path(f"/proc/{tid}/schedstat").read_text())
+        except (OSError, ValueError):
+            continue
+        threads[int(tid)] = (waited, slices)
+    return RunQueueSample(time.monotonic_ns(), threads)
+
+
+def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path) -> dict:
+    from tidal.agent.qos.be_cpu_interference import signal as runqueue_signal
     stress = StressNG(be_dirs, seconds + 4, workdir) if be_dirs else None
     time.sleep(2 if stress else 0.5)
     before = proc_stat()
+    threads = ls_threads(ls_dir)
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
+    waited = runqueue_signal(threads, ls_threads(ls_dir))
     busy = busy_cores(before, proc_stat())
     return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
             "be_ops_per_s": round(stress.ops_per_s(), 1) if stress else 0.0,
-            "errors": result["errors"]}
+            "errors": result["errors"], "loadavg1": round(os.getloadavg()[0], 2),
+            # the online server's threads over the measured seconds: mean run-queue delay per
+            # scheduling slice (the agent's signal) and time waited per second
+            "ls_runqueue_delay_us": round(waited.delay_us or 0.0, 1) if waited else None,
+            "ls_wait_ratio": round(waited.wait_ratio, 4) if waited else None}
+
+
+AGENT_METRICS = {"tidal_be_cpu_quota_millicores": "be_quota_millicores_end",
+                 "tidal_online_runqueue_delay_microseconds": "ls_runqueue_delay_us_end",
+                 "tidal_be_cpu_interference_throttles_total": "be_throttles"}
+
+
+def agent_metrics(port: int) -> dict:
+    """What the agent reports at the end of a treatment: the BE quota in force, the online
+    threads' run-queue delay of the last round, the quota decreases so far."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in AGENT_METRICS:
+            out[AGENT_METRICS[name]] = round(float(line.rsplit(" ", 1)[1]), 1)
+    return out
 
 
 def median_of(runs: list[dict]) -> dict:
-    keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s")
+    keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us")
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
+
+
+def vs_solo(runs: list[dict], solo: list[dict]) -> dict:
+    """Each round's p99 over the same round's solo p99: median and spread."""
+    ratios = [r["p99_ms"] / s["p99_ms"] for r, s in zip(runs, solo)]
+    return {"p99_vs_solo": round(statistics.median(ratios), 3), "p99_vs_solo_min": round(min(ratios), 3),
+            "p99_vs_solo_max": round(max(ratios), 3)}
 
 
 def main() -> int:
@@ -199,6 +257,11 @@ def main() -> int:
     parser.add_argument("--client-scheduling", choices=("fifo", "normal"), default="fifo",
                         help="the load generator's scheduling: fifo (SCHED_FIFO 1: a client on another "
                              "machine) or normal (it competes with the BE hog for this machine's CPUs)")
+    parser.add_argument("--background", choices=("none", "lab"), default="none",
+                        help="lab: run beside a busy lab control plane (bench/lab_background.py), as a node "
+                             "with a kubelet, an agent and other daemons")
+    parser.add_argument("--background-rate", type=int, default=50,
+                        help="API operations per second of the --background lab writer")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
@@ -227,6 +290,8 @@ def main() -> int:
     lab = Lab(workdir / "lab")
     nginx = None
     agent = None
+    background = None
+    background_report: dict = {"kind": "none"}
     node = "bench-node"
     results: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
     try:
@@ -262,6 +327,13 @@ def main() -> int:
         be_parent_dirs = kubelet.qos_dirs(PodQOSClass.BEST_EFFORT)
         cpu_files = [d / "cpu.shares" for d in (be_parent_dirs + be_pod_dirs) if (d / "cpu.shares").exists()]
 
+        if args.background == "lab":
+            from lab_background import Background
+            background = Background(lab.kubeconfig_path, workdir, args.background_rate)
+            background_report = {"kind": "lab", "what": background.describe()}
+            log(f"background: {background.describe()}")
+            background.wait_writing()
+
         nginx = Nginx(workdir / "nginx", web_dirs)
         url = f"http://127.0.0.1:{nginx.port}/index.html"
         log(f"nginx on {url} in {web_dirs[0]}; {args.rate} req/s for {args.seconds:g}s per treatment, "
@@ -272,12 +344,16 @@ def main() -> int:
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("2")
-                if treatment == "tidal":
+                if treatment in ("tidal", "tidal_usage"):
+                    with lab.api_client() as api:
+                        client.CustomObjectsApi(api).patch_cluster_custom_object(
+                            qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
+                            {"spec": {"beIsolation": {"cpuInterference": {"enabled": treatment == "tidal"}}}})
                     agent = processes.start("agent", [
                         str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
                         "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
                         "--kubelet-cgroup-root", kubelet.kubelet_root, "--state-dir", str(workdir / "agent"),
-                        "--metrics-address", "127.0.0.1", "--metrics-port", str(free_port())],
+                        "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port := free_port())],
                         workdir / "agent.log")
                     idle = be_pod_dirs[0] / "cpu.idle"
                     deadline = time.monotonic() + 30
@@ -286,11 +362,13 @@ def main() -> int:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
                 r = measure(loadgen, url, args.rate, args.seconds,
-                            None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo")
+                            None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo",
+                            web_dirs[0])
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")
-                if treatment == "tidal":
+                if treatment in ("tidal", "tidal_usage"):
+                    r.update(agent_metrics(metrics_port))
                     processes.stop(agent)
                     agent = None
                     subprocess.run([str(Path(sys.executable).with_name("tidal-agent")), "restore", "--node", node,
@@ -299,6 +377,8 @@ def main() -> int:
                 results[treatment].append(r)
                 print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
     finally:
+        if background is not None:
+            background_report["writer"] = background.stop()
         if agent is not None:
             processes.stop(agent)
         if nginx is not None:
@@ -306,9 +386,11 @@ def main() -> int:
         lab.down(wipe=True)
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
-    summary = {t: median_of(runs) for t, runs in results.items()}
-    solo = summary["solo"]["p99_ms"]
-    log("p99 vs solo: " + ", ".join(f"{t} {summary[t]['p99_ms'] / solo:.2f}x" for t in TREATMENTS))
+    summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}
+    log("p99 vs solo (median of rounds' ratios): " + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in TREATMENTS))
+    below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
+    summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
+    summary["background"] = background_report
     print(json.dumps(summary))
     return 0
 

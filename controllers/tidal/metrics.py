@@ -32,6 +32,10 @@ class NodeMetrics:
     evictions: Counter     # tidal_evictions_total{node,resource,reason}
     #: BE CPU suppression: the quota on the BE parent cgroup
     be_cpu_quota: Gauge    # tidal_be_cpu_quota_millicores{node}
+    #: BE CPU interference control: online threads' run-queue delay and the quota decreases
+    online_runqueue_delay: Gauge  # tidal_online_runqueue_delay_microseconds{node} mean per slice
+    online_runqueue_wait: Gauge   # tidal_online_runqueue_wait_ratio{node} Σ waited / wall time
+    be_cpu_throttles: Counter     # tidal_be_cpu_interference_throttles_total{node}
     #: pressure stall information, some avg10 in percent
     psi: Gauge             # tidal_psi_some_avg10_percent{node,resource}
     #: cgroup writes the QoS engine made (changed values only) and failures
@@ -59,6 +63,18 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
                           ["node", "resource", "reason"], registry=r),
         be_cpu_quota=Gauge("tidal_be_cpu_quota_millicores",
                            "CPU quota of the BE parent cgroup (BE CPU suppression)", ["node"], registry=r),
+        online_runqueue_delay=Gauge(
+            "tidal_online_runqueue_delay_microseconds",
+            "Mean run-queue delay per scheduling slice of the online (HLS/LS) pods' threads",
+            ["node"], registry=r),
+        online_runqueue_wait=Gauge(
+            "tidal_online_runqueue_wait_ratio",
+            "Time the online pods' threads waited on a run queue per second of wall time (summed over threads)",
+            ["node"], registry=r),
+        be_cpu_throttles=Counter(
+            "tidal_be_cpu_interference_throttles",
+            "Times the BE CPU quota was lowered because online threads waited on a run queue",
+            ["node"], registry=r),
         psi=Gauge("tidal_psi_some_avg10_percent", "Pressure stall information, some avg10",
                   ["node", "resource"], registry=r),
         cgroup_writes=Counter("tidal_agent_cgroup_writes", "cgroup files the QoS engine changed",

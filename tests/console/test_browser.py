@@ -39,7 +39,8 @@ def _capabilities(lab_api, node):
     # As a real agent writes them: the probe's own capability names (issue 20: invented names
     # such as "psiInterference" made this test pass while real data was never dimmed).
     capabilities = [Capability("cpu.cfs_burst", True, "/sys/fs/cgroup/cpu.max.burst"),
-                    Capability("psi", False, "/proc/pressure/cpu unreadable: boot with psi=1")]
+                    Capability("psi", False, "/proc/pressure/cpu unreadable: boot with psi=1"),
+                    Capability("schedstat", False, "no /proc/self/schedstat: kernel without CONFIG_SCHED_INFO")]
     assert {c.name for c in capabilities} <= set(CAPABILITY_NAMES)
     custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": to_status(capabilities)}})
 
@@ -111,6 +112,15 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     unsupported = page.locator("fieldset[data-section='spec.features.psiInterference'] [data-unsupported]")
     assert unsupported.count() == 1 and "psi: /proc/pressure/cpu unreadable" in unsupported.inner_text()
     assert page.locator("fieldset[data-section='spec.features.cpuBurst'] [data-unsupported]").count() == 0
+    # Issue 14's run-queue delay control: a section of its own (its knobs not repeated under BE
+    # isolation), dimmed with the probe's reason where the kernel has no schedstat.
+    interference = "fieldset[data-section='spec.beIsolation.cpuInterference']"
+    assert "schedstat: no /proc/self/schedstat" in page.locator(f"{interference} [data-unsupported]").inner_text()
+    target = "spec.beIsolation.cpuInterference.targetDelayMicroseconds"
+    assert page.locator(f"{interference} [id='{target}']").count() == 1
+    assert page.locator(f"[id='{target}']").count() == 1
+    assert page.locator("fieldset[data-section='spec.beIsolation'] [data-unsupported]").count() == 0
+    assert "[10–100000]" in page.locator(f"{interference} label[for='{target}']").inner_text()
     low = "spec.evictionWatermarks.cpu.lowPercent"
     page.fill(f"[id='{low}']", "95")
     page.click("#policy-save")

@@ -181,6 +181,7 @@ def test_node_profile_status_holds_what_the_agent_and_the_master_report() -> Non
         "systemUsage",
         "perQoS",
         "predictions",
+        "cpuInterference",
         "oversell",
         "capabilities",
         "conditions",

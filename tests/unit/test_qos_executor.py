@@ -51,7 +51,9 @@ def test_one_module_per_feature_with_unique_names():
     features = registry.features()
     names = [f.name for f in features]
     assert len(set(names)) == len(names)
-    assert names[:4] == ["be-cpu-suppression", "be-cpu-priority", "be-batch-resources", "cpu-burst"]
+    # the interference control right after suppression: its quota of the same file wins
+    assert names[:5] == ["be-cpu-suppression", "be-cpu-interference", "be-cpu-priority", "be-batch-resources",
+                         "cpu-burst"]
     for feature in features:
         assert callable(feature.enabled) and callable(feature.plan) and callable(feature.undo)
 

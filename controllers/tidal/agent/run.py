@@ -128,7 +128,7 @@ class Predictions:
 
 def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
            capabilities: list[dict] | None = None, policy_status: dict | None = None,
-           mode: dict | None = None) -> dict:
+           mode: dict | None = None, features: dict | None = None) -> dict:
     """The NodeProfile status: the sampler's summary, the online-peak prediction, what this
     node's kernel and hardware support (each unsupported feature with its reason), the
     policy it runs (generation, effective spec, problems) and the node's mode (with whether
@@ -140,6 +140,7 @@ def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
         status["policy"] = policy_status
     if mode is not None:
         status["mode"] = mode
+    status.update(features or {})  # parts the QoS features own (cpuInterference)
     prediction = predictions.status(sampler, policy)
     if prediction is not None:
         window = policy.overselling.window_seconds  # usage outside the pods, same window (issue 18)
@@ -259,7 +260,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             last_report = started
             writer = asyncio.create_task(_report(api, node, report(
                 sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed),
-                node_qos.mode_status()),
+                node_qos.mode_status(), node_qos.feature_status),
                 node_qos.policy_generation, reported, failed))
 
     async def wait(seconds: float) -> None:

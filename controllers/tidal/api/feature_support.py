@@ -22,6 +22,7 @@ __all__ = ["FEATURE_NEEDS", "SUPPORT_UNKNOWN_REASON", "feature_support"]
 #: policy section (path under ``spec``) -> what it needs: every group, and in a group any one
 #: capability, by the names the agent's probe writes.
 FEATURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "beIsolation.cpuInterference": (("schedstat",),),
     "features.cpuBurst": (("cpu.cfs_burst",),),
     "features.psiInterference": (("psi",),),
     "features.cacheLimits": (("resctrl.l3", "resctrl.mba"),),

@@ -198,6 +198,15 @@ class NodeProfileStatus:
         "reason, provisional while no step has closed} and history {restored, steps, savedAt, "
         "or the reason a saved history was discarded}.",
     )
+    cpu_interference: dict[str, Any] | None = prop(
+        "cpuInterference",
+        "BE CPU interference control (beIsolation.cpuInterference): the online pods' threads' "
+        "run-queue delay (runQueueDelayMicroseconds: mean per scheduling slice over the last round; "
+        "waitRatio: time waited per second of wall time, summed over threads; onlineThreads), "
+        "targetDelayMicroseconds, the BE CPU allowance in force (beCPUAllowanceMillicores), "
+        "cpuSuppression's quota that bounds it (boundMillicores), throttled (allowance below the "
+        "bound) and problem (why the delay cannot be measured).",
+    )
     oversell: dict[str, Any] | None = prop(
         "oversell",
         "Written by the oversell master only: the batch resources it computed for this node, "

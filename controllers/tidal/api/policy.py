@@ -51,6 +51,7 @@ __all__ = [
     "EvictionWatermarks",
     "Switch",
     "CPUSuppression",
+    "CPUInterference",
     "BEIsolation",
     "Overselling",
     "CPUBurst",
@@ -343,6 +344,46 @@ class CPUSuppression:
 
 
 @dataclass(frozen=True)
+class CPUInterference:
+    """BE CPU interference control: the BE parent's quota follows the run-queue delay of the
+    online (HLS/LS) pods' threads (``/proc/<tid>/schedstat``), below the suppression quota:
+    lowered multiplicatively while the mean delay per scheduling slice is above the target,
+    raised additively while it is below half of it (the Heracles idea: BE gets the slack the
+    online service tolerates). Needs cpuSuppression enabled (it bounds the quota)."""
+
+    enabled: bool = _boolean(
+        "enabled", True, "Lower the BE quota below cpuSuppression's while online threads wait on a run "
+        "queue longer than the target."
+    )
+    target_delay_microseconds: int = _integer(
+        "targetDelayMicroseconds",
+        default=100,
+        minimum=10,
+        maximum=100000,
+        description="Mean run-queue delay per scheduling slice of the online pods' threads above which "
+        "the BE quota is lowered, in microseconds; below half of it the quota grows back.",
+    )
+    decrease_percent: int = _integer(
+        "decreasePercent",
+        default=50,
+        minimum=1,
+        maximum=90,
+        description="How much of the BE quota one round above the target takes away, percent "
+        "(multiplicative decrease; never below cpuSuppression.floorMillicores).",
+    )
+    increase_percent: int = _integer(
+        "increasePercent",
+        default=5,
+        minimum=1,
+        maximum=100,
+        description="How much the BE quota grows per round below half the target, percent of the node's "
+        "CPUs (additive increase; never above the cpuSuppression quota).",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
 class BEIsolation:
     """The node agent's core isolation of BE pods (on nodes labelled for colocation)."""
 
@@ -360,6 +401,10 @@ class BEIsolation:
     )
     cpu_suppression: CPUSuppression = _object(
         "cpuSuppression", CPUSuppression, "Dynamic CPU quota on the parent cgroup of BE pods."
+    )
+    cpu_interference: CPUInterference = _object(
+        "cpuInterference", CPUInterference, "The BE quota follows the online threads' run-queue delay "
+        "(below the cpuSuppression quota)."
     )
     qos_check_interval_seconds: int = _integer(
         "qosCheckIntervalSeconds",

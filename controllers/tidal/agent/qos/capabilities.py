@@ -4,7 +4,7 @@
 The result is shaped for ``NodeProfile.status.capabilities``: a list of ``{name, supported,
 reason}``. Names are stable (the contract with the manager and the console):
 
-``kernel``, ``cgroup``, ``cgroup.driver``, ``cpu.idle``, ``cpu.cfs_burst``, ``psi``, ``psi.cgroup``, ``resctrl.l3``,
+``kernel``, ``cgroup``, ``cgroup.driver``, ``cpu.idle``, ``cpu.cfs_burst``, ``schedstat``, ``psi``, ``psi.cgroup``, ``resctrl.l3``,
 ``resctrl.mba``, ``numa``, ``memory.reclaim``, ``tc``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``.
 
 Parsing is pure (``parse_*``); :func:`probe` only checks that files exist and reads small ones,
@@ -38,6 +38,7 @@ __all__ = [
     "parse_kernel_version",
     "parse_cpu_list",
     "parse_cpuinfo_flags",
+    "parse_schedstat_present",
     "probe",
     "supported_map",
     "to_status",
@@ -49,6 +50,7 @@ CAPABILITY_NAMES = (
     "cgroup.driver",
     "cpu.idle",
     "cpu.cfs_burst",
+    "schedstat",
     "psi",
     "psi.cgroup",
     "resctrl.l3",
@@ -78,6 +80,13 @@ def parse_kernel_version(release: str) -> tuple[int, int, int]:
     if match is None:
         raise ValueError(f"kernel release {release.strip()!r}: expected <major>.<minor>[.<patch>]")
     return int(match[1]), int(match[2]), int(match[3] or 0)
+
+
+def parse_schedstat_present(text: str) -> bool:
+    """``/proc/self/schedstat`` of the probing process counts: it ran, so its run time is not 0
+    (kernels with sched_info off print ``0 0 0``)."""
+    fields = text.split()
+    return len(fields) >= 3 and all(f.isdigit() for f in fields[:3]) and int(fields[0]) > 0
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -189,6 +198,16 @@ def probe(
         "cpu.cfs_burst", cpu_root, [burst_file],
         f"no {burst_file} in {cpu_root} (kernel {kernel_text}; CFS burst needs >= 5.14)",
     )
+
+    schedstat = _read(proc_root / "self" / "schedstat")
+    if schedstat is None:
+        caps.append(Capability("schedstat", False, f"no {proc_root}/self/schedstat: kernel without "
+                               "CONFIG_SCHED_INFO (run-queue delay of online tasks unmeasurable)"))
+    elif parse_schedstat_present(schedstat):
+        caps.append(Capability("schedstat", True, f"{proc_root}/<tid>/schedstat (run-queue delay per thread)"))
+    else:
+        caps.append(Capability("schedstat", False, f"{proc_root}/self/schedstat reads {schedstat.strip()!r}: "
+                               "scheduler statistics off (sched_info / delayacct disabled)"))
 
     pressure = proc_root / "pressure" / "cpu"
     if _read(pressure) is not None:

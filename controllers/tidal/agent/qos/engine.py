@@ -33,7 +33,7 @@ from tidal.api.node_mode import node_mode
 from tidal.api.policy import ColocationPolicy
 
 from . import registry
-from .feature import DEFAULT_OPTIONS, Context, Feature, Gauge, Options, Plan, Report
+from .feature import DEFAULT_OPTIONS, Context, Counter, Feature, Gauge, Options, Plan, Report, StatusPart
 from .strategy import ApplyResult, NodeState, Strategy, allowed_roots, compose
 
 __all__ = ["QoSEngine", "RoundOutcome", "node_active", "strategies_for"]
@@ -60,6 +60,9 @@ class RoundOutcome:
     #: per feature name, how many cgroup files it changed
     changed: dict[str, int] = field(default_factory=dict)
     gauges: list[Gauge] = field(default_factory=list)
+    counters: list[Counter] = field(default_factory=list)
+    #: NodeProfile status parts the features own, by key
+    status: dict = field(default_factory=dict)
     #: evictions and other API work, for the node's worker
     effects: list = field(default_factory=list)
     #: (feature name, file or object, problem) of intents other than cgroup files
@@ -172,6 +175,10 @@ class QoSEngine:
                         logging.getLogger(decision.logger).log(decision.level, "%s", decision.message)
                 elif isinstance(decision, Gauge):
                     out.gauges.append(decision)
+                elif isinstance(decision, Counter):
+                    out.counters.append(decision)
+                elif isinstance(decision, StatusPart):
+                    out.status[decision.key] = decision.value
             out.effects += plan.effects
             settle = getattr(feature, "settle", None)
             if settle is not None:

@@ -33,9 +33,10 @@ The :class:`Plan` a feature returns holds intents, nothing is done by the featur
 * ``writes``: for the executor (:mod:`tidal.agent.executor`), the only writer: cgroup files
   (journalled), cgroup requests (``memory.reclaim``), resctrl groups and members, tc shaping;
 * ``decisions``: what to report: :class:`Report`\\ s (log lines, optionally only when the
-  executor applied or wrote given files) and :class:`Gauge` values for metrics;
+  executor applied or wrote given files), :class:`Gauge` values and :class:`Counter` increases
+  for metrics, :class:`StatusPart`\\ s of the NodeProfile's status;
 * ``effects``: actions beyond files, carried out by the node's API worker: evictions
-  (:class:`~.eviction.Decision`).
+  (:class:`~.eviction.Decision`) and Node Events (:class:`NodeEvent`).
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ from tidal.api.policy import ColocationPolicy
 
 from .strategy import NodeState, Strategy
 
-__all__ = ["Context", "EMPTY", "Feature", "Gauge", "Options", "Plan", "Report", "StrategyFeature", "run_alone"]
+__all__ = ["Context", "Counter", "EMPTY", "Feature", "Gauge", "NodeEvent", "Options", "Plan", "Report", "StatusPart",
+           "StrategyFeature", "run_alone"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,32 @@ class Gauge:
     metric: str
     labels: tuple[str, ...]
     value: float
+
+
+@dataclass(frozen=True)
+class Counter:
+    """A metric increase: ``metrics.<metric>.labels(node, *labels).inc(amount)``."""
+
+    metric: str
+    labels: tuple[str, ...]
+    amount: float = 1.0
+
+
+@dataclass(frozen=True)
+class StatusPart:
+    """A part of the NodeProfile's status the feature owns: ``status[key] = value``."""
+
+    key: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """An effect: an Event on this Node (sent by the node's API worker)."""
+
+    reason: str
+    message: str
+    warning: bool = False
 
 
 @dataclass(frozen=True)

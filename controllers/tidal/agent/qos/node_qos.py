@@ -42,7 +42,7 @@ from tidal.api.qos import QoSLevel
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
 from .engine import QoSEngine
-from .feature import Context
+from .feature import Context, NodeEvent
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import node_watermarks
@@ -186,10 +186,12 @@ class NodeQoS:
         self._initial_taint_read = False
         self._states: dict[str, PodState] = {}
         self.blocked: dict[str, float] = {}
-        self._work: asyncio.Queue[tuple[Decision, PodState | None]] | None = None
+        self._work: asyncio.Queue[tuple[Decision | NodeEvent, PodState | None]] | None = None
         self._worker: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self.node_tainted: bool | None = None  # as last seen at the API server
+        #: NodeProfile status parts the features own (e.g. cpuInterference), from the last round
+        self.feature_status: dict[str, Any] = {}
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -301,7 +303,14 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
-        effects = outcome.effects
+        # a part no feature writes any more goes (null in the status's merge patch)
+        self.feature_status = {**{key: None for key in self.feature_status}, **outcome.status}
+        events = [e for e in outcome.effects if isinstance(e, NodeEvent)]
+        effects = [e for e in outcome.effects if not isinstance(e, NodeEvent)]
+        for event in events:
+            log.log(logging.WARNING if event.warning else logging.INFO, "node %s: %s: %s",
+                    self.node, event.reason, event.message)
+            self._queue_event(event)
         if enabled and not self.eviction_gate[0]:
             # The oversubscription-only row evicts only while the node's requests pass 100 % of
             # allocatable: PSI interference's evictions follow the same rule as the watermarks'.
@@ -316,7 +325,7 @@ class NodeQoS:
                 self._queue(decision, self._states.get(decision.pod_uid or ""))
         if self._wake is not None and self.node_tainted is not None and self.node_tainted != self.want_taint:
             self._wake.set()
-        self._export(sampler, usage, changed, result, enabled, state, outcome.gauges)
+        self._export(sampler, usage, changed, result, enabled, state, outcome.gauges, outcome.counters)
         return Round(enabled, usage, result, changed, decisions, eviction_usage, *self.eviction_gate, requests)
 
     def policy_status(self, capabilities) -> dict[str, Any]:
@@ -335,13 +344,16 @@ class NodeQoS:
     def want_taint(self) -> bool:
         return self.enabled and self.eviction.tainted
 
-    def _export(self, sampler: Sampler, usage, changed, result, enabled, state: NodeState, gauges=()) -> None:
+    def _export(self, sampler: Sampler, usage, changed, result, enabled, state: NodeState, gauges=(),
+                counters=()) -> None:
         m = self.metrics
         if m is None:
             return
         n = self.node
         for gauge in gauges:  # the features' (e.g. tidal_psi_some_avg10_percent)
             getattr(m, gauge.metric).labels(n, *gauge.labels).set(gauge.value)
+        for counter in counters:  # e.g. tidal_be_cpu_interference_throttles_total
+            getattr(m, counter.metric).labels(n, *counter.labels).inc(counter.amount)
         if sampler.node_cpu_millicores is not None:
             m.node_cpu.labels(n).set(sampler.node_cpu_millicores)
         if sampler.node_memory_bytes is not None:
@@ -358,7 +370,9 @@ class NodeQoS:
         if result.errors:
             m.cgroup_errors.labels(n).inc(len(result.errors))
         suppression = state.policy.be_isolation.cpu_suppression
-        if enabled and suppression.enabled:
+        if any(g.metric == "be_cpu_quota" for g in gauges):
+            pass  # the interference control's allowance (below suppression's bound)
+        elif enabled and suppression.enabled:
             from .be_cpu_suppression import suppressed_millicores
             m.be_cpu_quota.labels(n).set(suppressed_millicores(
                 state.node_cpus, state.online_usage_millicores, suppression.threshold_percent / 100,
@@ -367,6 +381,13 @@ class NodeQoS:
             m.be_cpu_quota.labels(n).set(0)
 
     # -- API work ----------------------------------------------------------------------------
+
+    def _queue_event(self, event: NodeEvent) -> None:
+        if self._work is None:
+            return  # no API (tests of the round alone): logged only
+        self._work.put_nowait((event, None))
+        assert self._wake is not None
+        self._wake.set()
 
     def _queue(self, decision: Decision, pod: PodState | None) -> None:
         if self._work is None or pod is None:
@@ -410,6 +431,17 @@ class NodeQoS:
                 log.warning("taint of node %s not updated: %s", self.node, err)
             while not self._work.empty():
                 decision, pod = self._work.get_nowait()
+                if isinstance(decision, NodeEvent):
+                    try:
+                        await asyncio.wait_for(self.actions.event(
+                            kind="Node", name=self.node, namespace="", uid=None, reason=decision.reason,
+                            message=decision.message, warning=decision.warning), API_TIMEOUT_SECONDS)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as err:
+                        log.warning("Event %s on node %s not sent: %s", decision.reason, self.node, err)
+                    continue
+                assert pod is not None
                 try:
                     await asyncio.wait_for(self._evict(decision, pod), API_TIMEOUT_SECONDS)
                 except asyncio.CancelledError:

@@ -8,7 +8,7 @@ their own decision state: a reclaim level, NUMA placements), configured with ``o
 from __future__ import annotations
 
 from . import (
-    be_batch_resources, be_cpu_priority, be_cpu_suppression, cpu_burst,
+    be_batch_resources, be_cpu_interference, be_cpu_priority, be_cpu_suppression, cpu_burst,
     egress_bandwidth, kernel_qos_level, memory_reclaim, numa_affinity, psi_interference, resctrl,
 )
 from .feature import DEFAULT_OPTIONS, Feature, Options
@@ -19,6 +19,7 @@ __all__ = ["features"]
 def features(options: Options = DEFAULT_OPTIONS) -> list[Feature]:
     return [
         be_cpu_suppression.feature(),
+        be_cpu_interference.BECPUInterference(options),  # after suppression: its quota wins
         be_cpu_priority.feature(),
         be_batch_resources.feature(),
         cpu_burst.feature(),

@@ -5,6 +5,7 @@ const SECTIONS = [
   ["spec.loadAwareScheduling", "Load-aware scheduling"],
   ["spec.evictionWatermarks", "Watermark eviction"],
   ["spec.beIsolation", "BE isolation"],
+  ["spec.beIsolation.cpuInterference", "BE CPU interference control (online run-queue delay)"],
   ["spec.overselling", "Overselling"],
   ["spec.features.cpuBurst", "CPU burst"],
   ["spec.features.memoryReclaim", "Memory reclaim"],
@@ -162,7 +163,10 @@ function policyDialog(schema, policy, nodes, canWrite, onSaved) {
   const summary = el("div", { class: "errors", id: "policy-errors", role: "alert" });
   const form = el("form", { method: "dialog", novalidate: true, id: "policy-form" });
   for (const [prefix, title] of SECTIONS) {
-    const own = fields.filter((f) => f.type !== "object" && f.path.startsWith(`${prefix}.`));
+    // A section's own fields: those of a nested section listed here (beIsolation.cpuInterference)
+    // are shown (and dimmed) in that one only.
+    const own = fields.filter((f) => f.type !== "object" && f.path.startsWith(`${prefix}.`)
+      && !SECTIONS.some(([other]) => other.length > prefix.length && f.path.startsWith(`${other}.`)));
     const unsupported = unsupportedOn(nodes, prefix);
     const fs = el("fieldset", { "data-section": prefix, class: unsupported.length ? "dim" : null },
       el("legend", {}, title),

@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``--background lab``: the load a node's own daemons put beside the pods, for the benches.
+
+A node running Tidal is never quiet: the kubelet, the container runtime, the agent and other
+daemons wake up all the time. The benches stand for that with a running lab's control plane
+under a steady stream of API work, outside every pod cgroup (plain CFS tasks, like system
+daemons):
+
+* the bench's private kwok-only lab (etcd, kube-apiserver, kube-controller-manager,
+  kube-scheduler, the Volcano scheduler and controllers, kwok, Prometheus) — already running for
+  the bench's own agent;
+* plus ``NODES`` more kwok nodes (kwok heartbeats their leases and status);
+* plus this module's writer process, at a fixed rate (open loop, ``--rate`` operations per
+  second): every operation patches one of 20 ConfigMaps (a new 1 KiB value: an etcd write, a
+  watch event to every watcher), and every 10th one creates a pod bound to one of the kwok nodes
+  (kwok runs it: status updates) and deletes the oldest once 30 exist (pods churn as a node's
+  do).
+
+Run as a process: ``python bench/lab_background.py --kubeconfig K --rate 50 --out F``; on
+SIGTERM it writes ``{"ops": n, "seconds": s, "errors": e}`` to ``F``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NODES = 10
+NAMESPACE = "background"
+CONFIGMAPS = 20
+MAX_PODS = 30
+
+
+class Background:
+    """Starts the extra kwok nodes and the writer against a running lab; ``stop`` reports."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path, rate: int) -> None:
+        from kubernetes import client, config
+
+        from tidal_dev.testing.kwok import kwok_node
+        self.out = workdir / "background.json"
+        api = config.new_client_from_config(str(kubeconfig))
+        core = client.CoreV1Api(api)
+        for i in range(NODES):
+            kwok_node(core, f"background-{i}", {"cpu": "8", "memory": "32Gi", "pods": "110"})
+        self.proc = subprocess.Popen([sys.executable, __file__, "--kubeconfig", str(kubeconfig),
+                                      "--rate", str(rate), "--out", str(self.out)],
+                                     stdout=subprocess.DEVNULL, stderr=open(workdir / "background.log", "w"))
+        self.core = core
+        self.rate = rate
+
+    def wait_writing(self, timeout: float = 60) -> None:
+        """Until the writer runs (its ConfigMaps exist and change), or SystemExit."""
+        deadline = time.monotonic() + timeout
+        seen = None
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"the background writer exited ({self.proc.returncode}): see background.log")
+            try:
+                cms = self.core.list_namespaced_config_map(NAMESPACE).items
+                versions = {c.metadata.name: c.metadata.resource_version for c in cms if c.metadata.name.startswith("cm-")}
+            except Exception:
+                versions = {}
+            if len(versions) >= CONFIGMAPS and seen is not None and versions != seen:
+                return
+            seen = versions if len(versions) >= CONFIGMAPS else None
+            if time.monotonic() > deadline:
+                raise SystemExit("the background writer did not start writing within 60 s")
+            time.sleep(0.5)
+
+    def describe(self) -> str:
+        return (f"the bench's kwok-only lab control plane + {NODES} kwok nodes + a writer at {self.rate} API "
+                f"operations/s (ConfigMap patches, pod create/delete every 10th)")
+
+    def stop(self) -> dict:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            return json.loads(self.out.read_text())
+        except (OSError, ValueError):
+            return {}
+
+
+def write_stream(kubeconfig: str, rate: int, out: Path) -> None:
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    api = config.new_client_from_config(kubeconfig)
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    while not core.list_namespaced_service_account(NAMESPACE).items:  # pods need "default"
+        time.sleep(0.2)
+    for i in range(CONFIGMAPS):
+        try:
+            core.create_namespaced_config_map(NAMESPACE, {"metadata": {"name": f"cm-{i}"}, "data": {"v": ""}})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    ops = errors = 0
+    pods: list[str] = []
+    started = time.monotonic()
+    interval = 1.0 / rate
+    next_at = started
+    while not stopping:
+        try:
+            if ops % 10 == 9:
+                name = f"p-{ops}"
+                core.create_namespaced_pod(NAMESPACE, {
+                    "metadata": {"name": name},
+                    "spec": {"nodeName": f"background-{ops % NODES}", "automountServiceAccountToken": False,
+                             "tolerations": [{"operator": "Exists"}],
+                             "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}})
+                pods.append(name)
+                if len(pods) > MAX_PODS:
+                    core.delete_namespaced_pod(pods.pop(0), NAMESPACE, grace_period_seconds=0)
+            else:
+                core.patch_namespaced_config_map(f"cm-{ops % CONFIGMAPS}", NAMESPACE,
+                                                 {"data": {"v": str(ops) * (1024 // len(str(ops)))}})
+        except ApiException:
+            errors += 1
+        ops += 1
+        next_at += interval
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    out.write_text(json.dumps({"ops": ops, "seconds": round(time.monotonic() - started, 1), "errors": errors}))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--rate", type=int, default=50)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    write_stream(args.kubeconfig, args.rate, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

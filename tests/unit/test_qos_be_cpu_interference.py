@@ -1,0 +1,341 @@
+"""BE CPU interference control, pure: the run-queue delay signal, the MD/AI controller's table,
+the feature's plan (quota, gauges, counter, status, Events) on recorded schedstat trees, and the
+policy's validation of its knobs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.qos import registry
+from tidal.agent.qos.be_cpu_interference import (
+    EVENT_INTERVAL_SECONDS,
+    BECPUInterference,
+    InterferenceController,
+    RunQueueSample,
+    parse_schedstat,
+    signal,
+)
+from tidal.agent.qos.engine import QoSEngine
+from tidal.agent.qos.feature import Context, Counter, Gauge, NodeEvent, Options, StatusPart, run_alone
+from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
+from tidal.api.feature_support import FEATURE_NEEDS
+from tidal.api.policy import ColocationPolicy, CPUInterference, PolicyValidationError
+from tidal.api.qos import QoSLevel
+
+CONFIG = CPUInterference(target_delay_microseconds=200)  # −50 %, +5 % of the node's CPUs
+
+
+def test_parse_schedstat():
+    assert parse_schedstat("1189955 4000 7\n") == (1189955, 4000, 7)
+    assert parse_schedstat(b"5 6 7\n") == (5, 6, 7)  # as the reader reads it
+    with pytest.raises(ValueError, match="three numbers"):
+        parse_schedstat("12 3")
+
+
+@pytest.mark.parametrize("before, after, expected", [
+    # (at ns, {tid: (waited ns, slices)}) ... -> (delay µs, wait ratio, threads, slices)
+    ((0, {1: (0, 0)}), (10**9, {1: (1_000_000, 10)}), (100.0, 0.001, 1, 10)),
+    # two threads: delay per slice over both, ratio summed
+    ((0, {1: (0, 0), 2: (0, 0)}), (10**9, {1: (3_000_000, 10), 2: (1_000_000, 10)}), (200.0, 0.004, 2, 20)),
+    # a new thread has no baseline, a gone one is left out
+    ((0, {1: (0, 0), 3: (5, 5)}), (10**9, {1: (500_000, 5), 2: (9_000_000, 1)}), (100.0, 0.0005, 1, 5)),
+    # nothing ran: no delay to speak of
+    ((0, {1: (7, 3)}), (10**9, {1: (7, 3)}), (None, 0.0, 1, 0)),
+    # a reused thread id (counters went back) is a new thread
+    ((0, {1: (9_000, 90)}), (10**9, {1: (10, 1)}), (None, 0.0, 0, 0)),
+])
+def test_signal(before, after, expected):
+    sig = signal(RunQueueSample(*before), RunQueueSample(*after))
+    assert (sig.delay_us, round(sig.wait_ratio, 6), sig.threads, sig.slices) == expected
+
+
+def test_signal_needs_two_readings():
+    assert signal(None, RunQueueSample(1, {})) is None
+    assert signal(RunQueueSample(5, {}), RunQueueSample(5, {})) is None
+
+
+# One controller, stepped through rounds: (delay µs, bound) -> allowance. Node of 2 CPUs (+100m per
+# round below half the target), floor 500m.
+@pytest.mark.parametrize("steps", [
+    # quiet: starts at the bound and follows it
+    [((50, 2000), 2000), ((None, 1800), 1800), ((10, 1900), 1900)],
+    # interference: halved each round down to the floor, held in the band, grows back below half
+    [((900, 2000), 1000), ((900, 2000), 500), ((900, 2000), 500), ((150, 2000), 500),
+     ((99, 2000), 600), ((0, 2000), 700)],
+    # the bound falls under the allowance: the bound wins at once
+    [((900, 2000), 1000), ((50, 800), 800), ((50, 2000), 900)],
+    # no signal (no online thread ran) counts as no interference
+    [((300, 2000), 1000), ((None, 2000), 1100)],
+    # the floor is above the bound's formula only when the bound says so (bound >= floor always)
+    [((250, 500), 500)],
+])
+def test_controller_table(steps):
+    c = InterferenceController()
+    for i, ((delay, bound), expected) in enumerate(steps):
+        allowance, _ = c.step(float(i), delay, bound, 500, 2.0, CONFIG)
+        assert allowance == expected, (i, delay, bound)
+
+
+def test_controller_knobs():
+    c = InterferenceController()
+    config = CPUInterference(target_delay_microseconds=1000, decrease_percent=10, increase_percent=25)
+    assert c.step(0, 1500, 4000, 100, 4.0, config)[0] == 3600   # −10 %
+    assert c.step(1, 700, 4000, 100, 4.0, config)[0] == 3600    # 700 µs: in the band, held
+    assert c.step(2, 400, 4000, 100, 4.0, config)[0] == 4000    # +25 % of 4 CPUs, capped at the bound
+
+
+def test_controller_events_are_rate_limited_and_say_when_it_is_over():
+    c = InterferenceController()
+    reasons = []
+    for t in range(0, 130):
+        _, events = c.step(float(t), 900, 2000, 500, 2.0, CONFIG)
+        reasons += [(t, e.reason) for e in events]
+    assert reasons == [(0, "TidalBECPUThrottled"), (EVENT_INTERVAL_SECONDS, "TidalBECPUThrottled"),
+                       (2 * EVENT_INTERVAL_SECONDS, "TidalBECPUThrottled")]
+    assert c.throttles == 2  # 2000 → 1000 → 500 (the floor): held there, not lowered again
+    released = []
+    for t in range(200, 230):
+        _, events = c.step(float(t), 10, 2000, 500, 2.0, CONFIG)
+        released += [(t, e.reason, e.warning) for e in events]
+    assert released == [(214, "TidalBECPUReleased", False)]  # 500m + 15 × 100m = the bound
+
+
+# -- the feature on a recorded tree ------------------------------------------------------------
+
+def layout(root: Path) -> CgroupLayout:
+    return CgroupLayout(CgroupHierarchy(CgroupVersion.V1, root / "cpu", root / "memory"), CgroupDriver.CGROUPFS)
+
+
+LS = PodState("ls-1", PodQOSClass.BURSTABLE, QoSLevel.LS, (ContainerState("containerd://c1"),), "ns", "web")
+BE = PodState("be-1", PodQOSClass.BEST_EFFORT, QoSLevel.BE, (ContainerState("containerd://c2", 1000),), "ns", "batch")
+
+
+class Tree:
+    """A recorded node: the LS pod's container cgroup lists threads 101 and 102, /proc has their
+    schedstat."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.layout = layout(root)
+        container = root / "cpu" / self.layout.container_relpath(LS.uid, LS.qos_class, "containerd://c1")
+        container.mkdir(parents=True)
+        (container / "tasks").write_text("101\n102\n")
+        self.proc = root / "proc"
+        self.set(101, 0, 0)
+        self.set(102, 0, 0)
+
+    def set(self, tid: int, waited_ns: int, slices: int) -> None:
+        (self.proc / str(tid)).mkdir(parents=True, exist_ok=True)
+        (self.proc / str(tid) / "schedstat").write_text(f"123 {waited_ns} {slices}\n")
+
+    def state(self, policy=ColocationPolicy(), online=0.0, caps=None) -> NodeState:
+        return NodeState((LS, BE), 2.0, online, policy, {"schedstat": True} if caps is None else caps, self.layout)
+
+
+def test_feature_lowers_the_quota_reports_and_raises_it_again(tmp_path):
+    tree = Tree(tmp_path)
+    clock = iter(range(0, 10**12, 10**9))  # one second per reading
+    feature = BECPUInterference(Options(proc_root=tree.proc))
+    feature.reader.clock_ns = lambda: next(clock)
+    quota_file = str(tmp_path / "cpu/kubepods/besteffort") + "/cpu.cfs_quota_us"
+
+    def round_(now, online=0.0):
+        plan = run_alone(feature, Context(tree.state(online=online), True, now))
+        writes = {f"{w.path}/{w.file}": w.value for w in plan.writes}
+        return writes[quota_file], plan
+
+    quota, plan = round_(0)  # first reading: no signal yet, the bound (2 CPUs × 65 %)
+    assert quota == "130000"
+    tree.set(101, 2_000_000, 4)  # 2 ms over 4 slices + 1 ms over 1: 600 µs per slice
+    tree.set(102, 1_000_000, 1)
+    quota, plan = round_(1)
+    assert quota == "65000"
+    gauges = {g.metric: g.value for g in plan.decisions if isinstance(g, Gauge)}
+    assert gauges == {"be_cpu_quota": 650, "online_runqueue_delay": 600.0, "online_runqueue_wait": 0.003}
+    assert [c for c in plan.decisions if isinstance(c, Counter)] == [Counter("be_cpu_throttles", (), 1)]
+    [status] = [s for s in plan.decisions if isinstance(s, StatusPart)]
+    assert status.key == "cpuInterference" and status.value == {
+        "targetDelayMicroseconds": 100, "beCPUAllowanceMillicores": 650, "boundMillicores": 1300,
+        "throttled": True, "onlineThreads": 2, "waitRatio": 0.003, "runQueueDelayMicroseconds": 600.0}
+    [event] = plan.effects
+    assert isinstance(event, NodeEvent) and event.reason == "TidalBECPUThrottled" and event.warning
+    assert "600 µs" in event.message and "650m" in event.message
+
+    tree.set(101, 2_000_000, 400)  # no more waiting: grows back by 100m a round
+    quota, plan = round_(2)
+    assert quota == "75000" and plan.effects == ()
+    quota, _ = round_(3, online=900)  # online usage rises: the bound (1300 − 900 = 400 → floor 500) wins
+    assert quota == "50000"
+
+
+def test_feature_without_schedstat_follows_the_bound_and_says_why(tmp_path):
+    tree = Tree(tmp_path)
+    feature = BECPUInterference(Options(proc_root=tree.proc))
+    plan = run_alone(feature, Context(tree.state(caps={"schedstat": False}), True, 0))
+    [status] = [s for s in plan.decisions if isinstance(s, StatusPart)]
+    assert status.value["problem"].startswith("no per-task schedstat")
+    assert status.value["beCPUAllowanceMillicores"] == 1300
+
+
+def test_feature_off_leaves_suppression_alone(tmp_path):
+    tree = Tree(tmp_path)
+    feature = BECPUInterference(Options(proc_root=tree.proc))
+    off = ColocationPolicy.from_spec({"beIsolation": {"cpuInterference": {"enabled": False}}})
+    assert run_alone(feature, Context(tree.state(policy=off), True, 0)).writes == ()
+    no_suppression = ColocationPolicy.from_spec({"beIsolation": {"cpuSuppression": {"enabled": False}}})
+    assert run_alone(feature, Context(tree.state(policy=no_suppression), True, 0)).writes == ()
+
+
+def test_engine_composes_the_interference_quota_over_suppression(tmp_path):
+    """In the registry's order the allowance wins over suppression's value of the same file."""
+    tree = Tree(tmp_path)
+    besteffort = tmp_path / "cpu/kubepods/besteffort"
+    besteffort.mkdir(parents=True, exist_ok=True)
+    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
+        (besteffort / f).write_text(v)
+    clock = iter(range(0, 10**12, 10**9))
+    features = registry.features(Options(proc_root=tree.proc))
+    interference = next(f for f in features if f.name == "be-cpu-interference")
+    interference.reader.clock_ns = lambda: next(clock)
+    engine = QoSEngine(tmp_path / "journal.json", features=[f for f in features if f.name.startswith("be-cpu-")])
+    engine.run(Context(tree.state(), True, 0))
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == "130000"
+    tree.set(101, 10_000_000, 10)
+    out = engine.run(Context(tree.state(), True, 1))
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == "65000"
+    assert out.status["cpuInterference"]["throttled"] is True
+    assert [c.metric for c in out.counters] == ["be_cpu_throttles"]
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"targetDelayMicroseconds": 5}, "targetDelayMicroseconds"),
+    ({"targetDelayMicroseconds": 100001}, "targetDelayMicroseconds"),
+    ({"decreasePercent": 0}, "decreasePercent"),
+    ({"decreasePercent": 91}, "decreasePercent"),
+    ({"increasePercent": 0}, "increasePercent"),
+    ({"increasePercent": "5"}, "increasePercent"),
+])
+def test_policy_rejects_bad_knobs_naming_the_field(spec, field):
+    with pytest.raises(PolicyValidationError) as err:
+        ColocationPolicy.from_spec({"beIsolation": {"cpuInterference": spec}})
+    assert f"beIsolation.cpuInterference.{field}" in str(err.value)
+
+
+def test_policy_defaults_and_capability_need():
+    config = ColocationPolicy().be_isolation.cpu_interference
+    assert (config.enabled, config.target_delay_microseconds, config.decrease_percent, config.increase_percent) == \
+        (True, 100, 50, 5)
+    assert FEATURE_NEEDS["beIsolation.cpuInterference"] == (("schedstat",),)
+
+
+@pytest.mark.parametrize("per_pod, limit, expected", [
+    ([[3, 1], [2]], 8, [3, 1, 2]),                        # under the limit: every thread
+    ([[9, 8, 7, 6, 5, 4], [1, 2]], 6, [4, 5, 6, 1, 2]),     # over: a share each, lowest ids
+    ([[9, 8, 7], [6, 5, 4], [3, 2, 1]], 3, [7, 8, 4, 5, 1, 2]),  # at least 2 each, whatever the limit
+    ([list(range(100, 120)), list(range(10))], 16, list(range(100, 108)) + list(range(8))),
+])
+def test_sampled_threads(per_pod, limit, expected):
+    from tidal.agent.qos.be_cpu_interference import sampled
+    assert sampled(per_pod, limit) == expected
+
+
+@pytest.mark.parametrize("text, present", [
+    ("1189955 4000 7\n", True), ("0 0 0\n", False), ("", False), ("12 x 3", False)])
+def test_probe_reads_schedstat_of_itself(tmp_path, text, present):
+    from tidal.agent.qos.capabilities import parse_schedstat_present, probe
+    assert parse_schedstat_present(text) is present
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/schedstat").write_text(text)
+    [cap] = [c for c in probe(tmp_path / "cgroup", tmp_path / "proc", tmp_path / "sys") if c.name == "schedstat"]
+    assert cap.supported is present
+    if not present:
+        assert "scheduler statistics off" in cap.reason
+
+
+def test_probe_without_schedstat_names_the_kernel_option(tmp_path):
+    from tidal.agent.qos.capabilities import probe
+    [cap] = [c for c in probe(tmp_path / "cgroup", tmp_path / "proc", tmp_path / "sys") if c.name == "schedstat"]
+    assert not cap.supported and "CONFIG_SCHED_INFO" in cap.reason
+
+
+def test_the_policy_problem_names_the_missing_schedstat():
+    from tidal.agent.qos.capabilities import Capability
+    from tidal.agent.qos.policy_status import unsupported_features
+    spec = ColocationPolicy().to_spec()  # on by default
+    assert unsupported_features(spec, [Capability("schedstat", False, "sched_info off")]) == [
+        "spec.beIsolation.cpuInterference: enabled but not supported on this node (schedstat: sched_info off)"]
+
+
+class Sample:
+    """The sampler's figures a round reads (no kernel): no online usage."""
+
+    node_cpu_millicores, node_memory_bytes, node_memory_total_bytes = 1000.0, 100, 1000
+    pods_cpu_millicores, pods_memory_bytes = 800.0, 100
+
+    def level_current(self, level):
+        return 0.0, 0.0
+
+    def pod_usage(self, uid):
+        return None
+
+
+class RecordingActions:
+    """The node's API actions, recorded (the worker's side of a round)."""
+
+    def __init__(self):
+        self.events = []
+
+    async def event(self, **event):
+        self.events.append(event)
+
+    async def set_offline_taint(self, want):
+        return True
+
+
+def test_the_node_round_sends_the_event_exports_the_metrics_and_keeps_the_status(tmp_path):
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+    from tidal.agent.qos.node_qos import NodeQoS
+    from tidal.api import qos
+    from tidal.metrics import node_metrics
+
+    tree = Tree(tmp_path)
+    besteffort = tmp_path / "cpu/kubepods/besteffort"
+    besteffort.mkdir(parents=True)
+    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
+        (besteffort / f).write_text(v)
+    clock = iter(range(0, 10**12, 10**9))
+    feature = BECPUInterference(Options(proc_root=tree.proc))
+    feature.reader.clock_ns = lambda: next(clock)
+    registry_ = CollectorRegistry()
+    actions = RecordingActions()
+    node_qos = NodeQoS("n1", tree.layout, QoSEngine(tmp_path / "j.json", features=[feature]), {"schedstat": True},
+                       actions, node_metrics(registry_), node_cpus=2, clock=lambda: 100.0)
+    node_qos.observe_node({"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: "true"}}})
+
+    async def rounds():
+        node_qos.start()
+        node_qos.round(Sample(), [LS, BE])
+        tree.set(101, 5_000_000, 10)  # 500 µs per slice
+        node_qos.round(Sample(), [LS, BE])
+        for _ in range(200):  # the worker sends it beside the rounds
+            if actions.events:
+                break
+            await asyncio.sleep(0.01)
+        await node_qos.stop()
+
+    asyncio.run(rounds())
+    [event] = actions.events
+    assert (event["kind"], event["name"], event["reason"], event["warning"]) == ("Node", "n1", "TidalBECPUThrottled", True)
+    value = registry_.get_sample_value
+    assert value("tidal_be_cpu_quota_millicores", {"node": "n1"}) == 650
+    assert value("tidal_online_runqueue_delay_microseconds", {"node": "n1"}) == 500
+    assert value("tidal_be_cpu_interference_throttles_total", {"node": "n1"}) == 1
+    assert node_qos.feature_status["cpuInterference"]["beCPUAllowanceMillicores"] == 650
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == "65000"
+    node_qos.observe_policy({"metadata": {"resourceVersion": "2"},
+                             "spec": {"beIsolation": {"cpuInterference": {"enabled": False}}}})
+    node_qos.round(Sample(), [LS, BE])
+    assert node_qos.feature_status == {"cpuInterference": None}  # removed from the status by the merge patch

@@ -31,6 +31,8 @@ VOLCANO_COLOCATION_LABEL = "volcano.sh/colocation"
 
 OFFLINE_EVICTING_TAINT_KEY = "colocation.tidal.io/offline-evicting"
 OFFLINE_EVICTING_TAINT_EFFECT = "NoSchedule"
+# Set by the agent while it still has something to put back on its node (the uninstall waits).
+RESTORE_PENDING_NODE_LABEL = "colocation.tidal.io/restore-pending"
 
 BATCH_CPU_RESOURCE = "kubernetes.io/batch-cpu"
 BATCH_MEMORY_RESOURCE = "kubernetes.io/batch-memory"

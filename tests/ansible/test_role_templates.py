@@ -50,7 +50,7 @@ def test_agent_rbac_is_least_privilege_and_its_writes_are_limited_to_its_node():
     assert "system:serviceaccount:tidal-system:tidal-agent" in policy["spec"]["matchConditions"][0]["expression"]
 
 
-def test_agent_daemonset_runs_only_on_nodes_whose_mode_is_active():
+def test_agent_daemonset_runs_only_on_nodes_whose_mode_is_active_or_not_restored_yet():
     workloads = render("workloads.yml.j2")
     agent = next(o for o in workloads if o["kind"] == "DaemonSet")
     spec = agent["spec"]["template"]["spec"]
@@ -58,7 +58,8 @@ def test_agent_daemonset_runs_only_on_nodes_whose_mode_is_active():
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}]}
                      for label in (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL,
-                                   "volcano.sh/colocation", qos.VOLCANO_OVERSUBSCRIPTION_LABEL)]
+                                   "volcano.sh/colocation", qos.VOLCANO_OVERSUBSCRIPTION_LABEL,
+                                   qos.RESTORE_PENDING_NODE_LABEL)]
     manager = next(o for o in workloads if o["kind"] == "Deployment" and o["metadata"]["name"] == "tidal-manager")
     container = manager["spec"]["template"]["spec"]["containers"][0]
     assert manager["spec"]["replicas"] == 2

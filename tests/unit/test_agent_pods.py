@@ -62,6 +62,14 @@ def test_pod_state_carries_what_the_pod_takes_of_the_nodes_requests(annotations,
     assert pod_state(pod, pod_info(pod)).node_requests == expected
 
 
+@pytest.mark.parametrize("deletion, terminating", [(None, False), ("2026-11-27T03:00:00Z", True)])
+def test_pod_state_says_when_the_pod_is_on_its_way_out(deletion, terminating):
+    pod = _pod({qos.QOS_ANNOTATION: "BE"})
+    if deletion:
+        pod["metadata"]["deletionTimestamp"] = deletion
+    assert pod_state(pod, pod_info(pod)).terminating is terminating
+
+
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_finished_pods_hold_no_resources(phase):
     assert pod_info(_pod(phase=phase)) is None

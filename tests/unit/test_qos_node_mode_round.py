@@ -101,6 +101,17 @@ def test_requests_crossing_100_percent_evict_at_once_then_stop_evicting_below_bu
     assert agent.want_taint  # no flapping: the taint goes by its own rule (usage at or below low)
 
 
+def test_a_terminating_pod_is_never_chosen_again(tmp_path):
+    """An agent restarted after it evicted a pod sees that pod terminating: it is no candidate,
+    so the eviction falls to no one else here and nothing is evicted twice."""
+    agent = node_qos(tmp_path, {CO: "true"})
+    ls, be = pods(80)
+    gone = PodState(be.uid, be.qos_class, be.tidal_level, namespace=be.namespace, name=be.name,
+                    node_requests=be.node_requests, terminating=True)
+    assert [(d.action.value, d.pod_uid) for d in agent.round(Sample(), [ls, gone]).decisions] == [("taint", None)]
+    assert [(d.action.value, d.pod_uid) for d in agent.round(Sample(), [ls, be]).decisions] == [("evict", "be")]
+
+
 def test_the_mode_going_off_restores_and_untaints(tmp_path):
     agent = node_qos(tmp_path, {OV: "true"})
     agent.round(Sample(), pods(120))

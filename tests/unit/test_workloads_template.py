@@ -375,11 +375,12 @@ def test_placement_variables_keep_every_controller_off_kwok_nodes():
 
 
 MODE_LABELS = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL, "volcano.sh/colocation",
-               "volcano.sh/oversubscription")
+               "volcano.sh/oversubscription", qos.RESTORE_PENDING_NODE_LABEL)
 
 
 def agent_affinity(extra=(), **rest):
-    """The agent's affinity: one required term per mode label (ORed), each with ``extra``."""
+    """The agent's affinity: one required term per mode label and the restore-pending label
+    (ORed), each with ``extra``."""
     terms = [{"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}, *extra]}
              for label in MODE_LABELS]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}},
@@ -405,6 +406,8 @@ def _schedulable(affinity, labels):
     pytest.param({"volcano.sh/colocation": "true"}, True, id="volcano-colocation"),
     pytest.param({"volcano.sh/oversubscription": "true"}, True, id="volcano-oversubscription"),
     pytest.param({qos.COLOCATION_NODE_LABEL: "false"}, False, id="switched-off"),
+    pytest.param({qos.COLOCATION_NODE_LABEL: "false", qos.RESTORE_PENDING_NODE_LABEL: "true"}, True,
+                 id="switched-off-not-restored-yet"),
     pytest.param({}, False, id="no-label"),
     pytest.param({qos.OVERSUBSCRIPTION_NODE_LABEL: "true", "type": "kwok"}, False, id="lab-kwok-excluded-by-the-extra"),
 ])
@@ -425,7 +428,7 @@ def test_an_extra_agent_affinity_with_several_terms_and_other_parts_is_anded_int
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}
     affinity = pod(workloads(tidal_controllers_agent_affinity=extra), "DaemonSet/tidal-agent")["spec"]["affinity"]
     terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert len(terms) == 8
+    assert len(terms) == 2 * len(MODE_LABELS)
     for label in MODE_LABELS:
         mode = {"key": label, "operator": "In", "values": ["true"]}
         assert {"matchExpressions": [mode, zone]} in terms

@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the runtime's NRI socket, probed for the `nri` capability (default $NRI_SOCKET or "
                         f"{_NRI_SOCKET}; in a pod: where the host's socket directory is mounted)")
     rs = sub.add_parser("restore", help="put back every cgroup value the agent changed on this node and "
-                        "remove the offline-evicting taint (uninstall, or colocation off for good)")
+                        "remove the offline-evicting taint, and the restore-pending label when everything "
+                        "is back (uninstall, or colocation off for good)")
     rs.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"))
     rs.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     rs.add_argument("--state-dir", type=Path, default=Path("/var/lib/tidal-agent"))

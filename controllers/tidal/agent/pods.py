@@ -66,7 +66,8 @@ def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
     return PodState(uid=info.uid, qos_class=info.qos_class, tidal_level=info.tidal_level,
                     containers=tuple(containers), namespace=info.namespace, name=info.name,
                     priority=priority if isinstance(priority, int) else 0,
-                    node_requests=pod_node_requests(pod))
+                    node_requests=pod_node_requests(pod),
+                    terminating=bool((pod.get("metadata") or {}).get("deletionTimestamp")))
 
 
 class NodePods(Watcher):

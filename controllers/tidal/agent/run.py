@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tidal.api import qos
+from tidal.kube.client import ApiError
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detect_layout
 from tidal.agent.collector.sampler import Sampler
 from tidal.agent.history import STEP_SECONDS, OnlineHistory
@@ -330,8 +331,17 @@ async def _report(api, node: str, status: dict, generation: int, reported: list,
 async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]:
     """Uninstall / node mode off for good: every feature's undo (registry order) and every
     journalled cgroup value put back — older agents' journals included — then the
-    offline-evicting taint removed. Returns the files that could not be restored."""
+    offline-evicting taint removed, and the restore-pending label when nothing is left. Returns the files that could not be restored."""
     problems = QoSEngine(Path(state_dir) / "qos-journal.json").restore()
-    if api is not None and await NodeActions(api, node).set_offline_taint(False):
-        log.info("node %s: offline-evicting taint removed", node)
+    if api is not None:
+        actions = NodeActions(api, node)
+        try:
+            if await actions.set_offline_taint(False):
+                log.info("node %s: offline-evicting taint removed", node)
+            if not problems:  # kept while anything is left to put back: the DaemonSet stays on the node
+                await actions.set_label(qos.RESTORE_PENDING_NODE_LABEL, None)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            log.info("node %s: gone from the API server; its cgroups are restored", node)
     return problems

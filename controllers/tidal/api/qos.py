@@ -112,6 +112,12 @@ NODE_LABEL_ENABLED_VALUE = "true"
 OFFLINE_EVICTING_TAINT_KEY = "colocation.tidal.io/offline-evicting"
 OFFLINE_EVICTING_TAINT_EFFECT = "NoSchedule"
 
+#: Set by the agent on its node while something it changed there may still have to be put
+#: back; removed by the agent once its node is off and restored with no problem. The agent's
+#: DaemonSet also runs on nodes with it, so a node switched off keeps its agent until the agent
+#: has restored it, even when the agent was killed halfway (issue 15).
+RESTORE_PENDING_NODE_LABEL = "colocation.tidal.io/restore-pending"
+
 # --- Oversold resources and scheduling --------------------------------------------------------
 
 #: Extended resource in millicores (an integer count, as extended resources must be).

@@ -35,6 +35,8 @@ TIDAL_EVENT_REASONS: dict[str, str] = {
     "TidalEvictionBlocked": "tidal-agent: an eviction a PodDisruptionBudget blocked",
     "TidalOfflineEvicting": "tidal-agent: the node tainted offline-evicting (no new BE pods)",
     "TidalOfflineEvictingCleared": "tidal-agent: the offline-evicting taint removed",
+    "TidalCgroupWriteFailed": "tidal-agent: the kernel refused cgroup writes (retried every round)",
+    "TidalNodeRestored": "tidal-agent: a node switched off is restored, the agent leaves it",
     "BatchResourcesDropped": "tidal-manager: a node's batch resources dropped sharply",
 }
 

@@ -3,6 +3,7 @@
 
 * The taint is set or removed with a merge patch carrying the node's ``resourceVersion`` as a
   precondition, so a concurrent change of other taints is never lost (409: retried next round).
+* The restore-pending label is set or removed with a merge patch of that one key.
 * Evictions go through the Eviction API (``pods/eviction``), so PodDisruptionBudgets are honoured:
   429 means a budget blocks it now.
 * Events are ``core/v1`` Events from ``tidal-agent`` on the node or the pod, with the figures.
@@ -60,6 +61,13 @@ class NodeActions:
         await self.api.request("PATCH", f"/api/v1/nodes/{self.node}", body=body,
                                content_type="application/merge-patch+json")
         return True
+
+    async def set_label(self, key: str, value: str | None) -> None:
+        """Set (or, with None, remove) one label of the node: a merge patch of that key only, so
+        no other label is touched."""
+        await self.api.request("PATCH", f"/api/v1/nodes/{self.node}",
+                               body={"metadata": {"labels": {key: value}}},
+                               content_type="application/merge-patch+json")
 
     async def evict(self, namespace: str, name: str) -> EvictOutcome:
         body = {"apiVersion": "policy/v1", "kind": "Eviction",

@@ -38,6 +38,7 @@ from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler
 from tidal.metrics import NodeMetrics
 from tidal.api.node_mode import NodeMode, eviction_allowed, node_mode, requests_percent
 from tidal.api.policy import ColocationPolicy, PolicyValidationError
+from tidal.api import qos
 from tidal.api.qos import QoSLevel
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
@@ -123,9 +124,54 @@ def taint_event(want: bool, eviction: WatermarkEviction) -> tuple[str, str]:
     return "TidalOfflineEvictingCleared", "offline-evicting taint removed: every resource at or below its low watermark"
 
 
+def restore_pending(active: bool, undo_clean: bool | None) -> bool:
+    """Whether the node must carry the restore-pending label (the agent's DaemonSet keeps an agent
+    on a node with it): while the node's mode is active (the agent changes things), and once off
+    until a round has put everything back with no problem (``undo_clean``; None: no round yet)."""
+    return active or undo_clean is not True
+
+
+def restore_event(pending: bool) -> tuple[str, str]:
+    """The Event of a restore-pending label change: (reason, message)."""
+    if pending:
+        return ("TidalRestorePending",
+                f"{qos.RESTORE_PENDING_NODE_LABEL}=true: the agent changes this node and keeps it until "
+                f"every value it changed is put back")
+    return ("TidalNodeRestored",
+            f"every value the agent changed on this node is put back; {qos.RESTORE_PENDING_NODE_LABEL} "
+            f"removed, so the agent leaves the node")
+
+
+#: At most this many failing files are named in one Event (the count says how many there are).
+WRITE_FAILURES_NAMED = 5
+
+
+def write_failure_event(before: Mapping[str, str], now: Mapping[str, str]) -> NodeEvent | None:
+    """The Event when the set of cgroup files the agent fails to write changes (``file ->
+    problem``, this round and the one before): a Warning naming the new failures, or a Normal
+    one once every write succeeds again; None while the set is unchanged (retried every round
+    without an Event each time: ``tidal_agent_cgroup_write_errors_total`` counts every try)."""
+    new = sorted(set(now) - set(before))
+    if new:
+        named = "; ".join(f"{file}: {now[file]}" for file in new[:WRITE_FAILURES_NAMED])
+        more = f" (and {len(new) - WRITE_FAILURES_NAMED} more)" if len(new) > WRITE_FAILURES_NAMED else ""
+        return NodeEvent("TidalCgroupWriteFailed",
+                         f"{len(now)} cgroup file(s) could not be written, retried every round: {named}{more}",
+                         warning=True)
+    if before and not now:
+        return NodeEvent("TidalCgroupWriteRecovered",
+                         f"every cgroup write succeeds again ({len(before)} file(s) had failed)")
+    return None
+
+
 def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
+    """The pods watermark eviction may choose from, with their usage. A pod already on its way out
+    (deletionTimestamp set, e.g. evicted by this agent before it was restarted) is never chosen
+    again: no pod is evicted twice."""
     out = []
     for pod in states:
+        if pod.terminating:
+            continue
         measured = sampler.pod_usage(pod.uid)
         usage = {}
         if measured is not None:
@@ -190,6 +236,13 @@ class NodeQoS:
         self._worker: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self.node_tainted: bool | None = None  # as last seen at the API server
+        #: the restore-pending label as last seen at the API server (None: node not seen yet)
+        self.restore_labelled: bool | None = None
+        #: whether the last round with the mode off put everything back (None: no such round yet)
+        self.undo_clean: bool | None = None
+        self._rounds_seen = False
+        #: the cgroup files the last round failed to write: file -> problem
+        self.write_failures: dict[str, str] = {}
         #: NodeProfile status parts the features own (e.g. cpuInterference), from the last round
         self.feature_status: dict[str, Any] = {}
 
@@ -233,6 +286,7 @@ class NodeQoS:
         self.mode = mode
         self.allocatable = node_allocatable(obj)
         self.node_tainted = has_offline_taint(obj)
+        self.restore_labelled = self._labels.get(qos.RESTORE_PENDING_NODE_LABEL) == "true"
         if not self._node_seen:
             self._node_seen = True
             # Restart-safe: a taint left by a previous run stays until usage is back at or below
@@ -299,13 +353,23 @@ class NodeQoS:
                       candidates=pods, evicting=self.eviction.evicted)
         outcome = self.engine.run(ctx)
         result, changed = outcome.result, outcome.changed
+        self._rounds_seen = True
+        self.undo_clean = None if enabled else not (result.errors or result.restore_problems or outcome.problems
+                                                    or self.engine.executor.journal.originals)
         for write, problem in result.errors:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
+        failing = {str(w.target): problem.removeprefix(f"{w.target}: ") for w, problem in result.errors}
+        failing.update(result.restore_problems)
+        failing.update((file, problem) for _, file, problem in outcome.problems)
+        failure_event = write_failure_event(self.write_failures, failing)
+        self.write_failures = failing
         # a part no feature writes any more goes (null in the status's merge patch)
         self.feature_status = {**{key: None for key in self.feature_status}, **outcome.status}
         events = [e for e in outcome.effects if isinstance(e, NodeEvent)]
+        if failure_event is not None:
+            events.append(failure_event)
         effects = [e for e in outcome.effects if not isinstance(e, NodeEvent)]
         for event in events:
             log.log(logging.WARNING if event.warning else logging.INFO, "node %s: %s: %s",
@@ -323,7 +387,9 @@ class NodeQoS:
             log.info("%s: %s", decision.action, decision.reason)
             if decision.action is Action.EVICT:
                 self._queue(decision, self._states.get(decision.pod_uid or ""))
-        if self._wake is not None and self.node_tainted is not None and self.node_tainted != self.want_taint:
+        if self._wake is not None and (
+                (self.node_tainted is not None and self.node_tainted != self.want_taint)
+                or (self.restore_labelled is not None and self.restore_labelled != self.want_restore_label)):
             self._wake.set()
         self._export(sampler, usage, changed, result, enabled, state, outcome.gauges, outcome.counters)
         return Round(enabled, usage, result, changed, decisions, eviction_usage, *self.eviction_gate, requests)
@@ -343,6 +409,10 @@ class NodeQoS:
     @property
     def want_taint(self) -> bool:
         return self.enabled and self.eviction.tainted
+
+    @property
+    def want_restore_label(self) -> bool:
+        return restore_pending(self.enabled, self.undo_clean)
 
     def _export(self, sampler: Sampler, usage, changed, result, enabled, state: NodeState, gauges=(),
                 counters=()) -> None:
@@ -429,6 +499,12 @@ class NodeQoS:
                 raise
             except Exception as err:  # retried on the next wake-up or after 5 s
                 log.warning("taint of node %s not updated: %s", self.node, err)
+            try:
+                await asyncio.wait_for(self._sync_restore_label(), API_TIMEOUT_SECONDS)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # retried on the next wake-up or after 5 s
+                log.warning("label %s of node %s not updated: %s", qos.RESTORE_PENDING_NODE_LABEL, self.node, err)
             while not self._work.empty():
                 decision, pod = self._work.get_nowait()
                 if isinstance(decision, NodeEvent):
@@ -465,6 +541,20 @@ class NodeQoS:
                                      reason=reason, message=message, warning=want)
         else:
             self.node_tainted = want
+
+    async def _sync_restore_label(self) -> None:
+        assert self.actions is not None
+        if self.restore_labelled is None or not self._rounds_seen:
+            return  # the node not seen yet, or no round decided yet
+        want = self.want_restore_label
+        if self.restore_labelled == want:
+            return
+        await self.actions.set_label(qos.RESTORE_PENDING_NODE_LABEL, "true" if want else None)
+        self.restore_labelled = want
+        reason, message = restore_event(want)
+        log.info("node %s: %s", self.node, message)
+        await self.actions.event(kind="Node", name=self.node, namespace="", uid=None, reason=reason,
+                                 message=message)
 
     async def _evict(self, decision: Decision, pod: PodState) -> None:
         assert self.actions is not None

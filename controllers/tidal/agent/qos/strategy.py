@@ -71,6 +71,8 @@ class PodState:
     #: what the pod takes of the node's requests, native and batch together (cpu millicores,
     #: memory bytes; :func:`tidal.api.pod_resources.pod_node_requests`)
     node_requests: tuple[int, int] = (0, 0)
+    #: deletionTimestamp set: on its way out (evicted, maybe by an earlier run of the agent)
+    terminating: bool = False
 
     @property
     def is_be(self) -> bool:

@@ -37,3 +37,35 @@ def test_a_stopping_agent_restores_only_when_the_node_mode_is_off(labels, annota
     from tidal.agent.run import restore_on_exit
     node = None if labels is None else {"metadata": {"labels": labels, "annotations": annotations}}
     assert restore_on_exit(node) is restores
+
+
+class _NodeAPI:
+    """Answers GET of the node: an object, an ApiError status, or an exception."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    async def request(self, method, path, **_):
+        assert (method, path) == ("GET", "/api/v1/nodes/n1")
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize("answer, expected", [
+    pytest.param({"metadata": {"labels": {}}}, {"metadata": {"labels": {}}},
+                 id="the-api-servers-node-wins-over-a-stale-watch"),
+    pytest.param("404", None, id="deleted"),
+    pytest.param("500", "cached", id="an-api-error-keeps-the-watched-one"),
+    pytest.param(ConnectionRefusedError(), "cached", id="the-api-away-keeps-the-watched-one"),
+])
+def test_the_node_decided_on_on_the_way_out(answer, expected):
+    import asyncio
+
+    from tidal.agent.run import node_now
+    from tidal.kube.client import ApiError
+    cached = {"metadata": {"labels": {"colocation.tidal.io/colocation": "true"}}}
+    if answer in ("404", "500"):
+        answer = ApiError(int(answer), "x")
+    got = asyncio.run(node_now(_NodeAPI(answer), "n1", cached))
+    assert got == (cached if expected == "cached" else expected)

@@ -282,7 +282,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # The DaemonSet runs only on nodes with either label (Tidal's or Volcano's alias), so
         # switching a node's mode off deletes this agent at once, maybe before a round saw the
         # last label go: what it changed is put back on the way out.
-        if node_watch.synced.is_set() and restore_on_exit(node_watch.object):
+        if node_watch.synced.is_set() and restore_on_exit(await node_now(api, node, node_watch.object)):
             problems = await asyncio.shield(restore_node(api, node, state_dir))
             log.info("node %s: node mode off, restored what the agent changed%s", node,
                      f" (not restored: {problems})" if problems else "")
@@ -292,6 +292,23 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             w.cancel()
         if runner is not None:
             await runner.cleanup()
+
+
+async def node_now(api, node: str, cached: dict | None, timeout: float = 5.0) -> dict | None:
+    """The Node as the API server has it now (None: deleted), for the decision on the way out:
+    the watch may not have delivered the last change yet (a node deleted and registered again
+    without its labels moments before the DaemonSet deleted this pod). The watched object when
+    the API server does not answer."""
+    try:
+        return await asyncio.wait_for(api.request("GET", f"/api/v1/nodes/{node}"), timeout)
+    except ApiError as err:
+        if err.status == 404:
+            return None
+        log.warning("node %s not read on the way out (%s): deciding from the last one watched", node, err)
+    except Exception as err:  # the API away (timeout, connection refused): the watched object
+        log.warning("node %s not read on the way out (%s): deciding from the last one watched", node,
+                    err or type(err).__name__)
+    return cached
 
 
 def restore_on_exit(node: dict | None) -> bool:

@@ -105,7 +105,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.tidal.colocation.plugins.module_utils import containerd
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, containerd
 from ansible_collections.tidal.colocation.plugins.module_utils.files import read_text, write_if_changed
 
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
@@ -129,6 +129,7 @@ def main():
         add_file_common_args=True,
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     if not containerd.HAS_TOMLKIT:
         module.fail_json(msg=missing_required_lib("tomlkit"), exception=containerd.TOMLKIT_IMPORT_ERROR)
     params = module.params

@@ -97,7 +97,7 @@ backup_file:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kubelet
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kubelet
 from ansible_collections.tidal.colocation.plugins.module_utils.files import read_text, write_if_changed
 
 
@@ -116,6 +116,7 @@ def main():
         add_file_common_args=True,
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     if not kubelet.HAS_RUAMEL:
         module.fail_json(msg=missing_required_lib("ruamel.yaml"), exception=kubelet.RUAMEL_IMPORT_ERROR)
     params = module.params

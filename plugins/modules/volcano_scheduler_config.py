@@ -123,7 +123,7 @@ configuration:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, volcano
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kube, volcano
 from ansible_collections.tidal.colocation.plugins.module_utils.files import read_text, write_if_changed
 
 
@@ -166,6 +166,7 @@ def main():
         add_file_common_args=True,
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     if not volcano.HAS_RUAMEL:
         module.fail_json(msg=missing_required_lib("ruamel.yaml"), exception=volcano.RUAMEL_IMPORT_ERROR)
     params = module.params

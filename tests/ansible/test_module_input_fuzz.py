@@ -1,0 +1,216 @@
+"""Bad input to every module: for EVERY module and EVERY option of its argument_spec (read from
+the module itself, so a new option is covered without touching this file), wrong-typed values,
+values outside ``choices``, unknown option names and missing required options must fail the
+module with a message naming the option, and change nothing: the files a module edits stay
+byte-identical (no backup file either), the Kubernetes objects it writes keep their
+resourceVersion.
+
+The file modules run in-process against real files (no lab); the cluster modules (and
+volcano_scheduler_config's ConfigMap mode) against the lab's API server (a kwok-only lab is
+enough). Values come from hypothesis, a bounded number of examples per option.
+"""
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.basic import FILE_COMMON_ARGUMENTS
+from ansible.module_utils.testing import patch_module_args
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collection_tools import ROOT
+from ansible_collections.tidal.colocation.plugins.modules import (
+    containerd_nri, info, kubelet_config, node, policy, volcano_scheduler_config,
+)
+
+NODE_ROOT = ROOT / "playbooks" / "files" / "node-root"
+VOLCANO_CONF = ROOT / "devtools" / "tidal_dev" / "lab" / "assets" / "volcano-scheduler.conf"
+MODULES = {m.__name__.rsplit(".", 1)[1]: m for m in (containerd_nri, info, kubelet_config, node, policy,
+                                                      volcano_scheduler_config)}
+EXAMPLES = 6
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                suppress_health_check=list(HealthCheck))
+
+
+# -- the argument_spec, as the module builds it --------------------------------------------
+
+class _Captured(Exception):
+    pass
+
+
+def argument_spec(module) -> dict:
+    """The options ``module.main()`` passes to AnsibleModule (with the file options when it asks
+    for them), captured by standing in for AnsibleModule."""
+    captured = {}
+
+    def capture(argument_spec, **kwargs):
+        captured.update(kwargs, argument_spec=argument_spec)
+        raise _Captured
+
+    original = module.AnsibleModule
+    module.AnsibleModule = capture
+    try:
+        module.main()
+    except _Captured:
+        pass
+    finally:
+        module.AnsibleModule = original
+    spec = dict(captured["argument_spec"])
+    if captured.get("add_file_common_args"):
+        spec = {**FILE_COMMON_ARGUMENTS, **spec}
+    return spec
+
+
+# -- wrong values per option ----------------------------------------------------------------
+
+_WORD = st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=8)
+_CONTAINER = st.one_of(st.dictionaries(_WORD, _WORD, min_size=1, max_size=3),
+                       st.lists(st.integers(), min_size=1, max_size=3))
+_NOT_BOOL = st.one_of(st.sampled_from(["perhaps", "2", "ja", "truee", "-1"]), _CONTAINER,
+                      st.integers(min_value=2))
+_NOT_INT = st.one_of(_WORD, _CONTAINER,
+                     st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f)))
+_NOT_DICT = st.one_of(st.lists(st.integers(), min_size=1, max_size=3), st.integers(),
+                      _WORD)  # a lone word is neither JSON nor key=value
+
+
+def wrong_values(option: dict) -> st.SearchStrategy:
+    """Values the option's spec does not allow."""
+    kind = option.get("type", "str")
+    if option.get("no_log"):
+        # Ansible masks a no_log value wherever it appears in the result, the message included:
+        # values that cannot be part of an option's name keep the name readable.
+        secret = st.text(alphabet="XYZ0123456789", min_size=6, max_size=10)
+        return st.one_of(st.dictionaries(secret, secret, min_size=1, max_size=2), st.lists(secret, min_size=1))
+    if option.get("choices"):
+        choices = [str(c) for c in option["choices"]]
+        outside = st.text(min_size=1, max_size=20).filter(lambda t: t not in choices)
+        return st.one_of(outside, _CONTAINER)
+    if kind in ("str", "path", "raw"):
+        return _CONTAINER
+    if kind == "bool":
+        return _NOT_BOOL
+    if kind == "int":
+        return _NOT_INT
+    if kind == "dict":
+        strategies = [_NOT_DICT]
+        if option.get("options"):  # an unknown suboption, or a wrong-typed one
+            strategies.append(_WORD.map(lambda w: {"no_such_" + w: "x"}))
+            for name, sub in option["options"].items():
+                strategies.append(wrong_values(sub).map(lambda v, name=name: {name: v}))
+        return st.one_of(strategies)
+    if kind == "list":
+        elements = option.get("elements", "str")
+        element = {"type": "dict", "options": option.get("options")} if elements == "dict" else {"type": elements}
+        return st.one_of(st.dictionaries(_WORD, _WORD, min_size=1, max_size=2),
+                         st.lists(wrong_values(element), min_size=1, max_size=2))
+    raise AssertionError(f"no wrong values for type {kind!r}: extend wrong_values()")
+
+
+# -- running a module ----------------------------------------------------------------------
+
+def run_module(module, capsys, args):
+    """(exit code, result) of the module's main() with ``args``; a traceback fails the test."""
+    with patch_module_args(args), pytest.raises(SystemExit) as stop:
+        module.main()
+    return stop.value.code, json.loads(capsys.readouterr().out)
+
+
+def refused(module, capsys, args, snapshot, names) -> str:
+    """Run the module with ``args``: it must fail, name one of ``names`` and change nothing."""
+    before = snapshot()
+    code, result = run_module(module, capsys, args)
+    assert code == 1 and result.get("failed"), f"accepted {args!r}: {result!r}"
+    msg = result["msg"]
+    assert any(name in msg for name in names), f"{msg!r} does not name any of {names}"
+    assert snapshot() == before, f"{args!r} changed something"
+    return msg
+
+
+def fuzz_options(module, capsys, baseline, snapshot, skip=()):
+    """Every option of ``module``: wrong values, then unknown options and missing required ones."""
+    spec = argument_spec(module)
+    options = [name for name in spec if name not in skip]
+    assert options
+    for name in options:
+        option = spec[name]
+        names = [name, *option.get("aliases", ())]
+
+        @FUZZ
+        @given(value=wrong_values(option))
+        def one_option(value):
+            refused(module, capsys, {**baseline, name: value}, snapshot, names)
+        one_option()
+    for name, option in spec.items():
+        if option.get("required") and name not in skip:
+            refused(module, capsys, {k: v for k, v in baseline.items() if k != name}, snapshot, [name])
+
+    @FUZZ
+    @given(unknown=_WORD.map(lambda w: "no_such_" + w))
+    def unknown_option(unknown):
+        refused(module, capsys, {**baseline, unknown: "x"}, snapshot, [unknown])
+    unknown_option()
+    return options
+
+
+def _copy(tmp_path: Path, name: str, source: Path) -> Path:
+    path = tmp_path / name
+    path.write_bytes(source.read_bytes())
+    return path
+
+
+def directory_snapshot(directory: Path):
+    """Every file of the directory, by name, with its bytes and mode (a backup file is a change too)."""
+    return lambda: {p.name: (p.read_bytes(), p.stat().st_mode) for p in sorted(directory.iterdir())}
+
+
+# -- the file modules ----------------------------------------------------------------------
+
+def _containerd(tmp_path):
+    path = _copy(tmp_path, "config.toml", NODE_ROOT / "containerd-config.toml")
+    return {"path": str(path), "containerd_version": "1.7.22"}
+
+
+def _kubelet(tmp_path):
+    path = _copy(tmp_path, "config.yaml", NODE_ROOT / "kubelet-config.yaml")
+    return {"path": str(path), "cpu_manager_policy": "static", "reserved_system_cpus": "0",
+            "system_reserved": {"cpu": "500m", "memory": "1Gi"}, "topology_manager_policy": "restricted"}
+
+
+def _volcano_file(tmp_path):
+    path = _copy(tmp_path, "volcano-scheduler.conf", VOLCANO_CONF)
+    return {"path": str(path), "actions": ["allocate", "backfill", "preempt"],
+            "plugins": [{"name": "usage", "tier": 2, "settings": {"arguments": {"thresholds": {"cpu": 60}}}}]}
+
+
+#: module -> (a valid request that changes the file, options fuzzed by the lab test instead)
+FILE_BASELINES = {
+    "containerd_nri": (_containerd, ()),
+    "kubelet_config": (_kubelet, ()),
+    "volcano_scheduler_config": (_volcano_file, ("configmap",)),
+}
+#: the modules (or modes) that write Kubernetes objects: test_cluster_module_refuses_bad_input...
+CLUSTER_MODULES = ("info", "node", "policy", "volcano_scheduler_config")
+
+
+def test_every_module_is_fuzzed():
+    found = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
+    assert sorted(MODULES) == found, "a new module: add it to MODULES and give it a baseline here"
+    assert set(FILE_BASELINES) | set(CLUSTER_MODULES) == set(MODULES)
+
+
+@pytest.mark.parametrize("name", sorted(FILE_BASELINES))
+def test_file_module_refuses_bad_input_and_changes_nothing(name, tmp_path, capsys):
+    module = MODULES[name]
+    make_baseline, skip = FILE_BASELINES[name]
+    baseline = make_baseline(tmp_path)
+    snapshot = directory_snapshot(tmp_path)
+    # the baseline is valid and would change the file: check mode says so and writes nothing
+    before = snapshot()
+    code, result = run_module(module, capsys, {**baseline, "_ansible_check_mode": True, "_ansible_diff": True})
+    assert code == 0 and result["changed"] and result["diff"]["after"], result
+    assert snapshot() == before
+    fuzz_options(module, capsys, baseline, snapshot, skip)

@@ -94,6 +94,9 @@ def validate_request(actions, plugins):
         if tier is not None and int(tier) < 1:
             raise SchedulerConfigError("plugins[%d].tier: must be 1 or more (tiers count from 1), got %s"
                                        % (index, tier))
+        if "name" in (plugin.get("settings") or {}):
+            raise SchedulerConfigError("plugins[%d].settings: must not set name (it would rename the plugin); "
+                                       "use plugins[%d].name" % (index, index))
 
 
 def edit(text, actions=None, plugins=None):
@@ -112,7 +115,12 @@ def edit(text, actions=None, plugins=None):
         if conf.get("tiers") is None:
             conf["tiers"] = []
         tiers = conf["tiers"]
-        for plugin in plugins:
+        for index, plugin in enumerate(plugins):
+            tier = plugin.get("tier")
+            if tier is not None and int(tier) > len(tiers) + 1:
+                raise SchedulerConfigError(
+                    "plugins[%d].tier: must be at most %d (the configuration has %d tier(s); a new tier "
+                    "goes right after the last), got %s" % (index, len(tiers) + 1, len(tiers), tier))
             _place(tiers, plugin)
     after = plain(conf)
     if before == after:

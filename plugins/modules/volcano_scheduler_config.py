@@ -56,14 +56,16 @@ options:
         choices: [present, absent]
         default: present
       tier:
-        description: The tier (counted from 1) the plugin must be in; omitted keeps it where it is, or puts a new plugin in the last tier.
+        description:
+          - The tier (counted from 1) the plugin must be in; omitted keeps it where it is, or puts a new plugin in the last tier.
+          - At most one more than the configuration's tiers (a new tier goes right after the last).
         type: int
       first:
         description: Place the plugin first in its tier.
         type: bool
         default: false
       settings:
-        description: Keys merged into the plugin entry, for example C(enablePreemptable) or C(arguments) (merged key by key).
+        description: Keys merged into the plugin entry, for example C(enablePreemptable) or C(arguments) (merged key by key); not C(name).
         type: dict
         default: {}
   backup:

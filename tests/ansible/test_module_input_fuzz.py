@@ -214,3 +214,42 @@ def test_file_module_refuses_bad_input_and_changes_nothing(name, tmp_path, capsy
     assert code == 0 and result["changed"] and result["diff"]["after"], result
     assert snapshot() == before
     fuzz_options(module, capsys, baseline, snapshot, skip)
+
+
+# -- values of the right type that the module must still refuse ----------------------------
+
+ARABIC_ZERO = "\u0660"  # a digit to Python's \d and int(), not to the kubelet or containerd
+
+
+@pytest.mark.parametrize("name, change, named", [
+    ("kubelet_config", {"reserved_system_cpus": ARABIC_ZERO}, "reserved_system_cpus"),
+    ("kubelet_config", {"reserved_system_cpus": "0-"}, "reserved_system_cpus"),
+    ("kubelet_config", {"system_reserved": {"memory": "lots"}}, "system_reserved"),
+    ("kubelet_config", {"system_reserved": {"memory": "-1Gi"}}, "system_reserved"),
+    ("kubelet_config", {"kube_reserved": {"gpu": "1"}}, "kube_reserved"),
+    ("kubelet_config", {"kube_reserved": {"pid": "many"}}, "kube_reserved"),
+    ("kubelet_config", {"kube_reserved": {"cpu": "-500m"}}, "kube_reserved"),
+    ("kubelet_config", {"system_reserved": {"cpu": {"nested": "1"}}}, "system_reserved"),
+    ("containerd_nri", {"plugin_request_timeout": ARABIC_ZERO + "s"}, "plugin_request_timeout"),
+    ("containerd_nri", {"plugin_registration_timeout": "-5s"}, "plugin_registration_timeout"),
+    ("containerd_nri", {"socket_path": ""}, "socket_path"),
+    ("containerd_nri", {"plugin_path": "relative/plugins"}, "plugin_path"),
+    ("containerd_nri", {"plugin_config_path": "/etc/nri\n[plugins]"}, "plugin_config_path"),
+    ("containerd_nri", {"containerd_version": "1.6.21"}, "containerd_version"),
+    ("containerd_nri", {"containerd_version": "latest"}, "containerd_version"),
+    ("volcano_scheduler_config", {"plugins": [{"name": "usage", "tier": 1000000}]}, "plugins[0].tier"),
+    ("volcano_scheduler_config", {"plugins": [{"name": "usage", "tier": 0}]}, "plugins[0].tier"),
+    ("volcano_scheduler_config", {"plugins": [{"name": "usage", "tier": -3}]}, "plugins[0].tier"),
+    ("volcano_scheduler_config", {"plugins": [{"name": ""}]}, "plugins[0].name"),
+    ("volcano_scheduler_config", {"plugins": [{"name": "usage", "settings": {"name": "gang"}}]},
+     "plugins[0].settings"),
+    ("volcano_scheduler_config", {"actions": []}, "actions"),
+    ("volcano_scheduler_config", {"actions": ["allocate", "allocate"]}, "actions"),
+    ("volcano_scheduler_config", {"actions": ["alloc\u0430te"]}, "actions"),  # a Cyrillic a
+])
+def test_file_module_refuses_bad_values(name, change, named, tmp_path, capsys):
+    make_baseline, _ = FILE_BASELINES[name]
+    args = {**make_baseline(tmp_path), **change}
+    snapshot = directory_snapshot(tmp_path)
+    refused(MODULES[name], capsys, args, snapshot, [named])
+    refused(MODULES[name], capsys, {**args, "_ansible_check_mode": True, "_ansible_diff": True}, snapshot, [named])

@@ -58,7 +58,7 @@ options:
       tier:
         description:
           - The tier (counted from 1) the plugin must be in; omitted keeps it where it is, or puts a new plugin in the last tier.
-          - At most one more than the configuration's tiers (a new tier goes right after the last).
+          - From 1 to 10; tiers missing up to it are added empty.
         type: int
       first:
         description: Place the plugin first in its tier.

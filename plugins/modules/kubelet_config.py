@@ -145,8 +145,8 @@ def main():
     except kubelet.KubeletConfigError as err:
         message = str(err)
         key = message.split(":", 1)[0].split(".", 1)[0]
-        if key in OPTION_OF_KEY:  # the file's key and the option that sets it
-            message = "%s (option %s)%s" % (message.split(":", 1)[0], OPTION_OF_KEY[key], message[len(message.split(":", 1)[0]):])
+        if key in OPTION_OF_KEY:  # the file's key, and the option that sets it
+            message = "%s (option %s)" % (message, OPTION_OF_KEY[key])
         module.fail_json(msg="%s: %s" % (path, message))
     result = {
         "before": before,

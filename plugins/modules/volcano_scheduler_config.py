@@ -128,6 +128,9 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kube, volcano
 from ansible_collections.tidal.colocation.plugins.module_utils.files import read_text, write_if_changed
 
+#: the file attributes of add_file_common_args, which mean nothing for a ConfigMap
+FILE_ATTRIBUTES = ("mode", "owner", "group", "seuser", "serole", "selevel", "setype", "attributes")
+
 
 def _configmap(module):
     from kubernetes import client
@@ -175,6 +178,10 @@ def main():
     if params["path"]:
         text = read_text(module, params["path"])
     else:
+        file_options = sorted(name for name in FILE_ATTRIBUTES if params.get(name) is not None)
+        if file_options:
+            module.fail_json(msg="%s: only with path (a file), not with a ConfigMap; nothing was changed"
+                                 % ", ".join(file_options))
         core, name, namespace, key, text = _configmap(module)
     try:
         new_text, before, after = volcano.edit(text, params["actions"], params["plugins"])

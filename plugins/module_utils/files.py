@@ -31,14 +31,17 @@ def write_if_changed(module, path, before_text, after_text, result):
         result["diff"] = {"before": before_text or "", "after": after_text,
                           "before_header": path, "after_header": path}
     if changed and not module.check_mode:
-        if module.params.get("backup") and before_text is not None:
-            result["backup_file"] = module.backup_local(path)
         directory = os.path.dirname(path) or "."
         if not os.path.isdir(directory):
             module.fail_json(msg="path: directory %s does not exist" % directory)
         handle, temporary = tempfile.mkstemp(dir=module.tmpdir)
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(after_text)
+        # The file attributes go on the new content first: a mode, owner or group that cannot
+        # be applied fails the module here, before the file (or a backup of it) is touched.
+        module.set_fs_attributes_if_different(module.load_file_common_arguments(module.params, path=temporary), False)
+        if module.params.get("backup") and before_text is not None:
+            result["backup_file"] = module.backup_local(path)
         module.atomic_move(temporary, path, unsafe_writes=module.params.get("unsafe_writes", False))
     if os.path.exists(path):
         file_args = module.load_file_common_arguments(module.params, path=path)

@@ -29,8 +29,14 @@ TOPOLOGY_MANAGER_SCOPES = ("container", "pod")
 KIND = "KubeletConfiguration"
 
 # What a CPU list may look like (kubelet's cpuset syntax): "0", "0-1", "0,2-3".
-_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
-_CPU_QUANTITY = re.compile(r"^(\d+(\.\d+)?|\d+m)$")
+_CPU_LIST = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")
+_CPU_QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
+# A Kubernetes quantity as the kubelet's reservations take it for memory and ephemeral storage
+# (ASCII digits: Python's \d would let other scripts' digits through to the kubelet).
+_BYTE_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[kMGTPE]i?|m)?$")
+_PID_COUNT = re.compile(r"^[0-9]+$")
+#: what systemReserved and kubeReserved may reserve (the kubelet's reservable resources)
+RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
 
 
 class KubeletConfigError(ValueError):
@@ -66,12 +72,23 @@ def desired_keys(cpu_manager_policy=None, reserved_system_cpus=None, system_rese
         if reservation is None:
             continue
         for resource, quantity in reservation.items():
+            if resource not in RESERVABLE:
+                raise KubeletConfigError("%s: cannot reserve %r; the kubelet reserves %s"
+                                         % (name, resource, ", ".join(RESERVABLE)))
+            if isinstance(quantity, (dict, list, bool)) or quantity is None:
+                raise KubeletConfigError("%s.%s: must be a quantity, got %r" % (name, resource, quantity))
             if resource == "cpu":
                 try:
                     _cpu_millicores(quantity)
                 except ValueError:
                     raise KubeletConfigError("%s.cpu: must be a CPU quantity such as 500m or 1, got %r"
                                              % (name, quantity))
+            elif resource == "pid" and not _PID_COUNT.match(str(quantity).strip()):
+                raise KubeletConfigError("%s.pid: must be a number of process IDs such as 1000, got %r"
+                                         % (name, quantity))
+            elif resource != "pid" and not _BYTE_QUANTITY.match(str(quantity).strip()):
+                raise KubeletConfigError("%s.%s: must be a quantity such as 1Gi or 500Mi, got %r"
+                                         % (name, resource, quantity))
         keys[name] = {str(k): str(v) for k, v in reservation.items()}
     if topology_manager_policy is not None:
         if topology_manager_policy not in TOPOLOGY_MANAGER_POLICIES:

@@ -27,6 +27,11 @@ except ImportError:
 KNOWN_ACTIONS = ("enqueue", "allocate", "backfill", "preempt", "reclaim", "shuffle")
 
 
+#: The highest tier a plugin may be placed in: Volcano's configurations have two to four tiers,
+#: and a tier far beyond would add as many empty tiers to the file.
+MAX_TIER = 10
+
+
 class SchedulerConfigError(ValueError):
     """A request or a configuration that cannot be applied; names the field and the rule."""
 
@@ -91,9 +96,12 @@ def validate_request(actions, plugins):
         if not plugin.get("name"):
             raise SchedulerConfigError("plugins[%d].name: is required" % index)
         tier = plugin.get("tier")
-        if tier is not None and int(tier) < 1:
-            raise SchedulerConfigError("plugins[%d].tier: must be 1 or more (tiers count from 1), got %s"
-                                       % (index, tier))
+        if tier is not None and not 1 <= int(tier) <= MAX_TIER:
+            raise SchedulerConfigError("plugins[%d].tier: must be 1 to %d (tiers count from 1), got %s"
+                                       % (index, MAX_TIER, tier))
+        if "name" in (plugin.get("settings") or {}):
+            raise SchedulerConfigError("plugins[%d].settings: must not set name (it would rename the plugin); "
+                                       "use plugins[%d].name" % (index, index))
 
 
 def edit(text, actions=None, plugins=None):

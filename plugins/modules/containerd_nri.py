@@ -13,8 +13,9 @@ description:
   - Sets the whole C([plugins."io.containerd.nri.v1.nri"]) table of a containerd configuration
     file, in config schema 2 (containerd 1.7) or 3 (containerd 2.x).
   - The file is edited with tomlkit, so every other table, key and comment is kept.
-  - Refuses containerd older than 1.7 (no NRI), schema 1 files and a schema 3 file with
-    containerd 1.x, and changes nothing then.
+  - Refuses containerd older than 1.7 (no NRI), schema 1 files, a schema 3 file with
+    containerd 1.x, a path option that is not an absolute path and a timeout that is not a Go
+    duration, and changes nothing then.
 author: Tidal maintainers (@tidal-colocation)
 options:
   path:
@@ -105,10 +106,12 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.tidal.colocation.plugins.module_utils import containerd
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, containerd
 from ansible_collections.tidal.colocation.plugins.module_utils.files import read_text, write_if_changed
 
-_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|ms|s|m|h))+$")
+_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")
+#: the NRI options that are paths on the node: absolute, one line
+PATH_OPTIONS = ("plugin_config_path", "plugin_path", "socket_path")
 
 
 def main():
@@ -129,6 +132,7 @@ def main():
         add_file_common_args=True,
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     if not containerd.HAS_TOMLKIT:
         module.fail_json(msg=missing_required_lib("tomlkit"), exception=containerd.TOMLKIT_IMPORT_ERROR)
     params = module.params
@@ -136,6 +140,11 @@ def main():
     for name in ("plugin_registration_timeout", "plugin_request_timeout"):
         if not _DURATION.match(params[name]):
             module.fail_json(msg="%s: must be a Go duration such as 5s or 500ms, got %r" % (name, params[name]))
+    for name in PATH_OPTIONS:
+        value = params[name]
+        if not value.startswith("/") or any(c in value for c in "\n\r\x00"):
+            module.fail_json(msg="%s: must be an absolute path on the node such as %s, got %r"
+                                 % (name, containerd.NRI_DEFAULTS[name], value))
     try:
         version = None
         if params["containerd_version"]:

@@ -107,7 +107,7 @@ nodes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, node_mode
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kube, names, node_mode
 
 _PREFIX = names.API_GROUP + "/"
 
@@ -164,6 +164,7 @@ def main():
         ),
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     params = module.params
     from kubernetes import client
     api = kube.api_client(module)

@@ -15,7 +15,8 @@ description:
   - Sets only the keys given; every other key keeps its value, order and comments. Maps such as
     O(system_reserved) are merged into the file's map.
   - Refuses C(cpuManagerPolicy=static) without a CPU reservation, which the kubelet would refuse
-    to start with, and changes nothing then.
+    to start with, and reservations of anything but C(cpu), C(memory), C(ephemeral-storage) and
+    C(pid) or with a value that is not a quantity, and changes nothing then.
   - Reports whether C(cpuManagerPolicy) changed, because only then must the kubelet's
     C(cpu_manager_state) file be removed before the kubelet restarts.
 author: Tidal maintainers (@tidal-colocation)
@@ -97,8 +98,18 @@ backup_file:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kubelet
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kubelet
 from ansible_collections.tidal.colocation.plugins.module_utils.files import read_text, write_if_changed
+
+#: the KubeletConfiguration key -> the option that sets it (named in the refusals)
+OPTION_OF_KEY = {
+    "cpuManagerPolicy": "cpu_manager_policy",
+    "reservedSystemCPUs": "reserved_system_cpus",
+    "systemReserved": "system_reserved",
+    "kubeReserved": "kube_reserved",
+    "topologyManagerPolicy": "topology_manager_policy",
+    "topologyManagerScope": "topology_manager_scope",
+}
 
 
 def main():
@@ -116,6 +127,7 @@ def main():
         add_file_common_args=True,
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     if not kubelet.HAS_RUAMEL:
         module.fail_json(msg=missing_required_lib("ruamel.yaml"), exception=kubelet.RUAMEL_IMPORT_ERROR)
     params = module.params
@@ -131,7 +143,11 @@ def main():
         text = read_text(module, path)
         new_text, before, after = kubelet.edit(text, keys)
     except kubelet.KubeletConfigError as err:
-        module.fail_json(msg="%s: %s" % (path, err))
+        message = str(err)
+        key = message.split(":", 1)[0].split(".", 1)[0]
+        if key in OPTION_OF_KEY:  # the file's key, and the option that sets it
+            message = "%s (option %s)" % (message, OPTION_OF_KEY[key])
+        module.fail_json(msg="%s: %s" % (path, message))
     result = {
         "before": before,
         "after": after,

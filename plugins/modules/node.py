@@ -199,7 +199,7 @@ blocked:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, names, node_mode, node_state
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kube, names, node_mode, node_state
 from ansible_collections.tidal.colocation.plugins.module_utils.errors import ModuleError
 
 # The Eviction API answers 429 Too Many Requests when a PodDisruptionBudget does not allow the
@@ -397,6 +397,7 @@ def main():
         required_one_of=[("names", "label_selector")],
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     try:
         switches(module.params)
         result = run(_core_api(module.params), module.params, module.check_mode, module._diff)

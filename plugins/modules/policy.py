@@ -77,7 +77,7 @@ import copy
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, names
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kube, names
 from ansible_collections.tidal.colocation.plugins.module_utils.policy_model import (
     ColocationPolicy,
     PolicyValidationError,
@@ -119,6 +119,7 @@ def main():
         ),
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     params = module.params
     from kubernetes import client
     custom = client.CustomObjectsApi(kube.api_client(module))

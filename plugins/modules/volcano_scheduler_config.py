@@ -56,14 +56,16 @@ options:
         choices: [present, absent]
         default: present
       tier:
-        description: The tier (counted from 1) the plugin must be in; omitted keeps it where it is, or puts a new plugin in the last tier.
+        description:
+          - The tier (counted from 1) the plugin must be in; omitted keeps it where it is, or puts a new plugin in the last tier.
+          - From 1 to 10; tiers missing up to it are added empty.
         type: int
       first:
         description: Place the plugin first in its tier.
         type: bool
         default: false
       settings:
-        description: Keys merged into the plugin entry, for example C(enablePreemptable) or C(arguments) (merged key by key).
+        description: Keys merged into the plugin entry, for example C(enablePreemptable) or C(arguments) (merged key by key); not C(name).
         type: dict
         default: {}
   backup:
@@ -123,8 +125,11 @@ configuration:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.tidal.colocation.plugins.module_utils import kube, volcano
+from ansible_collections.tidal.colocation.plugins.module_utils import arguments, kube, volcano
 from ansible_collections.tidal.colocation.plugins.module_utils.files import read_text, write_if_changed
+
+#: the file attributes of add_file_common_args, which mean nothing for a ConfigMap
+FILE_ATTRIBUTES = ("mode", "owner", "group", "seuser", "serole", "selevel", "setype", "attributes")
 
 
 def _configmap(module):
@@ -166,12 +171,17 @@ def main():
         add_file_common_args=True,
         supports_check_mode=True,
     )
+    arguments.refuse_non_strings(module)
     if not volcano.HAS_RUAMEL:
         module.fail_json(msg=missing_required_lib("ruamel.yaml"), exception=volcano.RUAMEL_IMPORT_ERROR)
     params = module.params
     if params["path"]:
         text = read_text(module, params["path"])
     else:
+        file_options = sorted(name for name in FILE_ATTRIBUTES if params.get(name) is not None)
+        if file_options:
+            module.fail_json(msg="%s: only with path (a file), not with a ConfigMap; nothing was changed"
+                                 % ", ".join(file_options))
         core, name, namespace, key, text = _configmap(module)
     try:
         new_text, before, after = volcano.edit(text, params["actions"], params["plugins"])

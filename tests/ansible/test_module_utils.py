@@ -145,7 +145,7 @@ def test_volcano_plugin_placement(plugins, tiers):
     (["allocate", "teleport"], None, "actions: unknown teleport"),
     ([], None, "actions: must list at least one action"),
     (["allocate", "allocate"], None, "must not repeat"),
-    (None, [{"name": "gang", "tier": 0}], r"plugins\[0\].tier: must be 1 or more"),
+    (None, [{"name": "gang", "tier": 0}], r"plugins\[0\].tier: must be 1 to 10"),
 ])
 def test_volcano_refuses_bad_requests(actions, plugins, message):
     with pytest.raises(volcano.SchedulerConfigError, match=message):

@@ -2,8 +2,9 @@
 the module itself, so a new option is covered without touching this file), wrong-typed values,
 values outside ``choices``, unknown option names and missing required options must fail the
 module with a message naming the option, and change nothing: the files a module edits stay
-byte-identical (no backup file either), the Kubernetes objects it writes keep their
-resourceVersion.
+byte-identical (no backup file either), the Kubernetes objects it writes keep what the module
+could have written (labels, annotations, Tidal's taints and batch resources, the ConfigMap's
+data, the policy's spec).
 
 The file modules run in-process against real files (no lab); the cluster modules (and
 volcano_scheduler_config's ConfigMap mode) against the lab's API server (a kwok-only lab is
@@ -263,8 +264,7 @@ def test_file_module_refuses_bad_values(name, change, named, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def cluster(lab, lab_api):
-    """A Node that no kwok controller heartbeats (its resourceVersion moves only when something
-    writes it), a namespace with a copy of Volcano's scheduler ConfigMap, Tidal's CRDs."""
+    """A Node that no kubelet or kwok controller owns, a namespace with a copy of Volcano's scheduler ConfigMap, Tidal's CRDs."""
     import uuid
 
     from kubernetes import client
@@ -284,19 +284,26 @@ def cluster(lab, lab_api):
 
 
 def _versions(cluster):
-    """The resourceVersion of every object the cluster modules may write (None: absent)."""
+    """What the cluster modules may write, as it is now: the node's metadata, taints and batch
+    resources (not what the control plane writes: a node no kubelet heartbeats gets not-ready and
+    unreachable taints and conditions from the node lifecycle controller while the test runs), the
+    ConfigMap's data, the policy's spec (None: absent; its status is the manager's)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
     core, custom = client.CoreV1Api(cluster["api"]), client.CustomObjectsApi(cluster["api"])
     try:
-        policy_version = custom.get_cluster_custom_object("colocation.tidal.io", "v1alpha1", "colocationpolicies",
-                                                          "default")["metadata"]["resourceVersion"]
+        policy = custom.get_cluster_custom_object("colocation.tidal.io", "v1alpha1", "colocationpolicies",
+                                                  "default")["spec"]
     except ApiException as err:
         assert err.status == 404, err
-        policy_version = None
-    return (core.read_node(cluster["node"]).metadata.resource_version,
-            core.read_namespaced_config_map("volcano-scheduler-configmap", cluster["namespace"]).metadata.resource_version,
-            policy_version)
+        policy = None
+    node = core.read_node(cluster["node"])
+    owned = ("colocation.tidal.io/", "volcano.sh/", "kubernetes.io/batch-")
+    taints = sorted((t.key, t.effect) for t in node.spec.taints or [] if t.key.startswith(owned))
+    batch = {k: v for k, v in (node.status.allocatable or {}).items() if k.startswith(owned)}
+    return (node.metadata.labels, node.metadata.annotations, taints, batch, node.spec.unschedulable,
+            core.read_namespaced_config_map("volcano-scheduler-configmap", cluster["namespace"]).data,
+            policy)
 
 
 def _cluster_baseline(name, cluster):
@@ -352,7 +359,7 @@ def _bad_policy_values(spec):
 def test_policy_refuses_every_field_out_of_range_and_changes_nothing(cluster, capsys):
     """Every field of the policy's spec (from the model, so a new field is covered): a value
     outside its range, its enum or its type fails the module naming the field's path; the stored
-    policy keeps its resourceVersion, in check mode and diff mode too."""
+    policy's spec is unchanged, in check mode and diff mode too."""
     from ansible_collections.tidal.colocation.plugins.module_utils.policy_model import field_specs
     snapshot = lambda: _versions(cluster)  # noqa: E731
     auth = {"kubeconfig": cluster["kubeconfig"]}

@@ -10,19 +10,23 @@ of the prediction made before it arrived.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from tidal.predict.evaluate import evaluate
 from tidal.predict.predictors import DEFAULT, Oracle, realisable
 from tidal.predict.synthetic import GENERATORS
 
 SEEDS = (0, 1, 2)
+#: Level-shift seeds kept out of the design (looked at, not developed on): see predict/README.md
+HELD_OUT = tuple(range(3, 15))
 BUDGET = 0.01
 
 
-def scores(shape: str, warmup: int) -> list[tuple[float, float, float]]:
+def scores(shape: str, warmup: int, seeds: tuple[int, ...] | None = None) -> list[tuple[float, float, float]]:
     """(default's reclaimed, default's 60-min violation, best in-budget peer's reclaimed) per seed."""
     out = []
-    for seed in SEEDS:
+    for seed in SEEDS if seeds is None else seeds:
         trace = GENERATORS[shape](seed)
         ev = evaluate(trace, [Oracle.for_trace(trace, 3600), *realisable(3600)], warmup_seconds=warmup)
         peers = [r.reclaimed for r in ev.results
@@ -48,6 +52,25 @@ def test_default_keeps_the_budget_and_beats_the_peers_on_stress_shapes(shape: st
 def test_default_keeps_the_budget_and_beats_the_peers_where_pods_arrive_all_the_time(
         shape: str, warmup: int) -> None:
     check(scores(shape, warmup))
+
+
+@functools.cache
+def held_out_level_shifts() -> tuple[tuple[float, float, float], ...]:
+    return tuple(scores("level-shift", 86400, HELD_OUT))
+
+
+def test_level_shifts_out_of_sample_keep_the_violation_bars() -> None:
+    # the shift detector's guard: 1.14 % mean and 2.59 % worst before it
+    rows = held_out_level_shifts()
+    assert sum(v for _, v, _ in rows) / len(rows) <= BUDGET, rows
+    assert max(v for _, v, _ in rows) <= 3 * BUDGET, rows
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18: on the held-out level-shift seeds the default reclaims "
+                   "38.9 % on average against the best in-budget peer's 39.3 %")
+def test_level_shifts_out_of_sample_reclaim_at_least_the_best_peer() -> None:
+    rows = held_out_level_shifts()
+    assert sum(r for r, _, _ in rows) >= sum(p for _, _, p in rows), rows
 
 
 def test_generators_are_deterministic_and_valid() -> None:

@@ -194,8 +194,9 @@ class NodeProfileStatus:
         "(pods without usage counted at their request), systemUsage {cpuMillicores, "
         "memoryBytes, statistic, windowSeconds, samples}: usage outside the pods over the "
         "prediction window; with a history predictor, steps (5-minute steps of history), basis "
-        "{regime (warming-up, calibrated, fallback, no-online-pods), rule, margin, evidence, "
-        "reason, provisional while no step has closed} and history {restored, steps, savedAt, "
+        "{regime (warming-up, calibrated, fallback, shift-detected, no-online-pods), rule, "
+        "margin, evidence, reason, shift or lastShift {detectedAt, changePointAt, guardUntil, "
+        "guardMargin, shiftsDetected}, provisional while no step has closed} and history {restored, steps, savedAt, "
         "or the reason a saved history was discarded}.",
     )
     cpu_interference: dict[str, Any] | None = prop(

@@ -43,7 +43,11 @@ one elapsed horizon of its calibrated predictions: an average of one point compa
 window's average rather than by today's margin keeps the choice stable, so the realised
 violation rate stays near that of one calibrated candidate, not the union of all. What
 selection bias remains is paid for by one more conformal margin, on the chosen prediction
-itself (its past peak-of-present-pods / prediction ratios, never below 1).
+itself (its past peak-of-present-pods / prediction ratios, never below 1). That margin applies
+to a calibrated choice only, and the averages are compared as the predictions would be used
+(a calibrated candidate's times that margin, a peer's rule as it is): otherwise a choice margin
+learnt on a bad first day keeps a calibrated rule ahead of, and above, a peer's rule that
+never missed.
 
 **Floors.** P never drops below the current usage (never offer what is in use right now) plus
 the idle request of the pods that arrived within the last horizon (a pod new to an established
@@ -68,6 +72,21 @@ that missed least is used. Holding the whole request back would be no answer: an
 today's request as well, and the node would offer nothing for the half day the calibration
 takes.
 
+**Level shifts up (regime ``shift-detected``).** A calibrated margin learns a new level only
+as its window fills with it, so after a jump the calibrated predictions miss more often than α
+until then. `ShiftDetector`, a Bernoulli CUSUM, is fed each calibrated decision point as soon as
+it is decided (missed the moment the usage exceeds it, clean when its horizon elapsed) and
+compares "misses at α" with "misses every other time", alarming at ln(one budget period in
+steps); the points are not independent (one jump misses every open point at once), so in
+practice any miss that takes three or more points within a few raises it: every jump the
+margins did not cover, and now and then a burst of noise. On an alarm P is floored, for as long
+as a re-calibration on data since would take (⌈1/α⌉ − 1 points plus a horizon, about 13 h), at
+the recent peak × the recent-peak rule's margin on the pods present, as it was at the alarm
+(never below 1). The calibrated state is kept, not dropped: jumps recur, and a window without
+them does not cover the next one (measured: dropping it and predicting conservatively until a
+rule is re-calibrated on post-shift data lost 1.1 points of reclaim on strict Azure, below
+N-sigma, and kept level-shift series over budget).
+
 **α** is the 1 % budget minus one standard deviation of a 30-day period's realised rate
 (`Tidal.target_rate`): violations come in runs of up to a horizon, so a month's realised rate is
 noisy; about 0.69 % at 5-minute steps and a 1 h horizon.
@@ -89,7 +108,7 @@ from tidal.predict.predictors.base import Predictor
 from tidal.predict.series import NodeHistory
 from tidal.predict.windows import RollingMax, RollingSorted, RollingStats, linear_quantile
 
-__all__ = ["RULES", "PEER_RULES", "Tidal"]
+__all__ = ["RULES", "PEER_RULES", "ShiftDetector", "Tidal"]
 
 #: Every rule, in report order; the peers' rules may be used before calibration.
 RULES = ("koordinator", "volcano", "nsigma", "level-2h", "level-30m", "recent-peak")
@@ -100,6 +119,48 @@ WARMUP_RULES = ("rc-nsigma-max",)
 WARMING_UP = "warming-up"
 CALIBRATED = "calibrated"
 FALLBACK = "fallback"
+SHIFT = "shift-detected"
+
+
+class ShiftDetector:
+    """A Bernoulli CUSUM (Page 1954) on the misses of the calibrated predictions.
+
+    Each calibrated decision point is one Bernoulli trial, fed as soon as it is decided: missed
+    the moment the usage exceeds its prediction (a miss is known at once, not a horizon later),
+    clean when its horizon elapsed without one. In control a point misses with probability
+    ``p0`` (the conformal level α); after a level shift up the calibrated margins lag and the
+    points miss about every other time (``p1`` = 1/2). The statistic is the CUSUM of the
+    log-likelihood ratio of the two, S = max(0, S + ln(p1/p0)) on a miss and
+    S = max(0, S + ln((1−p1)/(1−p0))) on a clean point, and an alarm is raised when S exceeds
+    ``threshold``: ln of the in-control run length wanted, one budget period (a false alarm
+    about once a period, were the trials independent). At 5-minute steps, α ≈ 0.69 % and a
+    30-day period (threshold ≈ 9.1) that is three misses among a few points. Pure bookkeeping,
+    O(1) a trial. `step` returns Page's estimate of the change point on an alarm (the trial at
+    which the excursion of S began) and starts afresh; None otherwise.
+    """
+
+    __slots__ = ("up", "down", "threshold", "score", "start")
+
+    def __init__(self, p0: float, p1: float, threshold: float) -> None:
+        if not 0.0 < p0 < p1 < 1.0:
+            raise ValueError(f"need 0 < p0 < p1 < 1, not p0={p0}, p1={p1}")
+        if not threshold > 0.0:
+            raise ValueError(f"threshold must be positive, not {threshold}")
+        self.up = math.log(p1 / p0)
+        self.down = math.log((1.0 - p1) / (1.0 - p0))
+        self.threshold = threshold
+        self.score = 0.0
+        self.start = 0
+
+    def step(self, i: int, missed: bool) -> int | None:
+        """Feed trial ``i``; the change point (a trial ≤ ``i``) on an alarm, else None."""
+        if self.score == 0.0:
+            self.start = i  # an excursion begins here if this trial raises S
+        self.score = max(0.0, self.score + (self.up if missed else self.down))
+        if self.score > self.threshold:
+            self.score = 0.0
+            return self.start
+        return None
 
 
 @dataclass(frozen=True)
@@ -121,6 +182,9 @@ class Tidal(Predictor):
     rc_q: float = 0.95
     rc_window_seconds: float = 24 * 3600
     rc_nsigma_n: float = 3.0
+    # level shifts up (`ShiftDetector`): p1, the miss rate of a calibration that lags a shift
+    detect_shifts: bool = True
+    shift_miss_rate: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0.0 < self.budget < 1.0:
@@ -129,6 +193,8 @@ class Tidal(Predictor):
             raise ValueError("horizon and calibration window must be positive")
         if self.prior_seconds < 0:
             raise ValueError("the prior must not be negative")
+        if not 0.0 < self.shift_miss_rate < 1.0:
+            raise ValueError(f"shift_miss_rate must be in (0, 1), not {self.shift_miss_rate}")
 
     def target_rate(self, step_seconds: float) -> float:
         """The conformal level α: the budget minus one standard deviation of a period's rate.
@@ -218,10 +284,43 @@ class Tidal(Predictor):
                         f"predictions of the usable rules over the window")
             if e.young_idle > 0:
                 out["youngPodsIdleRequestCores"] = round(e.young_idle, 4)
-        if math.isfinite(e.ensemble.value) and e.ensemble.value > 1.0:
-            out["choiceMargin"] = round(e.ensemble.value, 4)
+        if choice.kind in (ALL, ARRIVALS) and e.choice_margin() > 1.0:
+            out["choiceMargin"] = round(e.choice_margin(), 4)
+        if e.last_shift is not None:
+            self._explain_shift(history, e, out)
         out["cpuCores"] = round(self.predict(history), 4)
         return out
+
+    @staticmethod
+    def _explain_shift(history: NodeHistory, e: _Engine, out: dict) -> None:
+        detected, cp = e.last_shift
+        g = e.guard
+        shift = {"detectedAt": history.start + detected * history.step,
+                 "changePointAt": history.start + cp * history.step,
+                 "guardUntil": history.start + e.guard_until * history.step,
+                 "guardMargin": round(g.fixed, 4), "shiftsDetected": e.shifts}
+        now = len(history) - 1
+        if now > e.guard_until:
+            out["lastShift"] = shift
+            return
+        said = (f"a level shift up was detected at step {detected} (the calibrated predictions "
+                f"missed far more often than {e.alpha:.2%} from step {cp} on: a CUSUM of their "
+                f"misses); until step {e.guard_until}, as long as a re-calibration on data since "
+                f"takes, P is at least the recent peak × {g.fixed:.3f}, the recent-peak rule's "
+                f"margin on the pods present before the shift")
+        if e.guarded:
+            # the rules' choice, below the floor now, goes under "choice"
+            keep = ("historySteps", "stepSeconds", "targetViolationRate")
+            choice = {k: out.pop(k) for k in list(out) if k not in keep}
+            choice["cpuCores"] = round(min(history.bound(math.inf), e.chosen[-1] * (
+                e.choice_margin() if choice.get("form") in (ALL, ARRIVALS) else 1.0)), 4)
+            out.update(regime=SHIFT, rule=g.rule, form=GUARD,
+                       baseCores=round(e.bases[g.rule][-1], 4), margin=round(g.fixed, 4),
+                       shift=shift, choice=choice,
+                       reason=f"{said}; that floor applies now (the rules' choice is below it)")
+        else:
+            out.update(regime=SHIFT, shift=shift,
+                       reason=f"{said}; the rules' choice is above it now: {out.get('reason', '')}")
 
 
 class _Conformal:
@@ -260,8 +359,9 @@ def _ratio(peak: float, base: float) -> float:
     return peak / base if base > 0.0 else (0.0 if peak <= 0.0 else math.inf)
 
 
-#: The kinds of candidate, in report order (see the module docstring).
-RAW, PRESENT, ALL, ARRIVALS = "raw", "present", "all", "arrivals"
+#: The kinds of candidate, in report order (see the module docstring); ``guard`` is the floor
+#: after a detected level shift (the recent peak × its margin on the pods present then).
+RAW, PRESENT, ALL, ARRIVALS, GUARD = "raw", "present", "all", "arrivals", "guard"
 
 
 class _Candidate:
@@ -278,17 +378,18 @@ class _Candidate:
         self.rule = rule
         self.kind = kind
         self.name = rule if kind == RAW else f"{rule}/{kind}"
-        self.calibration = _Conformal() if kind != RAW else None
+        self.calibration = _Conformal() if kind not in (RAW, GUARD) else None
         # 8 bytes a point: the agent replays 14 days of 100 pods at every closed step
         self.at = array("d")  # the prediction at s (NaN: not available at s)
         self.sums = array("d", [0.0])  # running sums of the available ones, in order
         self.window = window
         self.record: deque[int] = deque()  # 2·s + (the prediction at s was exceeded)
         self.violations = 0
+        self.fixed = 1.0  # the margin of a candidate without a calibration (``guard``'s)
 
     @property
     def margin(self) -> float:
-        return self.calibration.value if self.calibration is not None else 1.0
+        return self.calibration.value if self.calibration is not None else self.fixed
 
     def predict(self, base: float, u: float, present: float | None) -> float | None:
         """The prediction now from the rule's base, the current usage and (for ``arrivals``)
@@ -351,6 +452,17 @@ class _Engine:
         self.ensemble = _Conformal()  # peak / chosen: the choice's own calibration
         self.seen = 0
         self.calibrated = 0
+        # level shifts up: the detector, fed the calibrated decision points (`_watch`); on an
+        # alarm the guard floors P for as long as a re-calibration on data since would take
+        self.detector = ShiftDetector(self.alpha, p.shift_miss_rate, math.log(
+            max(math.e, p.budget_period_seconds / history.step))) if p.detect_shifts else None
+        self.armed = False  # the prediction just made was a calibrated candidate's
+        self.open: deque[int] = deque()  # those decision points whose horizon is still open
+        self.guard = _Candidate("recent-peak", GUARD, self.cal)
+        self.guard_until = -1  # the last step the guard applies to
+        self.guarded = False  # the guard raised P now
+        self.last_shift: tuple[int, int] | None = None  # (detected at, change point)
+        self.shifts = 0
 
     # bases at step s, from samples ≤ s only
     def _bases(self, history: NodeHistory, s: int) -> dict[str, float]:
@@ -428,21 +540,31 @@ class _Engine:
             u = history.total_usage[s]
             for name, values in self.bases.items():
                 values.append(bases.get(name, math.nan))
+            if self.detector is not None:
+                self._watch(s, u)
             self._calibrate(history, s)
             for c in self.candidates:  # PRESENT before ARRIVALS
                 present = self.by_name[f"{c.rule}/{PRESENT}"].at[-1] if c.kind == ARRIVALS else None
                 base = bases.get(c.rule)
                 c.push(None if base is None else c.predict(base, u, present))
+            self.guard.push(self.guard.predict(bases["recent-peak"], u, None))
             self.warming = not any(math.isfinite(c.margin) for c in self.candidates if c.kind == ALL)
             upper = max(history.total_request[s], u)
             choice = self.choose()
             self.fallback = choice is None
             choice = self.current = self.fall_back() if choice is None else choice
+            calibrated = choice.kind in (ALL, ARRIVALS)
+            self.armed = calibrated
             # never below what is in use now, nor below the young pods' requests
             chosen = min(upper, max(choice.at[-1], u + self.young_idle))
             self.chosen.append(chosen)
-            self.final.append(min(upper, max(1.0, self.ensemble.value if math.isfinite(self.ensemble.value)
-                                             else 1.0) * chosen))
+            # the choice's own margin is a calibrated candidate's; a peer's rule is used as its
+            # system uses it (and chosen as such: `choose`)
+            final = min(upper, (self.choice_margin() if calibrated else 1.0) * chosen)
+            self.guarded = s <= self.guard_until and self.guard.at[-1] > final
+            if self.guarded:
+                final = min(upper, self.guard.at[-1])
+            self.final.append(final)
         self.seen = n
 
     def _peak(self, history: NodeHistory, s: int) -> float:
@@ -455,6 +577,38 @@ class _Engine:
             return max(history.total_usage[s + 1 : end])
         present = [j for j in range(self.k) if m >> j & 1]
         return max(math.fsum(history.usage(j)[i] for j in present) for i in range(s + 1, end))
+
+    def _watch(self, s: int, u: float) -> None:
+        """Feed the detector the calibrated decision points decided by now: those the usage
+        now exceeds (missed) and those whose horizon elapsed without a miss (clean)."""
+        opened = self.open
+        if self.armed:
+            opened.append(s - 1)
+        detector = self.detector
+        while opened and opened[0] < s - self.h:
+            cp = detector.step(opened.popleft(), False)
+            if cp is not None:
+                return self._shift(s, cp)
+        final = self.final
+        for d in [d for d in opened if u > final[d]]:
+            opened.remove(d)
+            cp = detector.step(d, True)
+            if cp is not None:
+                return self._shift(s, cp)
+
+    def _shift(self, s: int, cp: int) -> None:
+        """A level shift up detected at ``s`` (begun at decision point ``cp``): the calibrated
+        margins lag it until they hold data from after it, so until a re-calibration on that
+        data would be complete (the minimum calibration points plus a horizon), P is at least
+        the recent peak × the recent-peak rule's margin on the pods present, as it was before
+        the shift (never below 1). The margins themselves are kept: jumps recur, and a window
+        without them would not cover the next one."""
+        self.shifts += 1
+        self.last_shift = (s, cp)
+        self.open.clear()
+        m = self.by_name[f"recent-peak/{PRESENT}"].margin
+        self.guard.fixed = max(1.0, m) if math.isfinite(m) else 1.0
+        self.guard_until = s + self.min_points + self.h
 
     def _calibrate(self, history: NodeHistory, now: int) -> None:
         """Fold the decision points whose horizon elapsed by ``now`` into the windows."""
@@ -511,13 +665,25 @@ class _Engine:
         # averages of realised predictions, which one point does not make
         return len(c.record) >= self.h
 
+    def choice_margin(self) -> float:
+        """The conformal margin on the chosen calibrated prediction (never below 1)."""
+        v = self.ensemble.value
+        return max(1.0, v) if math.isfinite(v) else 1.0
+
     def choose(self) -> _Candidate | None:
-        """The usable candidate whose predictions were lowest on average over the window."""
+        """The usable candidate whose predictions were lowest on average over the window, as
+        they would be used: a calibrated candidate's times the choice's margin, a peer's rule
+        as it is (without that, a choice margin learnt on a bad first day would keep a
+        calibrated rule ahead of a peer's rule that never missed, and above it)."""
         best = None
+        margin = self.choice_margin()
         for i, c in enumerate(self.candidates):
             if not self.usable(c):
                 continue
-            key = (c.mean_cost(), i)
+            cost = c.mean_cost()
+            if c.kind in (ALL, ARRIVALS):
+                cost *= margin
+            key = (cost, i)
             if best is None or key < best[0]:
                 best = (key, c)
         return None if best is None else best[1]

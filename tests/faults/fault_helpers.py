@@ -1,13 +1,17 @@
 """Helpers of the fault suite (tests/faults): the suite's policy, its BE pod, and the checks
 every fault ends with (convergence, evictions, tracebacks)."""
 import datetime
+import json
 import ssl
 import urllib.error
 import urllib.request
 
+from pathlib import Path
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tidal.agent.executor.cgroupfs import _normalize
 from tidal_dev.testing.site import NAMESPACE, REAL_NODE, logs_since, micro_time, pod_manifest, tidal_pods
 
 POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
@@ -137,3 +141,31 @@ def tracebacks(core, since: datetime.datetime) -> list[str]:
     return found
 
 
+def _journal(lab) -> Path:
+    return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent/qos-journal.json"
+
+
+def journal_originals(lab) -> dict[str, str]:
+    """The agent's restore journal on the real node: file -> original value."""
+    try:
+        return json.loads(_journal(lab).read_text()).get("originals") or {}
+    except FileNotFoundError:
+        return {}
+
+
+def _host(path: str) -> Path:
+    """A journalled path (as the agent's container sees the host's cgroupfs, under /host) on the host."""
+    return Path(path.removeprefix("/host"))
+
+
+def not_restored(originals: dict[str, str]) -> list[str]:
+    """The journalled files not back at their original value (a file gone needs nothing)."""
+    wrong = []
+    for path, original in originals.items():
+        try:
+            now = _normalize(Path(path).name, _host(path).read_text())
+        except FileNotFoundError:
+            continue
+        if now != original:
+            wrong.append(f"{path}: {now!r}, original {original!r}")
+    return wrong

@@ -1,6 +1,7 @@
 """Faults in Tidal's own objects and in what users type onto nodes: a NodeProfile deleted, the
-policy deleted, garbage in the node annotations Tidal reads. (Runs last of the suite: deleting
-the policy puts the defaults in force for a few seconds.)"""
+policy deleted, garbage in the node annotations Tidal reads, the Node itself deleted and
+registered again. (Runs last of the suite: deleting the policy puts the defaults in force for a
+few seconds, and the Node's deletion moves every Tidal pod.)"""
 import sys
 import time
 from pathlib import Path
@@ -8,12 +9,14 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from tidal.api import qos
 from tidal.api.policy import ColocationPolicy
 from tidal_dev.lab.pytest_plugin import wait_for
-from tidal_dev.testing.site import REAL_NODE
+from tidal_dev.testing.site import REAL_NODE, container_cgroup, gone, micro_time, read, running, tidal_pods
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_helpers import POLICY, PROFILES, batch_cpu, evictions, now_utc, tracebacks  # noqa: E402
+from fault_helpers import (BE_QUOTA_US, POLICY, PROFILES, batch_cpu, be_pod, evictions,  # noqa: E402
+                           journal_originals, now_utc, tracebacks)
 
 pytestmark = pytest.mark.lab
 
@@ -118,3 +121,83 @@ def test_garbage_node_annotations_are_named_in_the_status_and_change_nothing(cor
     wait_for(lambda: not any(key in " ".join(_profile(custom)["status"]["oversell"].get("notes") or [])
                              for key in GARBAGE), 30, "the notes gone with the annotations")
     assert len(evictions(core, workload)) == evicted_before
+
+
+MODE_LABELS = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)
+
+
+def _node(core):
+    try:
+        return core.read_node(REAL_NODE)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _ready(node) -> bool:
+    return bool(node) and any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def test_node_deleted_and_registered_again_comes_back_off_and_is_switched_on_again(
+        lab, core, custom, workload, image, recovery):
+    """The Node object deleted, and the kubelet restarted so that it registers the node again (as
+    after a node repair). Must hold: the node comes back as the kubelet registers it, with no
+    Tidal label, taint or batch resource (its mode off: nothing of the old node carried over);
+    the agent restores the node's cgroups (its journal empties) and the DaemonSet removes it; no
+    Tidal pod restarts; nothing is evicted by Tidal. The BE pod on batch resources is refused by
+    the kubelet's own admission when it restarts (the new node has no batch-cpu: the pod fails
+    with OutOfkubernetes.io/batch-cpu; its Job would place it again), which is Kubernetes' rule,
+    not Tidal's. Switched on again, the agent is back, the node reports and is oversold, and a BE
+    pod created then gets its quota."""
+    old = _node(core)
+    labels = {k: v for k, v in old.metadata.labels.items() if k in MODE_LABELS}
+    assert labels, old.metadata.labels
+    restarts = {p.metadata.name: sum(s.restart_count for s in p.status.container_statuses or [])
+                for app in ("tidal-manager", "tidal-console") for p in tidal_pods(core, app)}
+    started = now_utc()
+    core.delete_node(REAL_NODE)
+    deleted = time.monotonic()
+    lab.restart("kubelet")
+    new = wait_for(lambda: (n := _node(core)) and n.metadata.uid != old.metadata.uid and _ready(n) and n, 120,
+                   "the node registered again and Ready", interval=0.5)
+    recovery("node deleted and registered again", time.monotonic() - deleted,
+             "from the deletion (kubelet restarted at once) to the node Ready again")
+    assert not {k for k in new.metadata.labels if k.startswith("colocation.tidal.io/")}, new.metadata.labels
+    assert not [t for t in new.spec.taints or [] if t.key.startswith("colocation.tidal.io/")]
+    assert not {k for k in new.status.allocatable if k.startswith("kubernetes.io/batch-")}
+    def agent_gone_node_restored():
+        pods = core.list_namespaced_pod("tidal-system", label_selector="app.kubernetes.io/name=tidal-agent").items
+        return not pods and not journal_originals(lab)  # terminating pods included: it restores on its way out
+    wait_for(agent_gone_node_restored, 90, "the agent restored everything it had changed and is gone from "
+                                           "the node, which is off")
+    assert not {k for k in core.read_node(REAL_NODE).metadata.labels if k.startswith("colocation.tidal.io/")}
+    be = wait_for(lambda: (p := core.read_namespaced_pod("transcode", workload)).status.phase != "Running" and p,
+                  60, "the kubelet's verdict on the BE pod on batch resources the new node does not have")
+    assert be.status.phase == "Failed" and be.status.reason == "OutOfkubernetes.io/batch-cpu", be.status
+    assert not [e for e in evictions(core, workload) if e.reason == "TidalEvicted"]
+
+    core.patch_node(REAL_NODE, {"metadata": {"labels": labels}})
+    switched = time.monotonic()
+    wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent")
+                      if p.status.container_statuses and all(s.ready for s in p.status.container_statuses)] or None,
+             120, "an agent pod ready again")
+
+    def reporting():
+        profile = custom.get_cluster_custom_object(*PROFILES, REAL_NODE)
+        observed = micro_time((profile.get("status") or {}).get("observedAt"))
+        return observed is not None and observed >= started.replace(microsecond=0) and batch_cpu(core) >= 300 \
+            and profile
+    wait_for(reporting, 120, "the node reporting and oversold again")
+    recovery("node switched on after its re-registration", time.monotonic() - switched,
+             "labels set again to the agent reporting and batch-cpu published")
+    core.delete_namespaced_pod("transcode", workload, grace_period_seconds=0)
+    wait_for(gone(core, workload, "transcode"), 60, "the failed BE pod deleted")
+    core.create_namespaced_pod(workload, be_pod("transcode", image))
+    pod = wait_for(running(core, workload, "transcode"), 120, "a BE pod on the node again")
+    wait_for(lambda: read(container_cgroup(pod, "cpu") / "cpu.cfs_quota_us") == BE_QUOTA_US, 60,
+             "the new BE pod's quota from its batch-cpu")
+    after = {p.metadata.name: sum(s.restart_count for s in p.status.container_statuses or [])
+             for app in ("tidal-manager", "tidal-console") for p in tidal_pods(core, app)}
+    assert after == restarts
+    assert not tracebacks(core, started)

@@ -1,0 +1,177 @@
+"""Faults of the agent itself: killed (SIGKILL) in the middle of a restore, when colocation was
+switched off under it; its cgroup writes refused by the kernel. The agent keeps ``colocation.tidal.io/restore-pending`` on its node until
+the node is restored, and its DaemonSet runs on nodes with that label, so the kubelet starts it
+again and it finishes the restore from its journal; only then does the DaemonSet let it go."""
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tidal.api import qos
+from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.site import CGROUP, REAL_NODE, container_cgroup, read, tidal_pods
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fault_helpers import (BE_QUOTA_US, POLICY, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
+                           evictions, healthy, journal_originals, not_restored, now_utc, tracebacks)
+
+pytestmark = pytest.mark.lab
+
+PENDING = qos.RESTORE_PENDING_NODE_LABEL
+MODE_LABELS = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)
+
+
+def _agent_pids(pod) -> list[int]:
+    """The processes of the agent pod's `agent` container (cgroup v1 cpu hierarchy)."""
+    status = next(s for s in pod.status.container_statuses if s.name == "agent")
+    base = CGROUP / "cpu/tidal-lab/kubepods" / pod.status.qos_class.lower() / f"pod{pod.metadata.uid}"
+    procs = base / status.container_id.split("://", 1)[1] / "cgroup.procs"
+    return [int(p) for p in procs.read_text().split()]
+
+
+def _labels(core) -> dict[str, str]:
+    return core.read_node(REAL_NODE).metadata.labels or {}
+
+
+def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishes_it(
+        lab, core, workload, recovery):
+    """Colocation switched off while the agent is frozen, then the agent SIGKILLed before it could
+    put anything back (the worst point of a restore: nothing done yet). Must hold: the node keeps
+    the restore-pending label, so the DaemonSet keeps the agent pod and the kubelet starts the
+    agent again; it puts every journalled cgroup value back to its original, empties its journal,
+    removes the label with a TidalNodeRestored Event, and only then is the agent pod deleted by
+    the DaemonSet. Switched on again, the BE pod gets its quota back. Nothing evicted."""
+    labels = _labels(core)
+    assert all(labels.get(k) == "true" for k in MODE_LABELS), labels
+    wait_for(lambda: _labels(core).get(PENDING) == "true", 30, f"{PENDING} on {REAL_NODE} while colocation is on")
+    wait_for(lambda: journal_originals(lab), 30, "the agent's journal names what it changed")
+    originals = journal_originals(lab)
+    changed = {p: o for p, o in originals.items() if not_restored({p: o})}
+    assert changed, f"nothing the agent changed differs from its original: {originals}"
+    (agent,) = tidal_pods(core, "tidal-agent")
+    be = core.read_namespaced_pod("transcode", workload)
+    evicted_before = len(evictions(core, workload))
+    started = now_utc()
+
+    pids = _agent_pids(agent)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        core.patch_node(REAL_NODE, {"metadata": {"labels": {k: None for k in MODE_LABELS}}})
+        wait_for(lambda: not any(k in _labels(core) for k in MODE_LABELS), 10, "colocation off")
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+
+    def finished():
+        return _labels(core).get(PENDING) is None and not not_restored(changed) and not journal_originals(lab)
+    wait_for(finished, 90, "the restarted agent restored every journalled value and removed the label",
+             interval=0.25)
+    took = time.monotonic() - killed
+    after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
+    status = next(s for s in after.status.container_statuses if s.name == "agent")
+    assert status.restart_count >= 1, "the same pod's agent container started again"
+    restored_events = [e for e in core.list_namespaced_event("default", field_selector=(
+        f"involvedObject.kind=Node,involvedObject.name={REAL_NODE},reason=TidalNodeRestored")).items
+        if (e.last_timestamp or e.event_time) and (e.last_timestamp or e.event_time) >= started.replace(microsecond=0)]
+    assert restored_events, "a TidalNodeRestored Event on the node"
+    wait_for(lambda: not tidal_pods(core, "tidal-agent"), 60, "the DaemonSet deletes the agent pod once restored")
+    recovery("agent killed mid-restore", took,
+             f"from the SIGKILL: the kubelet restarted it and it put back {len(changed)} changed values")
+
+    core.patch_node(REAL_NODE, {"metadata": {"labels": {k: "true" for k in MODE_LABELS}}})
+    wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent")
+                      if all(s.ready for s in p.status.container_statuses or [False])] or None,
+             120, "an agent pod ready again")
+    wait_for(lambda: _labels(core).get(PENDING) == "true", 30, f"{PENDING} set again")
+    wait_for(lambda: read(container_cgroup(core.read_namespaced_pod("transcode", workload), "cpu")
+                          / "cpu.cfs_quota_us") == BE_QUOTA_US, 60, "the BE pod's quota back")
+    wait_for(lambda: batch_cpu(core) >= 300, 120, "batch-cpu back on the node")
+    after_be = core.read_namespaced_pod("transcode", workload)
+    assert after_be.metadata.uid == be.metadata.uid and after_be.status.phase == "Running"
+    assert len(evictions(core, workload)) == evicted_before
+    assert not tracebacks(core, started)
+
+
+REFUSING = CGROUP / "cpu/tidal-lab/kubepods/besteffort"
+
+
+def _node_events(core, reason: str, since) -> list:
+    events = core.list_namespaced_event("default", field_selector=(
+        f"involvedObject.kind=Node,involvedObject.name={REAL_NODE},reason={reason}")).items
+    return [e for e in events if (e.last_timestamp or e.event_time) and
+            (e.last_timestamp or e.event_time) >= since.replace(microsecond=0)]
+
+
+def _write_errors(url: str) -> float:
+    line = next((ln for ln in agent_metrics(url).splitlines()
+                 if ln.startswith("tidal_agent_cgroup_write_errors_total{") and f'node="{REAL_NODE}"' in ln), None)
+    return float(line.rsplit(" ", 1)[1]) if line else 0.0
+
+
+def _hold_parent_quota(child: Path) -> int:
+    """Give `child` (under the BE pods' parent) the parent's current CFS quota, so the kernel
+    refuses any lower quota on the parent (cgroup v1: a child's quota may not exceed its
+    parent's). Retried while the agent moves the parent's quota under it."""
+    def held():
+        quota = int(read(REFUSING / "cpu.cfs_quota_us"))
+        try:
+            (child / "cpu.cfs_quota_us").write_text(str(quota))
+        except OSError:
+            return None
+        return quota
+    return wait_for(held, 30, "a child of kubepods/besteffort holding the parent's quota", interval=0.1)
+
+
+def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, custom, workload):
+    """The kernel refuses the agent's cgroup writes (EINVAL here: a cgroup someone else made
+    under the BE pods' parent holds a CPU quota the agent's lower quota would break). Must hold:
+    a Warning Event TidalCgroupWriteFailed on the node naming the file and the kernel's error,
+    once; `tidal_agent_cgroup_write_errors_total` counting the tries; the agent neither restarts
+    nor stops answering /healthz; once the obstacle is gone the write succeeds, with a
+    TidalCgroupWriteRecovered Event. Nothing evicted."""
+    if not (REFUSING / "cpu.cfs_quota_us").exists():
+        pytest.skip("no cgroup v1 cpu hierarchy for the BE pods: this refusal is v1's")
+    url = agent_health_url(core)
+    (agent,) = tidal_pods(core, "tidal-agent")
+    restarts = {s.name: s.restart_count for s in agent.status.container_statuses}
+    errors_before = _write_errors(url)
+    evicted_before = len(evictions(core, workload))
+    started = now_utc()
+    isolation = custom.get_cluster_custom_object(*POLICY)["spec"].get("beIsolation")
+    child = REFUSING / "tidal-fault-refuses"
+    child.mkdir(exist_ok=True)
+    try:
+        try:
+            held = _hold_parent_quota(child)
+            assert held > 30000, f"the BE parent's quota {held} is already at the floor the test asks for"
+            # Suppression's floor, and a threshold below it: the agent wants the parent at 300 m.
+            custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
+                "cpuSuppression": {"thresholdPercent": 10, "floorMillicores": 300}}}})
+            (failed,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", started) or None, 60,
+                                 "a TidalCgroupWriteFailed Event on the node")
+            assert "kubepods/besteffort/cpu.cfs_quota_us" in failed.message, failed.message
+            assert "Invalid argument" in failed.message and failed.type == "Warning", failed.message
+            wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the write errors counted every round")
+            assert int(read(REFUSING / "cpu.cfs_quota_us")) >= held  # the kernel kept the parent's quota
+            assert healthy(url)
+        finally:
+            child.rmdir()
+        wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", started) or None, 60,
+                 "a TidalCgroupWriteRecovered Event once the write succeeds")
+        wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
+        assert len(_node_events(core, "TidalCgroupWriteFailed", started)) == 1  # once, not every round
+    finally:
+        policy = custom.get_cluster_custom_object(*POLICY)
+        policy["spec"].pop("beIsolation", None)
+        if isolation is not None:
+            policy["spec"]["beIsolation"] = isolation
+        custom.replace_cluster_custom_object(*POLICY, policy)
+    (agent,) = tidal_pods(core, "tidal-agent")
+    assert {s.name: s.restart_count for s in agent.status.container_statuses} == restarts
+    assert len(evictions(core, workload)) == evicted_before
+    assert not tracebacks(core, started)

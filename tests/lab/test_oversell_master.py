@@ -23,6 +23,16 @@ GiB = 1024**3
 PLURAL = "nodeprofiles"
 
 
+async def _until(condition, what: str, seconds: float = 15.0):
+    """Poll `condition` every 0.1 s until it is truthy (returned) or `seconds` pass (AssertionError)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not (value := condition()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not within {seconds}s: {what}")
+        await asyncio.sleep(0.1)
+    return value
+
+
 def _now():
     return datetime.datetime.now(datetime.timezone.utc)
 
@@ -122,18 +132,11 @@ def test_started_master_cycles_on_watch_caches_and_still_undoes_an_unlabelled_no
     def names(master):
         return {n["metadata"]["name"] for n in master.nodes.objects.values()}
 
-    async def until(predicate, what, seconds=15.0):
-        for _ in range(int(seconds * 10)):
-            if predicate():
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}")
-
     async def scenario(api):
         async with OversellMaster(api, OversellSettings(), resync_seconds=3) as master:
             assert OVERSOLD in names(master) and PLAIN not in names(master)
             assert (await master.cycle()).node_patches == 1
-            await until(lambda: master.nodes.objects and all(
+            await _until(lambda: master.nodes.objects and all(
                 (n["status"].get("allocatable") or {}).get(qos.BATCH_CPU_RESOURCE) for n in master.nodes.objects.values()
                 if n["metadata"]["name"] == OVERSOLD), "the written node in the cache")
             calls, request = [], api.request
@@ -148,12 +151,12 @@ def test_started_master_cycles_on_watch_caches_and_still_undoes_an_unlabelled_no
             relists = master.nodes.relists
             await asyncio.to_thread(core.patch_node, OVERSOLD,
                                     {"metadata": {"labels": {qos.OVERSUBSCRIPTION_NODE_LABEL: None}}})
-            await until(lambda: not any(n["metadata"].get("labels", {}).get(qos.OVERSUBSCRIPTION_NODE_LABEL)
+            await _until(lambda: not any(n["metadata"].get("labels", {}).get(qos.OVERSUBSCRIPTION_NODE_LABEL)
                                         for n in master.nodes.objects.values()), "the label's removal in the cache")
             result = await master.cycle()
             assert result.node_patches == 1 and not any(result.decisions[OVERSOLD].amounts.values())
-            await until(lambda: OVERSOLD not in names(master), "the undone node dropped from the cache")
-            await until(lambda: master.nodes.relists > relists, "a resync")
+            await _until(lambda: OVERSOLD not in names(master), "the undone node dropped from the cache")
+            await _until(lambda: master.nodes.relists > relists, "a resync")
         assert not master.running
 
     asyncio.run(_with_api(lab, scenario))
@@ -183,8 +186,8 @@ def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, cor
                                        renew_deadline=2.0, retry_seconds=0.5) for who in ("a", "b")}
         stop = asyncio.Event()
         tasks = [asyncio.create_task(e.run(work_of(w), stop)) for w, e in electors.items()]
-        await asyncio.sleep(2)
-        leaders = [w for w, e in electors.items() if e.is_leader]
+        leaders = await _until(lambda: [w for w, e in electors.items() if e.is_leader and ticks[w]],
+                               "one replica leads and works")
         assert len(leaders) == 1, leaders
         follower = "b" if leaders[0] == "a" else "a"
         assert ticks[follower] == 0
@@ -195,8 +198,8 @@ def test_only_one_leader_works_and_a_lost_lease_stops_its_work(lab, lab_api, cor
         lease["spec"]["renewTime"] = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)
                                       ).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         await api.replace(path, lease)
-        await asyncio.sleep(3.5)
-        assert leaders[0] in cancelled and not any(e.is_leader for e in electors.values())
+        await _until(lambda: leaders[0] in cancelled and not any(e.is_leader for e in electors.values()),
+                     "the leader stops its work once it sees the intruder's lease")
         frozen = dict(ticks)
         await asyncio.sleep(0.5)
         assert ticks == frozen  # nobody works while the intruder holds the lease

@@ -80,7 +80,7 @@ def test_the_policy_status_names_generation_effective_spec_and_what_the_node_can
     assert status["appliedGeneration"] == 4
     assert status["effective"]["evictionWatermarks"]["cpu"]["highPercent"] == 80  # bad overrides: none applied
     assert status["problems"] == [
-        "node annotation colocation.tidal.io/eviction-dwell-seconds='x': must be an integer",
+        "node annotation colocation.tidal.io/eviction-dwell-seconds='x': must be an integer in ASCII digits, e.g. 80",
         "spec.features.cacheLimits: enabled but not supported on this node "
         "(resctrl.l3: resctrl not mounted; resctrl.mba: resctrl not mounted)"]
     node_qos.observe_node({"metadata": {"annotations": {"colocation.tidal.io/eviction-cpu-high-percent": "90"}}})

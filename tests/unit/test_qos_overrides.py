@@ -53,7 +53,7 @@ V = "volcano.sh/"
                  id="tidal-name-wins-and-the-conflict-is-reported"),
     pytest.param({V + "evicting-cpu-high-watermark": "lots"}, (80, 30), (60, 30),
                  ["node annotation volcano.sh/evicting-cpu-high-watermark (alias of "
-                  "colocation.tidal.io/eviction-cpu-high-percent)='lots': must be an integer"], [],
+                  "colocation.tidal.io/eviction-cpu-high-percent)='lots': must be an integer in ASCII digits, e.g. 80"], [],
                  id="a-bad-alias-value-names-the-alias"),
     pytest.param({V + "evicting-cpu-low-watermark": "85"}, (80, 30), (60, 30),
                  ["node annotation volcano.sh/evicting-cpu-low-watermark (alias of "

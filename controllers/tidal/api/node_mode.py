@@ -229,7 +229,7 @@ def _types(annotations: Mapping[str, str], sources: dict[str, str], conflicts: l
         parts = [p.strip() for p in raw.split(",") if p.strip()]
         bad = [p for p in parts if p not in OVERSELL_TYPES]
         if bad or not parts:
-            problems.append(f"node annotation {key}={raw!r} is not understood (allowed: cpu, memory, "
+            problems.append(f"node annotation {key}={qos.shown(raw)} is not understood (allowed: cpu, memory, "
                             "cpu,memory); both types stay oversold")
             return None
         return frozenset(parts)

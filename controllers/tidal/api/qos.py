@@ -38,6 +38,10 @@ __all__ = [
     "QOS_ALIAS_ANNOTATIONS",
     "COLOCATION_NODE_LABEL",
     "OVERSUBSCRIPTION_NODE_LABEL",
+    "RESTORE_PENDING_NODE_LABEL",
+    "annotation_integer",
+    "annotation_number",
+    "shown",
     "NODE_LABEL_ENABLED_VALUE",
     "OFFLINE_EVICTING_TAINT_KEY",
     "OFFLINE_EVICTING_TAINT_EFFECT",
@@ -298,6 +302,32 @@ _VOLCANO_QOS_ALLOWED = (*_VOLCANO_QOS, "an integer (<0 means BE, >=0 means LS)")
 
 # ASCII digits only: str.isdigit() and \d also accept other scripts' digits.
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?")
+
+
+def annotation_integer(text: str) -> int:
+    """An integer a user typed into an annotation: ASCII digits with an optional sign (blanks
+    around allowed). ``int()`` alone also takes other scripts' digits and underscores ("١٠",
+    "1_0"). ValueError names the rule."""
+    value = text.strip()
+    if not _INTEGER.fullmatch(value):
+        raise ValueError("must be an integer in ASCII digits, e.g. 80")
+    return int(value)
+
+
+def annotation_number(text: str) -> float:
+    """A decimal number a user typed into an annotation: ASCII digits, an optional sign and
+    fraction (no exponent, nan, inf, underscores or other scripts' digits). ValueError names the rule."""
+    value = text.strip()
+    if not _NUMBER.fullmatch(value):
+        raise ValueError("must be a number in ASCII digits, e.g. 80 or 12.5")
+    return float(value)
+
+
+def shown(text: str, limit: int = 64) -> str:
+    """A value a user typed, for a message: its repr, cut after ``limit`` characters (an
+    annotation may hold 256 KiB)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def _case_hint(value: str, allowed: Sequence[str]) -> str:

@@ -46,10 +46,7 @@ def _value(annotation: str, text: str) -> Any:
         if text in ("true", "false"):
             return text == "true"
         raise ValueError("must be \"true\" or \"false\"")
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError("must be an integer") from None
+    return qos.annotation_integer(text)
 
 
 def effective_watermarks(
@@ -93,7 +90,7 @@ def _overridden(
         try:
             value = _value(annotation, text)
         except ValueError as err:
-            problems.append(f"node annotation {_named(annotation, alias_of)}={text!r}: {err}")
+            problems.append(f"node annotation {_named(annotation, alias_of)}={qos.shown(text)}: {err}")
             continue
         target = section
         *parents, last = ANNOTATIONS[annotation]

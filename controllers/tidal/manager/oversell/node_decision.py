@@ -155,11 +155,12 @@ def _override(annotations: Mapping[str, str], key: str, default: float, notes: l
     if raw is None:
         return default
     try:
-        value = float(raw)
+        value = qos.annotation_number(raw)
     except ValueError:
         value = -1.0
     if not 0 <= value <= 100:
-        notes.append(f"annotation {key}={raw!r} ignored: must be a number 0-100; using {default}")
+        notes.append(f"annotation {key}={qos.shown(raw)} ignored: must be a number 0-100 in ASCII digits; "
+                     f"using {default}")
         return default
     notes.append(f"annotation {key}={raw} overrides the policy ({default})")
     return value

@@ -1,7 +1,10 @@
 """The REST API against the lab: authentication and authorisation by the API server, node
 switches (the four modes) seen at the API server, policy validation, and monitoring through the real Prometheus
 scraping the real metrics of tidal-console, the replayed agent and the oversell master."""
+import json
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from kubernetes import client
@@ -355,3 +358,40 @@ def test_monitoring_without_prometheus_is_a_clear_502(lab, crds, users, artefact
         assert "tidal_console_prometheus_errors_total 1.0" in http("GET", f"{url}/metrics")[2]
     finally:
         processes.stop(record)
+
+
+def _raw(method: str, url: str, token: str, data: bytes):
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.mark.parametrize("data, status, message", [
+    pytest.param(b'{"spec": {"x": "' + b"a" * (1024 * 1024) + b'"}}', 413, "larger than 1048576 bytes",
+                 id="oversized"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply", id="deeply-nested"),
+    pytest.param(b"[1, 2]", 400, "must be a JSON object", id="an-array"),
+    pytest.param(b'"spec"', 400, "must be a JSON object", id="a-string"),
+    pytest.param(b"12", 400, "must be a JSON object", id="a-number"),
+    pytest.param(b"{spec: 1}", 400, "not valid JSON", id="not-json"),
+    pytest.param("{\"spec\": \"\udc80\"}".encode("utf-8", "surrogatepass"), 400, "not valid JSON", id="not-utf-8"),
+])
+def test_every_write_endpoint_refuses_a_bad_body_with_a_clear_error_and_changes_nothing(
+        console, users, nodes, lab_api, data, status, message):
+    core = client.CoreV1Api(lab_api)
+    before = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
+    node = nodes["plain"]
+    labels_before = core.read_node(node).metadata.labels
+    for url in (f"{console}/api/v1/policy?dryRun=All", f"{console}/api/v1/nodes/{node}/colocation?dryRun=All",
+                f"{console}/api/v1/policy", f"{console}/api/v1/nodes/{node}/colocation"):
+        got, body = _raw("PUT", url, users["editor"], data)
+        assert (got, body["error"]["code"]) == (status, status), (url, body)
+        assert message in body["error"]["message"], (url, body)
+        assert body["error"]["fields"][0]["field"] == "body"
+    after = http("GET", f"{console}/api/v1/policy", users["viewer"])[2]
+    assert (after["generation"], after["spec"]) == (before["generation"], before["spec"])
+    assert core.read_node(node).metadata.labels == labels_before

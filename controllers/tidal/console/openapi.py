@@ -337,6 +337,7 @@ def _responses(ok: str, *codes: int) -> dict:
         if code == 400:
             continue
         out[str(code)] = {"description": {404: "not found", 409: "conflict or refused",
+                                          413: "the body is larger than 1 MiB",
                                           422: "invalid (each field and rule is named)"}[code], **_ERR}
     return out
 
@@ -401,7 +402,7 @@ def openapi_document() -> dict[str, Any]:
                 "operationId": "setColocation", "summary": "Set a node's mode (off, colocation, oversubscription "
                                                       "or colocation+oversubscription)",
                 "parameters": [_NODE_NAME, _DRY_RUN], "requestBody": json_body("ColocationRequest"),
-                "responses": {**_responses("ColocationResult", 400, 422),
+                "responses": {**_responses("ColocationResult", 400, 413, 422),
                               "404": {"description": "no such node",
                                       "content": {"application/json": {"schema": _ref("ColocationResult")}}},
                               "409": {"description": "refused: the node is not Ready or is cordoned",
@@ -412,7 +413,7 @@ def openapi_document() -> dict[str, Any]:
                         "summary": "Merge the request's spec into the policy (or replace it), validate, write",
                         "parameters": [_DRY_RUN, _REPLACE],
                         "requestBody": json_body("PolicyUpdate"),
-                        "responses": _responses("Policy", 400, 409, 422)}},
+                        "responses": _responses("Policy", 400, 409, 413, 422)}},
             "/api/v1/policy/schema": {"get": {"operationId": "policySchema",
                                               "responses": _responses("PolicySchema")}},
             "/api/v1/policy/rollout": {"get": {"operationId": "policyRollout",

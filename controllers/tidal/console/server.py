@@ -400,6 +400,12 @@ def _dry_run(request: web.Request) -> str | None:
 async def _json_body(request: web.Request) -> dict:
     try:
         body = await request.json(loads=json.loads)
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"body: larger than {MAX_BODY_BYTES} bytes",
+                       [{"field": "body", "message": f"at most {MAX_BODY_BYTES} bytes"}]) from None
+    except RecursionError:
+        raise ApiError(400, "body: nested too deeply", [{"field": "body", "message": "must be a JSON object"}]) \
+            from None
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "body: not valid JSON", [{"field": "body", "message": "must be a JSON object"}]) from None
     if not isinstance(body, dict):

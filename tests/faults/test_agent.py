@@ -56,34 +56,32 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
     evicted_before = len(evictions(core, workload))
     started = now_utc()
 
-    pids = _agent_pids(agent)
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
     try:
-        core.patch_node(REAL_NODE, {"metadata": {"labels": {k: None for k in MODE_LABELS}}})
-        wait_for(lambda: not any(k in _labels(core) for k in MODE_LABELS), 10, "colocation off")
-    finally:
+        pids = _agent_pids(agent)
         for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            core.patch_node(REAL_NODE, {"metadata": {"labels": {k: None for k in MODE_LABELS}}})
+            wait_for(lambda: not any(k in _labels(core) for k in MODE_LABELS), 10, "colocation off")
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
 
-    def finished():
-        return _labels(core).get(PENDING) is None and not not_restored(changed) and not journal_originals(lab)
-    wait_for(finished, 90, "the restarted agent restored every journalled value and removed the label",
-             interval=0.25)
-    took = time.monotonic() - killed
-    after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
-    status = next(s for s in after.status.container_statuses if s.name == "agent")
-    assert status.restart_count >= 1, "the same pod's agent container started again"
-    restored_events = [e for e in core.list_namespaced_event("default", field_selector=(
-        f"involvedObject.kind=Node,involvedObject.name={REAL_NODE},reason=TidalNodeRestored")).items
-        if (e.last_timestamp or e.event_time) and (e.last_timestamp or e.event_time) >= started.replace(microsecond=0)]
-    assert restored_events, "a TidalNodeRestored Event on the node"
-    wait_for(lambda: not tidal_pods(core, "tidal-agent"), 60, "the DaemonSet deletes the agent pod once restored")
-    recovery("agent killed mid-restore", took,
-             f"from the SIGKILL: the kubelet restarted it and it put back {len(changed)} changed values")
-
-    core.patch_node(REAL_NODE, {"metadata": {"labels": {k: "true" for k in MODE_LABELS}}})
+        def finished():
+            return _labels(core).get(PENDING) is None and not not_restored(changed) and not journal_originals(lab)
+        wait_for(finished, 90, "the restarted agent restored every journalled value and removed the label",
+                 interval=0.25)
+        took = time.monotonic() - killed
+        after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
+        status = next(s for s in after.status.container_statuses if s.name == "agent")
+        assert status.restart_count >= 1, "the same pod's agent container started again"
+        assert _node_events(core, "TidalNodeRestored", started), "a TidalNodeRestored Event on the node"
+        wait_for(lambda: not tidal_pods(core, "tidal-agent"), 60, "the DaemonSet deletes the agent pod once restored")
+        recovery("agent killed mid-restore", took,
+                 f"from the SIGKILL: the kubelet restarted it and it put back {len(changed)} changed values")
+    finally:  # whatever failed above, colocation is switched on again for the tests after this one
+        core.patch_node(REAL_NODE, {"metadata": {"labels": {k: "true" for k in MODE_LABELS}}})
     wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent")
                       if all(s.ready for s in p.status.container_statuses or [False])] or None,
              120, "an agent pod ready again")

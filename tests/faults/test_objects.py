@@ -155,30 +155,33 @@ def test_node_deleted_and_registered_again_comes_back_off_and_is_switched_on_aga
     assert labels, old.metadata.labels
     restarts = {p.metadata.name: sum(s.restart_count for s in p.status.container_statuses or [])
                 for app in ("tidal-manager", "tidal-console") for p in tidal_pods(core, app)}
-    started = now_utc()
-    core.delete_node(REAL_NODE)
-    deleted = time.monotonic()
-    lab.restart("kubelet")
-    new = wait_for(lambda: (n := _node(core)) and n.metadata.uid != old.metadata.uid and _ready(n) and n, 120,
-                   "the node registered again and Ready", interval=0.5)
-    recovery("node deleted and registered again", time.monotonic() - deleted,
-             "from the deletion (kubelet restarted at once) to the node Ready again")
-    assert not {k for k in new.metadata.labels if k.startswith("colocation.tidal.io/")}, new.metadata.labels
-    assert not [t for t in new.spec.taints or [] if t.key.startswith("colocation.tidal.io/")]
-    assert not {k for k in new.status.allocatable if k.startswith("kubernetes.io/batch-")}
-    def agent_gone_node_restored():
-        pods = core.list_namespaced_pod("tidal-system", label_selector="app.kubernetes.io/name=tidal-agent").items
-        return not pods and not journal_originals(lab)  # terminating pods included: it restores on its way out
-    wait_for(agent_gone_node_restored, 90, "the agent restored everything it had changed and is gone from "
-                                           "the node, which is off")
-    assert not {k for k in core.read_node(REAL_NODE).metadata.labels if k.startswith("colocation.tidal.io/")}
-    be = wait_for(lambda: (p := core.read_namespaced_pod("transcode", workload)).status.phase != "Running" and p,
-                  60, "the kubelet's verdict on the BE pod on batch resources the new node does not have")
-    # the first batch resource the kubelet finds missing: batch-cpu or batch-memory
-    assert be.status.phase == "Failed" and be.status.reason.startswith("OutOfkubernetes.io/batch-"), be.status
-    assert not [e for e in evictions(core, workload) if e.reason == "TidalEvicted"]
+    try:
+        started = now_utc()
+        core.delete_node(REAL_NODE)
+        deleted = time.monotonic()
+        lab.restart("kubelet")
+        new = wait_for(lambda: (n := _node(core)) and n.metadata.uid != old.metadata.uid and _ready(n) and n, 120,
+                       "the node registered again and Ready", interval=0.5)
+        recovery("node deleted and registered again", time.monotonic() - deleted,
+                 "from the deletion (kubelet restarted at once) to the node Ready again")
+        assert not {k for k in new.metadata.labels if k.startswith("colocation.tidal.io/")}, new.metadata.labels
+        assert not [t for t in new.spec.taints or [] if t.key.startswith("colocation.tidal.io/")]
+        assert not {k for k in new.status.allocatable if k.startswith("kubernetes.io/batch-")}
 
-    core.patch_node(REAL_NODE, {"metadata": {"labels": labels}})
+        def agent_gone_node_restored():
+            pods = core.list_namespaced_pod("tidal-system", label_selector="app.kubernetes.io/name=tidal-agent").items
+            return not pods and not journal_originals(lab)  # terminating pods included: it restores on its way out
+        wait_for(agent_gone_node_restored, 90, "the agent restored everything it had changed and is gone from "
+                                               "the node, which is off")
+        assert not {k for k in core.read_node(REAL_NODE).metadata.labels if k.startswith("colocation.tidal.io/")}
+        be = wait_for(lambda: (p := core.read_namespaced_pod("transcode", workload)).status.phase != "Running" and p,
+                      60, "the kubelet's verdict on the BE pod on batch resources the new node does not have")
+        # the first batch resource the kubelet finds missing: batch-cpu or batch-memory
+        assert be.status.phase == "Failed" and be.status.reason.startswith("OutOfkubernetes.io/batch-"), be.status
+        assert not [e for e in evictions(core, workload) if e.reason == "TidalEvicted"]
+    finally:  # whatever failed above, the node is switched on again for the tests after this one
+        wait_for(lambda: _node(core), 120, "the node registered again")
+        core.patch_node(REAL_NODE, {"metadata": {"labels": labels}})
     switched = time.monotonic()
     wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent")
                       if p.status.container_statuses and all(s.ready for s in p.status.container_statuses)] or None,

@@ -1,7 +1,8 @@
 """Faults of the agent itself: killed (SIGKILL) in the middle of a restore, when colocation was
-switched off under it; its cgroup writes refused by the kernel. The agent keeps ``colocation.tidal.io/restore-pending`` on its node until
-the node is restored, and its DaemonSet runs on nodes with that label, so the kubelet starts it
-again and it finishes the restore from its journal; only then does the DaemonSet let it go."""
+switched off under it; its cgroup writes refused by the kernel. The agent keeps
+``colocation.tidal.io/restore-pending`` on its node until the node is restored, and its
+DaemonSet runs on nodes with that label, so the kubelet starts it again and it finishes the
+restore from its journal; only then does the DaemonSet let it go."""
 import os
 import signal
 import sys

@@ -1,7 +1,8 @@
 """The restore-pending label (issue 15: the agent killed in the middle of a restore), and the
-Events of cgroup writes refused. The agent keeps ``colocation.tidal.io/restore-pending`` on its node while its mode is active and, once the
-mode is off, until a round has put everything back with no problem. The DaemonSet also runs on
-nodes with the label, so an agent killed halfway is started again and finishes the restore."""
+Events of cgroup writes refused. The agent keeps ``colocation.tidal.io/restore-pending`` on its
+node while its mode is active and, once the mode is off, until a round has put everything back
+with no problem. The DaemonSet also runs on nodes with the label, so an agent killed halfway is
+started again and finishes the restore."""
 from __future__ import annotations
 
 import asyncio

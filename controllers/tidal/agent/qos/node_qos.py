@@ -156,11 +156,12 @@ def write_failure_event(before: Mapping[str, str], now: Mapping[str, str]) -> No
         named = "; ".join(f"{file}: {now[file]}" for file in new[:WRITE_FAILURES_NAMED])
         more = f" (and {len(new) - WRITE_FAILURES_NAMED} more)" if len(new) > WRITE_FAILURES_NAMED else ""
         return NodeEvent("TidalCgroupWriteFailed",
-                         f"{len(now)} cgroup file(s) could not be written, retried every round: {named}{more}",
+                         f"{len(now)} file(s) the agent writes on this node could not be written, retried "
+                         f"every round: {named}{more}",
                          warning=True)
     if before and not now:
         return NodeEvent("TidalCgroupWriteRecovered",
-                         f"every cgroup write succeeds again ({len(before)} file(s) had failed)")
+                         f"every write succeeds again ({len(before)} file(s) had failed)")
     return None
 
 

@@ -1,5 +1,6 @@
 """The fault suite's fixtures: Tidal deployed as pods on the lab's real node once for the
-suite (playbooks/site.yml without the demo, playbooks/uninstall.yml afterwards), a policy that
+suite (playbooks/site.yml without the demo, with the manager reconciling a copy of Volcano's
+scheduler configuration in a ConfigMap; playbooks/uninstall.yml afterwards), a policy that
 lets the real node oversell and never evicts for the machine's own load, a BE pod on batch
 resources held by the agent and the NRI plugin, and the recovery times measured."""
 import json
@@ -17,8 +18,8 @@ from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, conta
                                     tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_helpers import (BE_QUOTA_US, POLICY, SUITE_POLICY, _namespace_gone, batch_cpu, be_pod,  # noqa: E402
-                           now_utc)
+from fault_helpers import (BE_QUOTA_US, POLICY, SUITE_POLICY, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
+                           VOLCANO_NAMESPACE, VOLCANO_TARGET, _namespace_gone, batch_cpu, be_pod, now_utc)
 
 # The recovery times measured by the suite, by fault (the README's table is made from them).
 RECOVERY_FILE = Path(__file__).resolve().parents[1] / "output" / "faults-recovery.json"
@@ -35,23 +36,44 @@ def custom(core):
     return client.CustomObjectsApi(core.api_client)
 
 
+def _volcano_configmap(lab, core) -> None:
+    """The ConfigMap the suite's manager reconciles as Volcano's scheduler configuration (the
+    lab's Volcano reads a file, `volcano-scheduler.conf`: the ConfigMap starts as its copy)."""
+    try:
+        core.create_namespace({"metadata": {"name": VOLCANO_NAMESPACE}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    body = {"metadata": {"name": VOLCANO_CONFIGMAP},
+            "data": {VOLCANO_KEY: (lab.dir / "volcano-scheduler.conf").read_text()}}
+    try:
+        core.create_namespaced_config_map(VOLCANO_NAMESPACE, body)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        core.replace_namespaced_config_map(VOLCANO_CONFIGMAP, VOLCANO_NAMESPACE, body)
+
+
 @pytest.fixture(scope="package")
 def deployed(lab, core):
     """Tidal as pods on the real node (site.yml without the demo); removed again afterwards,
     which must leave no Tidal label, taint or batch resource on the real node.
     TIDAL_FAULTS_KEEP=1 (while working on a fault): leave it deployed, and reuse it next time."""
     keep = os.environ.get("TIDAL_FAULTS_KEEP") == "1"
+    volcano = ("-e", f"site_volcano_scheduler_config={VOLCANO_TARGET}")
     if not (keep and len(tidal_pods(core, "tidal-manager")) == 2):
+        _volcano_configmap(lab, core)
         started = time.monotonic()
-        run = play("playbooks/site.yml", lab, 900, "-e", "tidal_demo=false")
+        run = play("playbooks/site.yml", lab, 900, "-e", "tidal_demo=false", *volcano)
         assert run.returncode == 0, (run.stdout + run.stderr)[-15000:]
         print(f"site.yml (no demo): {time.monotonic() - started:.0f}s")
     yield
     if keep:
         return
     started = time.monotonic()
-    down = play("playbooks/uninstall.yml", lab)
+    down = play("playbooks/uninstall.yml", lab, 240, *volcano)
     assert down.returncode == 0, down.stdout[-5000:] + down.stderr
+    core.delete_namespace(VOLCANO_NAMESPACE)
     print(f"uninstall.yml: {time.monotonic() - started:.0f}s")
     node = core.read_node(REAL_NODE)
     assert not {k for k in node.metadata.labels if k.startswith(TIDAL_PREFIX)}

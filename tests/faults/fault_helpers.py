@@ -25,6 +25,10 @@ SUITE_POLICY = {
                     "includeSystemUsage": False},
     "evictionWatermarks": {"cpu": {"highPercent": 99, "lowPercent": 95}},
 }
+# The ConfigMap the suite's manager reconciles as Volcano's scheduler configuration (conftest).
+VOLCANO_NAMESPACE, VOLCANO_CONFIGMAP, VOLCANO_KEY = "tidal-faults-volcano", "volcano-scheduler-configmap", \
+    "volcano-scheduler.conf"
+VOLCANO_TARGET = f"configmap:{VOLCANO_NAMESPACE}/{VOLCANO_CONFIGMAP}/{VOLCANO_KEY}"
 BE_QUOTA_US = "30000"   # the BE pod's 300 m of batch-cpu on a 100 ms period
 
 

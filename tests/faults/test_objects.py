@@ -1,13 +1,16 @@
 """Faults in Tidal's own objects and in what users type onto nodes: a NodeProfile deleted, the
-policy deleted, garbage in the node annotations Tidal reads, the Node itself deleted and
-registered again. (Runs last of the suite: deleting the policy puts the defaults in force for a
+policy deleted, garbage in the node annotations Tidal reads, Volcano's scheduler ConfigMap
+edited by hand, the Node itself deleted and registered again. (Runs last of the suite: deleting the policy puts the defaults in force for a
 few seconds, and the Node's deletion moves every Tidal pod.)"""
 import sys
 import time
+from io import StringIO
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
+from ruamel.yaml import YAML
 
 from tidal.api import qos
 from tidal.api.policy import ColocationPolicy
@@ -15,8 +18,9 @@ from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.site import REAL_NODE, container_cgroup, gone, micro_time, read, running, tidal_pods
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_helpers import (BE_QUOTA_US, POLICY, PROFILES, batch_cpu, be_pod, evictions,  # noqa: E402
-                           journal_originals, now_utc, tracebacks)
+from fault_helpers import (BE_QUOTA_US, POLICY, PROFILES, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
+                           VOLCANO_NAMESPACE, batch_cpu, be_pod, evictions, journal_originals, now_utc,
+                           tracebacks)
 
 pytestmark = pytest.mark.lab
 
@@ -121,6 +125,57 @@ def test_garbage_node_annotations_are_named_in_the_status_and_change_nothing(cor
     wait_for(lambda: not any(key in " ".join(_profile(custom)["status"]["oversell"].get("notes") or [])
                              for key in GARBAGE), 30, "the notes gone with the annotations")
     assert len(evictions(core, workload)) == evicted_before
+
+
+def _volcano_conf(core) -> tuple[str, dict]:
+    text = core.read_namespaced_config_map(VOLCANO_CONFIGMAP, VOLCANO_NAMESPACE).data[VOLCANO_KEY]
+    return text, yaml.safe_load(text)
+
+
+def _plugins(conf: dict) -> dict[str, dict]:
+    return {p["name"]: p for tier in conf.get("tiers") or [] for p in tier.get("plugins") or []}
+
+
+def test_volcano_configmap_edited_by_hand_tidals_keys_come_back_and_the_users_stay(core, custom, suite_policy,
+                                                                                    recovery):
+    """Volcano's scheduler configuration (a ConfigMap, as in a cluster) edited by hand: Tidal's
+    `usage` plugin deleted and the node-affinity weight it needs set to 0, while the user adds an
+    argument to another plugin and a comment. Must hold: within the reconciler's 30 s the usage
+    plugin is back with the policy's thresholds and the weight is positive again, and the
+    user's argument and comment are still there; no traceback."""
+    load_aware = ColocationPolicy.from_spec(custom.get_cluster_custom_object(*POLICY)["spec"]).load_aware_scheduling
+    text, conf = _volcano_conf(core)
+    assert _plugins(conf)["usage"]["arguments"]["thresholds"] == {
+        "cpu": load_aware.cpu_threshold_percent, "mem": load_aware.memory_threshold_percent}
+    round_trip = YAML()
+    edited = round_trip.load(text)
+    for tier in edited["tiers"]:
+        tier["plugins"] = [p for p in tier["plugins"] if p["name"] != "usage"]
+        for plugin in tier["plugins"]:
+            if plugin["name"] == "nodeorder":
+                plugin["arguments"]["nodeaffinity.weight"] = 0
+            if plugin["name"] == "binpack":
+                plugin["arguments"] = {"binpack.weight": 7}
+    out = StringIO()
+    round_trip.dump(edited, out)
+    mine = "# the platform team's note: binpack weighs 7\n" + out.getvalue()
+    started = now_utc()
+    core.patch_namespaced_config_map(VOLCANO_CONFIGMAP, VOLCANO_NAMESPACE, {"data": {VOLCANO_KEY: mine}})
+    edited_at = time.monotonic()
+
+    def restored():
+        text, conf = _volcano_conf(core)
+        plugins = _plugins(conf)
+        usage = plugins.get("usage")
+        return (usage and usage["arguments"]["thresholds"] == {"cpu": load_aware.cpu_threshold_percent,
+                                                              "mem": load_aware.memory_threshold_percent}
+                and plugins["nodeorder"]["arguments"]["nodeaffinity.weight"] > 0 and (text, plugins))
+    text, plugins = wait_for(restored, 45, "Tidal's keys back in Volcano's ConfigMap", interval=0.5)
+    recovery("Volcano ConfigMap edited by hand", time.monotonic() - edited_at,
+             "usage plugin and node-affinity weight restored (the reconciler reads it every 30 s)")
+    assert plugins["binpack"]["arguments"] == {"binpack.weight": 7}
+    assert "# the platform team's note: binpack weighs 7" in text
+    assert not tracebacks(core, started)
 
 
 MODE_LABELS = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)

@@ -140,7 +140,8 @@ def test_volcano_configmap_edited_by_hand_tidals_keys_come_back_and_the_users_st
                                                                                     recovery):
     """Volcano's scheduler configuration (a ConfigMap, as in a cluster) edited by hand: Tidal's
     `usage` plugin deleted and the node-affinity weight it needs set to 0, while the user adds an
-    argument to another plugin and a comment. Must hold: within the reconciler's 30 s the usage
+    argument to another plugin and a comment. Must hold: within the reconciler's 30 s (it also reads
+    the ConfigMap on every change of the policy, the nodes or the NodeProfiles) the usage
     plugin is back with the policy's thresholds and the weight is positive again, and the
     user's argument and comment are still there; no traceback."""
     load_aware = ColocationPolicy.from_spec(custom.get_cluster_custom_object(*POLICY)["spec"]).load_aware_scheduling
@@ -172,7 +173,7 @@ def test_volcano_configmap_edited_by_hand_tidals_keys_come_back_and_the_users_st
                 and plugins["nodeorder"]["arguments"]["nodeaffinity.weight"] > 0 and (text, plugins))
     text, plugins = wait_for(restored, 45, "Tidal's keys back in Volcano's ConfigMap", interval=0.5)
     recovery("Volcano ConfigMap edited by hand", time.monotonic() - edited_at,
-             "usage plugin and node-affinity weight restored (the reconciler reads it every 30 s)")
+             "usage plugin and node-affinity weight restored (the reconciler reads it at least every 30 s)")
     assert plugins["binpack"]["arguments"] == {"binpack.weight": 7}
     assert "# the platform team's note: binpack weighs 7" in text
     assert not tracebacks(core, started)

@@ -1,7 +1,8 @@
 """Faults in Tidal's own objects and in what users type onto nodes: a NodeProfile deleted, the
 policy deleted, garbage in the node annotations Tidal reads, Volcano's scheduler ConfigMap
-edited by hand, the Node itself deleted and registered again. (Runs last of the suite: deleting the policy puts the defaults in force for a
-few seconds, and the Node's deletion moves every Tidal pod.)"""
+edited by hand, the Node itself deleted and registered again. (Runs last of the suite: deleting
+the policy puts the defaults in force for a few seconds, and the Node's deletion moves every
+Tidal pod.)"""
 import sys
 import time
 from io import StringIO

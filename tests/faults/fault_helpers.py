@@ -119,9 +119,10 @@ def convergence(core, custom, since: datetime.datetime) -> dict[str, bool]:
     except Exception:
         return parts
     parts["leader"] = bool(spec.renew_time and spec.renew_time >= since)
-    observed = micro_time(profile["status"].get("observedAt"))
+    status = profile.get("status") or {}
+    observed = micro_time(status.get("observedAt"))
     parts["reported"] = observed is not None and observed >= since.replace(microsecond=0)
-    published = ((profile["status"].get("oversell") or {}).get("cpuMillicores") or {}).get("result")
+    published = ((status.get("oversell") or {}).get("cpuMillicores") or {}).get("result")
     parts["published"] = published == int(node.status.allocatable.get("kubernetes.io/batch-cpu", "0"))
     parts["ready"] = len(pods) == 4 and all(s.ready for p in pods for s in p.status.container_statuses or [])
     return parts

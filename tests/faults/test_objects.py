@@ -35,6 +35,13 @@ def _profile(custom):
         raise
 
 
+def _status(custom, part: str) -> dict:
+    """A part of the real node's NodeProfile status; {} while the profile, its status or the part
+    is missing (the agent creates the profile, then writes its status; the master adds the
+    breakdown)."""
+    return (((_profile(custom) or {}).get("status") or {}).get(part)) or {}
+
+
 def _agrees(core, profile) -> bool:
     """The profile's breakdown names the batch amounts the node carries."""
     oversell = ((profile or {}).get("status") or {}).get("oversell")
@@ -51,7 +58,7 @@ def test_node_profile_deleted_the_agent_recreates_it_and_the_master_republishes_
     the master publishes the breakdown into it again, and the node's batch resources agree with
     it (while it is missing the node may fall to 0 — fail safe — and come back); the BE pod is
     not evicted; no traceback."""
-    uid = _profile(custom)["metadata"]["uid"]
+    uid = wait_for(lambda: _profile(custom), 60, "the real node's NodeProfile")["metadata"]["uid"]
     evicted_before = len(evictions(core, workload))
     started = now_utc()
     custom.delete_cluster_custom_object(*PROFILES, REAL_NODE)
@@ -59,7 +66,7 @@ def test_node_profile_deleted_the_agent_recreates_it_and_the_master_republishes_
 
     def back():
         profile = _profile(custom)
-        return (profile and profile["metadata"]["uid"] != uid and profile["status"].get("observedAt")
+        return (profile and profile["metadata"]["uid"] != uid and (profile.get("status") or {}).get("observedAt")
                 and _agrees(core, profile) and batch_cpu(core) > 0 and profile)
     wait_for(back, 60, "the NodeProfile recreated, reported and its breakdown published", interval=0.25)
     recovery("NodeProfile deleted", time.monotonic() - deleted, "recreated by the agent, breakdown republished")
@@ -87,7 +94,7 @@ def test_policy_deleted_the_defaults_apply_and_the_status_says_so(core, custom, 
             "apiVersion": policy["apiVersion"], "kind": policy["kind"], "metadata": {"name": "default"},
             "spec": suite_policy})
     again = custom.get_cluster_custom_object(*POLICY)["metadata"]["generation"]
-    wait_for(lambda: (_profile(custom)["status"]["policy"].get("appliedGeneration") == again), 30,
+    wait_for(lambda: _status(custom, "policy").get("appliedGeneration") == again, 30,
              "the node running the policy created again")
     assert not tracebacks(core, started)
 
@@ -104,12 +111,13 @@ def test_garbage_node_annotations_are_named_in_the_status_and_change_nothing(cor
     overrides). Must hold: each is named with what is allowed in the node's NodeProfile
     breakdown, and nothing changes: both types still oversold, the policy's cap and margin in
     force, no eviction; removed, the notes go."""
-    before = _profile(custom)["status"]["oversell"]
+    before = wait_for(lambda: _status(custom, "oversell").get("cpuMillicores") and _status(custom, "oversell"), 60,
+                      "the node's breakdown in its NodeProfile")
     evicted_before = len(evictions(core, workload))
     core.patch_node(REAL_NODE, {"metadata": {"annotations": GARBAGE}})
     try:
         def named():
-            oversell = _profile(custom)["status"]["oversell"]
+            oversell = _status(custom, "oversell")
             notes = " ".join(oversell.get("notes") or [])
             return all(key in notes for key in GARBAGE) and oversell
         oversell = wait_for(named, 30, f"notes naming each of {sorted(GARBAGE)} in the breakdown", interval=0.5)
@@ -123,7 +131,7 @@ def test_garbage_node_annotations_are_named_in_the_status_and_change_nothing(cor
         assert oversell["memoryBytes"]["result"] > 0 and batch_cpu(core) > 0   # both types still oversold
     finally:
         core.patch_node(REAL_NODE, {"metadata": {"annotations": dict.fromkeys(GARBAGE)}})
-    wait_for(lambda: not any(key in " ".join(_profile(custom)["status"]["oversell"].get("notes") or [])
+    wait_for(lambda: not any(key in " ".join(_status(custom, "oversell").get("notes") or [])
                              for key in GARBAGE), 30, "the notes gone with the annotations")
     assert len(evictions(core, workload)) == evicted_before
 
@@ -245,7 +253,7 @@ def test_node_deleted_and_registered_again_comes_back_off_and_is_switched_on_aga
              120, "an agent pod ready again")
 
     def reporting():
-        profile = custom.get_cluster_custom_object(*PROFILES, REAL_NODE)
+        profile = _profile(custom) or {}
         observed = micro_time((profile.get("status") or {}).get("observedAt"))
         return observed is not None and observed >= started.replace(microsecond=0) and batch_cpu(core) >= 300 \
             and profile

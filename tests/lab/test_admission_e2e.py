@@ -224,11 +224,14 @@ def test_workload_with_a_bad_pod_template_is_refused_at_creation(manager, lab_ap
 
 
 def test_volcano_binds_be_pods_only_to_oversold_nodes(manager, oversold_nodes, core, namespace):
+    # Kept to kwok's nodes: their image does not exist, so on the lab's real node (a plain node,
+    # which HLS and LS pods prefer) they would never run (found by the CI: ls-2 Pending there).
+    kwok = {"type": "kwok"}
     for index in range(6):
-        core.create_namespaced_pod(namespace, _pod(f"be-{index}", "BE", cpu="1", memory="1Gi"))
+        core.create_namespaced_pod(namespace, _pod(f"be-{index}", "BE", cpu="1", memory="1Gi", nodeSelector=kwok))
     core.create_namespaced_pod(namespace, _pod("ls-plain", "LS", nodeSelector={"kubernetes.io/hostname": PLAIN_NODE}))
     for index in range(3):
-        core.create_namespaced_pod(namespace, _pod(f"ls-{index}", "LS"))
+        core.create_namespaced_pod(namespace, _pod(f"ls-{index}", "LS", nodeSelector=kwok))
 
     def placements():
         pods = core.list_namespaced_pod(namespace).items

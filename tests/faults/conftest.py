@@ -19,7 +19,8 @@ from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, conta
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, SUITE_POLICY, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
-                           VOLCANO_NAMESPACE, VOLCANO_TARGET, _namespace_gone, batch_cpu, be_pod, now_utc)
+                           VOLCANO_NAMESPACE, VOLCANO_TARGET, _namespace_gone, batch_cpu, be_pod, now_utc,
+                           settled)
 
 # The recovery times measured by the suite, by fault (the README's table is made from them).
 RECOVERY_FILE = Path(__file__).resolve().parents[1] / "output" / "faults-recovery.json"
@@ -79,6 +80,15 @@ def deployed(lab, core):
     assert not {k for k in node.metadata.labels if k.startswith(TIDAL_PREFIX)}
     assert not [t for t in (node.spec.taints or []) if t.key.startswith(TIDAL_PREFIX)]
     assert not {k for k in node.status.allocatable if k.startswith(BATCH_PREFIX)}
+
+
+@pytest.fixture(autouse=True)
+def settled_first(deployed, core):
+    """Every fault test starts from the settled deployment (fault_helpers.settled: every Tidal pod
+    present and ready, the agent acting on the node), whatever the test before it left behind:
+    one test's failure must not fail the tests after it."""
+    wait_for(lambda: not settled(core), 180, "the deployment settled before the test",
+             describe=lambda: "; ".join(settled(core)))
 
 
 @pytest.fixture(scope="package")

@@ -105,6 +105,29 @@ def healthy(url: str) -> bool:
         return False
 
 
+def pod_ready(pod) -> bool:
+    """Every container of `pod` started and ready (a pod the kubelet has not started yet has
+    no container statuses: not ready)."""
+    statuses = pod.status.container_statuses or []
+    return bool(statuses) and all(s.ready for s in statuses)
+
+
+TIDAL_APPS = ("tidal-manager", "tidal-agent", "tidal-console")
+
+
+def settled(core) -> list[str]:
+    """What keeps the deployment from the state every fault test starts from (empty: settled):
+    the four Tidal pods (two manager replicas, the agent, the console) present and ready. The
+    agent is ready only once it acts on the node (its /readyz)."""
+    try:
+        pods = {app: tidal_pods(core, app) for app in TIDAL_APPS}
+    except Exception as err:
+        return [f"the API server: {err}"]
+    missing = [f"{app}: {len(found)} pods" for app, found in pods.items()
+               if len(found) != (2 if app == "tidal-manager" else 1)]
+    return missing + [f"{p.metadata.name} not ready" for found in pods.values() for p in found if not pod_ready(p)]
+
+
 def convergence(core, custom, since: datetime.datetime) -> dict[str, bool]:
     """What "everything converged" means after a control-plane fault, each after `since`:
     `leader` a manager renewed the Lease (a leader works), `reported` the agent wrote its
@@ -115,7 +138,7 @@ def convergence(core, custom, since: datetime.datetime) -> dict[str, bool]:
         spec = lease(core)
         profile = custom.get_cluster_custom_object(*PROFILES, REAL_NODE)
         node = core.read_node(REAL_NODE)
-        pods = [p for app in ("tidal-manager", "tidal-agent", "tidal-console") for p in tidal_pods(core, app)]
+        pods = [p for app in TIDAL_APPS for p in tidal_pods(core, app)]
     except Exception:
         return parts
     parts["leader"] = bool(spec.renew_time and spec.renew_time >= since)
@@ -124,7 +147,7 @@ def convergence(core, custom, since: datetime.datetime) -> dict[str, bool]:
     parts["reported"] = observed is not None and observed >= since.replace(microsecond=0)
     published = ((status.get("oversell") or {}).get("cpuMillicores") or {}).get("result")
     parts["published"] = published == int(node.status.allocatable.get("kubernetes.io/batch-cpu", "0"))
-    parts["ready"] = len(pods) == 4 and all(s.ready for p in pods for s in p.status.container_statuses or [])
+    parts["ready"] = len(pods) == 4 and all(pod_ready(p) for p in pods)
     return parts
 
 

@@ -17,7 +17,8 @@ from tidal_dev.testing.site import CGROUP, REAL_NODE, container_cgroup, read, ti
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
-                           evictions, healthy, journal_originals, not_restored, now_utc, tracebacks)
+                           evictions, healthy, journal_originals, not_restored, now_utc, pod_ready,
+                           tracebacks)
 
 pytestmark = pytest.mark.lab
 
@@ -83,9 +84,8 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
                  f"from the SIGKILL: the kubelet restarted it and it put back {len(changed)} changed values")
     finally:  # whatever failed above, colocation is switched on again for the tests after this one
         core.patch_node(REAL_NODE, {"metadata": {"labels": {k: "true" for k in MODE_LABELS}}})
-    wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent")
-                      if all(s.ready for s in p.status.container_statuses or [False])] or None,
-             120, "an agent pod ready again")
+    wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent") if pod_ready(p)] or None, 120,
+             "an agent pod ready again")
     wait_for(lambda: _labels(core).get(PENDING) == "true", 30, f"{PENDING} set again")
     wait_for(lambda: read(container_cgroup(core.read_namespaced_pod("transcode", workload), "cpu")
                           / "cpu.cfs_quota_us") == BE_QUOTA_US, 60, "the BE pod's quota back")

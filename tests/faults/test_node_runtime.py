@@ -10,7 +10,7 @@ from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.site import CGROUP, REAL_NODE, container_cgroup, gone, logs_since, read, running, tidal_pods
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_helpers import BE_QUOTA_US, be_pod, evictions, now_utc, tracebacks  # noqa: E402
+from fault_helpers import BE_QUOTA_US, be_pod, evictions, now_utc, pod_ready, tracebacks  # noqa: E402
 
 pytestmark = pytest.mark.lab
 
@@ -44,7 +44,7 @@ def test_containerd_restarted_the_nri_plugin_reconnects_and_new_be_containers_ge
         return "registered as" in log and log
     wait_for(registered_again, 60, "the NRI plugin registered with the restarted containerd", interval=0.25)
     took = time.monotonic() - stopping
-    wait_for(lambda: all(s.ready for s in _agent(core).status.container_statuses), 60, "the agent pod ready")
+    wait_for(lambda: pod_ready(_agent(core)), 60, "the agent pod ready")
     recovery("containerd restarted", took, f"from the restart's start: containerd healthy after {up:.1f}s, "
                                            f"the NRI plugin registered again with it after {took:.1f}s")
 

@@ -21,7 +21,7 @@ from tidal_dev.testing.site import REAL_NODE, container_cgroup, gone, micro_time
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, PROFILES, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
                            VOLCANO_NAMESPACE, batch_cpu, be_pod, evictions, journal_originals, now_utc,
-                           tracebacks)
+                           pod_ready, tracebacks)
 
 pytestmark = pytest.mark.lab
 
@@ -248,9 +248,8 @@ def test_node_deleted_and_registered_again_comes_back_off_and_is_switched_on_aga
         wait_for(lambda: _node(core), 120, "the node registered again")
         core.patch_node(REAL_NODE, {"metadata": {"labels": labels}})
     switched = time.monotonic()
-    wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent")
-                      if p.status.container_statuses and all(s.ready for s in p.status.container_statuses)] or None,
-             120, "an agent pod ready again")
+    wait_for(lambda: [p for p in tidal_pods(core, "tidal-agent") if pod_ready(p)] or None, 120,
+             "an agent pod ready again")
 
     def reporting():
         profile = _profile(custom) or {}

@@ -4,7 +4,6 @@ reconciler into the scheduler's configuration file, which Volcano reloads withou
 import json
 import secrets
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -32,6 +31,19 @@ def _query(prometheus: str, promql: str) -> float | None:
     url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     result = json.loads(urllib.request.urlopen(url, timeout=10).read())["data"]["result"]
     return float(result[0]["value"][1]) if result else None
+
+
+# What Volcano's usage plugin says of a node above the CPU threshold (plugins/usage, v1.14.1).
+USAGE_REFUSAL = "CPU load of the node exceeds the upper limit"
+
+
+def _read_pod(core, namespace, name):
+    try:
+        return core.read_namespaced_pod(name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
 
 
 def _pod(name, group, node=None):
@@ -101,10 +113,29 @@ def test_volcano_keeps_pods_off_a_node_above_the_policy_threshold_until_it_is_ra
             values = [_query(prometheus, VOLCANO_CPU_QUERY.format(node=n)) for n in (hot, cool)]
             return values if None not in values and 70 <= values[0] <= 80 and 25 <= values[1] <= 35 else None
         hot_cpu, cool_cpu = wait_for(both, 90, "Volcano's CPU query: about 75 % and 30 %")
-        time.sleep(35)  # Volcano fetches node usage every 30 s
 
-        # Threshold 60 %: pods go to the cool node only; one pinned to the hot node waits.
-        core.create_namespaced_pod(namespace, _pod("pinned-hot", group, node=hot))
+        # Threshold 60 %: one pod pinned to the hot node waits. Volcano fetches node usage every
+        # 30 s and lets every pod pass a node whose usage it has not fetched yet: until the pinned
+        # pod is refused for the hot node's CPU load, a pod that got through is deleted and
+        # created again (the refusal is the sign that Volcano has the usage).
+        def refused_for_load():
+            pod = _read_pod(core, namespace, "pinned-hot")
+            if pod is None:
+                core.create_namespaced_pod(namespace, _pod("pinned-hot", group, node=hot))
+                return False
+            if pod.metadata.deletion_timestamp:
+                return False
+            if pod.spec.node_name:
+                try:
+                    core.delete_namespaced_pod("pinned-hot", namespace, grace_period_seconds=0)
+                except ApiException as err:
+                    if err.status != 404:
+                        raise
+                return False
+            return any(USAGE_REFUSAL in (c.message or "") for c in pod.status.conditions or []) or \
+                any(USAGE_REFUSAL in (e.message or "") for e in core.list_namespaced_event(
+                    namespace, field_selector="involvedObject.name=pinned-hot").items)
+        wait_for(refused_for_load, 120, f"Volcano refusing the pod pinned to {hot} for its CPU load", interval=1)
         for i in range(4):
             core.create_namespaced_pod(namespace, _pod(f"free-{i}", group))
 
@@ -113,7 +144,6 @@ def test_volcano_keeps_pods_off_a_node_above_the_policy_threshold_until_it_is_ra
             return pods if all(pods.get(n) for n in names) else None
         pods = wait_for(lambda: placed([f"free-{i}" for i in range(4)]), 60, "free pods scheduled")
         assert {pods[f"free-{i}"] for i in range(4)} == {cool}, pods
-        time.sleep(5)
         assert not core.read_namespaced_pod("pinned-hot", namespace).spec.node_name
 
         # Raise the threshold through the policy: Volcano reloads its file and the hot node takes

@@ -136,9 +136,14 @@ def test_started_master_cycles_on_watch_caches_and_still_undoes_an_unlabelled_no
         async with OversellMaster(api, OversellSettings(), resync_seconds=3) as master:
             assert OVERSOLD in names(master) and PLAIN not in names(master)
             assert (await master.cycle()).node_patches == 1
+            # Both writes back through both watches: the node's batch resources and the
+            # NodeProfile's breakdown (a breakdown not yet seen is written again: breakdown_disagrees).
             await _until(lambda: master.nodes.objects and all(
                 (n["status"].get("allocatable") or {}).get(qos.BATCH_CPU_RESOURCE) for n in master.nodes.objects.values()
                 if n["metadata"]["name"] == OVERSOLD), "the written node in the cache")
+            await _until(lambda: any(p["metadata"]["name"] == OVERSOLD
+                                     and ((p.get("status") or {}).get("oversell") or {}).get("cpuMillicores")
+                                     for p in master.profiles.objects.values()), "the written breakdown in the cache")
             calls, request = [], api.request
 
             async def counted(*args, **kwargs):

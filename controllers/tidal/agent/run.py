@@ -152,8 +152,9 @@ def report(sampler: Sampler, policy: ColocationPolicy, predictions: Predictions,
     return status
 
 
-async def serve_health(address: str, port: int, registry, alive):
-    """``/metrics`` and ``/healthz`` (200 while rounds keep running) on plain HTTP."""
+async def serve_health(address: str, port: int, registry, alive, ready=None):
+    """``/metrics``, ``/healthz`` (200 while `alive()`: the agent is not stalled) and
+    ``/readyz`` (200 while `ready()`, default `alive`: it acts on the node) on plain HTTP."""
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -163,9 +164,14 @@ async def serve_health(address: str, port: int, registry, alive):
     async def healthz(_):
         return web.Response(text="ok\n") if alive() else web.Response(status=503, text="rounds stalled\n")
 
+    async def readyz(_):
+        return web.Response(text="ok\n") if (ready or alive)() else \
+            web.Response(status=503, text="not acting on the node yet (watches not synced) or rounds stalled\n")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, address, port)
@@ -225,10 +231,14 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     watchers = [asyncio.create_task(w.run()) for w in (pods, node_watch, policy_watch)]
     loop = asyncio.get_running_loop()
     last_tick = loop.time()
+    acting = [False]  # set once the watches synced and the rounds started
     runner = None
     if metrics_port is not None:
+        # Alive while waiting for the API server (a restart would not bring it back) and while the
+        # rounds keep running; ready only while acting on the node.
         runner = await serve_health(metrics_address, metrics_port, registry,
-                                    lambda: loop.time() - last_tick < 10)
+                                    lambda: not acting[0] or loop.time() - last_tick < 10,
+                                    lambda: acting[0] and loop.time() - last_tick < 10)
     last_report = None
     reported: list[int | None] = [None]  # the policy generation last written, set by _report
     failed = [False]  # whether the last report failed (set by _report): retried sooner
@@ -271,9 +281,10 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             pass
 
     try:
-        await asyncio.wait_for(asyncio.gather(pods.synced.wait(), node_watch.synced.wait(),
-                                              policy_watch.synced.wait()), timeout=60)
+        if not await wait_synced((pods, node_watch, policy_watch), stop):
+            return  # stopped before the API server answered: nothing was changed on the node
         node_qos.start()
+        acting[0] = True
         await tick_loop(observe, act, lambda: node_qos.policy.be_isolation.qos_check_interval_seconds,
                         stop.is_set, clock=loop.time, wait=wait,
                         inputs=lambda: (node_qos.policy_generation, node_qos.mode.mode))
@@ -292,6 +303,27 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
             w.cancel()
         if runner is not None:
             await runner.cleanup()
+
+
+async def wait_synced(watchers, stop: asyncio.Event, warn_every: float = 60.0) -> bool:
+    """Wait until every watcher has listed its objects once (True), or until `stop` (False).
+    The API server away at start is not an error of the agent: a warning every `warn_every`
+    seconds names what is still missing and why, and the wait goes on (no traceback, no exit)."""
+    waited = 0.0
+    while True:
+        pending = [w for w in watchers if not w.synced.is_set()]
+        if not pending:
+            return True
+        if stop.is_set():
+            return False
+        waits = [asyncio.ensure_future(e.wait()) for e in (stop, *(w.synced for w in pending))]
+        done, _ = await asyncio.wait(waits, timeout=warn_every, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            task.cancel()
+        if not done:
+            waited += warn_every
+            log.warning("not acting on the node yet: after %.0fs still waiting for the first list of %s",
+                        waited, "; ".join(f"{w.what} ({w.last_error or 'no answer yet'})" for w in pending))
 
 
 async def node_now(api, node: str, cached: dict | None, timeout: float = 5.0) -> dict | None:

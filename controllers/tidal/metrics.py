@@ -43,6 +43,20 @@ class NodeMetrics:
     cgroup_errors: Counter  # tidal_agent_cgroup_write_errors_total{node}
 
 
+#: every (resource, reason) a node's evictions are counted under (watermarks: cpu and memory; PSI
+#: interference: its resources, io included)
+EVICTION_SERIES = (("cpu", "watermark"), ("memory", "watermark"),
+                   ("cpu", "psi"), ("memory", "psi"), ("io", "psi"))
+
+
+def zero_evictions(metrics: NodeMetrics, node: str) -> None:
+    """Create the node's ``tidal_evictions_total`` series at 0 when its agent starts. A series
+    that appears at 1 shows no ``increase()`` in Prometheus, so without this a node's first
+    eviction would be missing from every rate, alert and chart (the console's evictions chart)."""
+    for resource, reason in EVICTION_SERIES:
+        metrics.evictions.labels(node, resource, reason)
+
+
 def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
     r = REGISTRY if registry is None else registry
     return NodeMetrics(

@@ -173,6 +173,16 @@ def _journal(lab) -> Path:
     return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent/qos-journal.json"
 
 
+def eviction_intents(lab) -> list[dict]:
+    """The evictions the agent on the real node has requested and not yet finished (its
+    evictions journal on the host)."""
+    path = lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent/evictions-journal.json"
+    try:
+        return json.loads(path.read_text()).get("evictions") or []
+    except (FileNotFoundError, ValueError):  # absent, or caught between truncate and write
+        return []
+
+
 def journal_originals(lab) -> dict[str, str]:
     """The agent's restore journal on the real node: file -> original value."""
     try:

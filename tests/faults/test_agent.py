@@ -13,11 +13,12 @@ import pytest
 
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
-from tidal_dev.testing.site import CGROUP, REAL_NODE, container_cgroup, read, tidal_pods
+from tidal_dev.testing.site import (CGROUP, REAL_NODE, container_cgroup, gone, pod_manifest, read, running,
+                                     tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
-                           evictions, healthy, journal_originals, not_restored, now_utc, pod_ready,
+                           eviction_intents, evictions, healthy, journal_originals, not_restored, now_utc, pod_ready,
                            tracebacks)
 
 pytestmark = pytest.mark.lab
@@ -94,6 +95,95 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
     assert after_be.metadata.uid == be.metadata.uid and after_be.status.phase == "Running"
     assert len(evictions(core, workload)) == evicted_before
     assert not tracebacks(core, started)
+
+
+# Node overrides that make the agent evict one BE pod at once: pods' CPU above 2 % of the node,
+# no dwell, and a 10-minute cooldown so that a second eviction cannot follow the first.
+EVICT_NOW = {"colocation.tidal.io/eviction-cpu-high-percent": "2",
+             "colocation.tidal.io/eviction-cpu-low-percent": "1",
+             "colocation.tidal.io/eviction-dwell-seconds": "0",
+             "colocation.tidal.io/eviction-cooldown-seconds": "600"}
+
+
+def _tidal_evicted(core, namespace: str, name: str) -> list:
+    return [e for e in core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+            if e.reason == "TidalEvicted"]
+
+
+def _terminating(core, namespace: str) -> bool:
+    return core.read_namespaced_pod("victim", namespace).metadata.deletion_timestamp is not None
+
+
+def _spinning_be_pod(image: str) -> dict:
+    """A BE pod that burns its 100 m and ignores SIGTERM: evicted, it stays Terminating for its
+    grace period (120 s), as a batch job finishing its checkpoint would."""
+    return pod_manifest("victim", image, "BE", {"requests": {"cpu": "100m", "memory": "32Mi"},
+                                                "limits": {"cpu": "100m", "memory": "32Mi"}},
+                        ["python3", "-c", "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                          "while True: pass"], terminationGracePeriodSeconds=120)
+
+
+def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restart(
+        lab, core, workload, image, recovery):
+    """The agent evicts a BE pod and is frozen the moment it has journalled the eviction (before
+    or just after the Eviction API call), the overrides that made it evict are removed, and it
+    is SIGKILLed. Must hold, on its restart in the same pod: an eviction that took effect (the pod
+    Terminating) is finished — exactly one TidalEvicted Event for the pod, said to be finished
+    after the restart when the Event had not gone out — and one that did not is dropped (the pod
+    runs on, no Event); never a second eviction; the journal empty; the offline-evicting taint
+    removed; the suite's BE pod untouched."""
+    core.create_namespaced_pod(workload, _spinning_be_pod(image))
+    try:
+        victim = wait_for(running(core, workload, "victim"), 120, "the spinning BE pod Running")
+        usage = container_cgroup(victim, "cpu") / "cpuacct.usage"
+        if usage.exists():  # measured busier than the idle suite pod, so the watermarks choose it
+            wait_for(lambda: int(read(usage)) > 500_000_000, 60, "the spinning pod's first 0.5 s of CPU")
+        (agent,) = tidal_pods(core, "tidal-agent")
+        be = core.read_namespaced_pod("transcode", workload)
+        started = now_utc()
+        pids = _agent_pids(agent)
+        core.patch_node(REAL_NODE, {"metadata": {"annotations": EVICT_NOW}})
+        try:
+            def caught():  # the intent journalled (or, caught late, the eviction already done)
+                return eviction_intents(lab) or (_terminating(core, workload) and [{"name": "victim"}])
+            intents = wait_for(caught, 60, "the agent journalling an eviction", interval=0.001)
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+        finally:
+            core.patch_node(REAL_NODE, {"metadata": {"annotations": dict.fromkeys(EVICT_NOW)}})
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        assert [i["name"] for i in intents] == ["victim"], intents
+        took_effect = _terminating(core, workload)
+        sent_before = len(_tidal_evicted(core, workload, "victim"))
+
+        def finished():
+            return not eviction_intents(lab) and (not took_effect or _tidal_evicted(core, workload, "victim"))
+        wait_for(finished, 90, "the restarted agent finishing the eviction from its journal", interval=0.25)
+        took = time.monotonic() - killed
+        after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
+        assert next(s for s in after.status.container_statuses if s.name == "agent").restart_count >= 1
+        events = _tidal_evicted(core, workload, "victim")
+        if took_effect:
+            assert len(events) == 1, [e.message for e in events]
+            assert sent_before == 1 or "agent restarted" in events[0].message, events[0].message
+        else:
+            assert events == [] and not _terminating(core, workload)
+        wait_for(lambda: not [t for t in core.read_node(REAL_NODE).spec.taints or []
+                              if t.key == qos.OFFLINE_EVICTING_TAINT_KEY], 60, "the offline-evicting taint removed")
+        assert len(_tidal_evicted(core, workload, "victim")) == len(events)  # never twice
+        path = ("evicted, Event finished on restart" if took_effect and not sent_before else
+                "evicted, Event out before the kill" if took_effect else "request not sent: dropped")
+        recovery("agent killed mid-eviction", took, f"from the SIGKILL to the journal empty ({path})")
+        print(f"mid-eviction kill: {path}")
+        after_be = core.read_namespaced_pod("transcode", workload)
+        assert after_be.metadata.uid == be.metadata.uid and after_be.status.phase == "Running"
+        assert not _tidal_evicted(core, workload, "transcode")
+        assert not tracebacks(core, started)
+    finally:
+        core.delete_namespaced_pod("victim", workload, grace_period_seconds=0)
+        wait_for(gone(core, workload, "victim"), 60, "the spinning pod deleted")
 
 
 REFUSING = CGROUP / "cpu/tidal-lab/kubepods/besteffort"

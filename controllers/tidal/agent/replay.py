@@ -55,13 +55,13 @@ from tidal.agent.qos.eviction import Action, Candidate, Decision, WatermarkEvict
 from tidal.agent.qos.node_actions import EvictOutcome, NodeActions, has_offline_taint
 from tidal.agent.qos.node_qos import node_allocatable, node_requests_percent, taint_event
 from tidal.agent.qos.overrides import node_watermarks
-from tidal.agent.run import Predictions
+from tidal.agent.run import Predictions, wait_synced
 from tidal.api import qos
 from tidal.api.node_mode import eviction_allowed, node_mode
 from tidal.api.node_profile import REPLAYED_CONDITION
 from tidal.kube import KubeAPI, ObjectWatch
 from tidal.kube.watch import Watcher
-from tidal.metrics import NodeMetrics, SchedulerUsageMetrics
+from tidal.metrics import NodeMetrics, SchedulerUsageMetrics, zero_evictions
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
 from tidal.api.qos import QoSLevel
 
@@ -306,6 +306,8 @@ class ReplayedEviction:
 
     def __init__(self, api: KubeAPI | None, node: str, metrics: NodeMetrics | None = None) -> None:
         self.node = node
+        if metrics is not None:
+            zero_evictions(metrics, node)
         self.machine = WatermarkEviction()
         self.actions = NodeActions(api, node) if api is not None else None
         self.pods = NodePods(api, node)
@@ -482,7 +484,8 @@ async def run_replay(api: KubeAPI, trace: NodeTrace, nodes: list[str], *, speed:
     all_watchers = [policy_watch, node_watch, *(e.pods for e in evictions.values())]
     watchers = [asyncio.create_task(w.run()) for w in all_watchers]
     try:
-        await asyncio.wait_for(asyncio.gather(*(w.synced.wait() for w in all_watchers)), timeout=60)
+        if not await wait_synced(all_watchers, stop):
+            return
         await _replay_loop(api, replayed, trace, speed, report_interval, predictor, window,
                            memory_bytes_per_core, stop, metrics, policy_watch,
                            (usage_metrics, node_cpus, node_memory_bytes), node_watch,

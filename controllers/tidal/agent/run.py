@@ -22,12 +22,13 @@ from tidal.agent.qos.capabilities import probe, supported_map
 from tidal.agent.qos.capabilities import to_status as capability_status
 from tidal.agent.nri.probe import nri_capability
 from tidal.agent.qos.engine import QoSEngine, node_active
+from tidal.agent.qos.eviction_journal import FILE_NAME as EVICTIONS_FILE, EvictionJournal
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS, usage_percent
 from tidal.agent.rounds import tick_loop, verify_rounds
 from tidal.agent.qos.pod_features import FeaturePods
 from tidal.kube.watch import ObjectWatch
-from tidal.metrics import node_metrics, scheduler_usage_metrics
+from tidal.metrics import node_metrics, scheduler_usage_metrics, zero_evictions
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 from tidal.predict.predictors import REALISABLE
 
@@ -225,9 +226,11 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     capabilities = capability_status(probed)
     registry = REGISTRY if registry is None else registry
     metrics = node_metrics(registry)
+    zero_evictions(metrics, node)
     usage_metrics = scheduler_usage_metrics(registry)
     engine = QoSEngine(Path(state_dir) / "qos-journal.json")
-    node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics)
+    node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics,
+                       evictions=EvictionJournal(Path(state_dir) / EVICTIONS_FILE))
     watchers = [asyncio.create_task(w.run()) for w in (pods, node_watch, policy_watch)]
     loop = asyncio.get_running_loop()
     last_tick = loop.time()

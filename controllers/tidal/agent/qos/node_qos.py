@@ -44,6 +44,7 @@ from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
 from .engine import QoSEngine
 from .feature import Context, NodeEvent
+from .eviction_journal import FINISHED_NOTE, EvictionIntent, EvictionJournal, resume
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, has_offline_taint
 from .overrides import node_watermarks
@@ -204,8 +205,12 @@ class NodeQoS:
                  capabilities: Mapping[str, bool], actions: NodeActions | None = None,
                  metrics: NodeMetrics | None = None, *, node_cpus: float | None = None,
                  cpu_controller_root: Path | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 evictions: EvictionJournal | None = None) -> None:
         self.node = node
+        #: evictions requested and not yet finished (None: not kept, e.g. tests of the round)
+        self.evictions = evictions
+        self._resumed = evictions is None
         self.layout = layout
         self.engine = engine
         self.capabilities = dict(capabilities)
@@ -233,7 +238,7 @@ class NodeQoS:
         self._initial_taint_read = False
         self._states: dict[str, PodState] = {}
         self.blocked: dict[str, float] = {}
-        self._work: asyncio.Queue[tuple[Decision | NodeEvent, PodState | None]] | None = None
+        self._work: asyncio.Queue[tuple[Decision | NodeEvent | EvictionIntent, PodState | None]] | None = None
         self._worker: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self.node_tainted: bool | None = None  # as last seen at the API server
@@ -328,6 +333,8 @@ class NodeQoS:
     def round(self, sampler: Sampler, states: Iterable[PodState]) -> Round:
         """Enforce cgroups and decide evictions; API work is queued for the worker."""
         self._states = {s.uid: s for s in states}
+        if not self._resumed and self._work is not None:
+            self._resume_evictions()
         online = sum(sampler.level_current(level)[0] for level in ONLINE_LEVELS)
         state = NodeState(pods=tuple(self._states.values()), node_cpus=self.node_cpus,
                           online_usage_millicores=online, policy=self.policy,
@@ -460,6 +467,24 @@ class NodeQoS:
         assert self._wake is not None
         self._wake.set()
 
+    def _resume_evictions(self) -> None:
+        """The first round with the API worker running: the evictions a previous run requested
+        and did not finish (eviction_journal.resume) are finished or dropped."""
+        assert self.evictions is not None and self._work is not None and self._wake is not None
+        self._resumed = True
+        finish, drop = resume(self.evictions.intents.values(),
+                              {uid: s.terminating for uid, s in self._states.items()})
+        for intent in drop:
+            log.info("%s/%s: eviction requested before the agent restarted did not take effect "
+                     "(the pod runs): the watermarks decide afresh", intent.namespace, intent.name)
+            self.evictions.done(intent.uid)
+        for intent in finish:
+            log.info("%s/%s: eviction requested before the agent restarted took effect: finishing it",
+                     intent.namespace, intent.name)
+            self._work.put_nowait((intent, None))
+        if finish:
+            self._wake.set()
+
     def _queue(self, decision: Decision, pod: PodState | None) -> None:
         if self._work is None or pod is None:
             # no API (tests of the round alone) or pod vanished: let the machine choose again
@@ -508,6 +533,14 @@ class NodeQoS:
                 log.warning("label %s of node %s not updated: %s", qos.RESTORE_PENDING_NODE_LABEL, self.node, err)
             while not self._work.empty():
                 decision, pod = self._work.get_nowait()
+                if isinstance(decision, EvictionIntent):
+                    try:
+                        await asyncio.wait_for(self._finish(decision), API_TIMEOUT_SECONDS)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as err:  # kept in the journal: finished by the next start
+                        log.warning("eviction of %s/%s not finished (%s)", decision.namespace, decision.name, err)
+                    continue
                 if isinstance(decision, NodeEvent):
                     try:
                         await asyncio.wait_for(self.actions.event(
@@ -559,7 +592,12 @@ class NodeQoS:
 
     async def _evict(self, decision: Decision, pod: PodState) -> None:
         assert self.actions is not None
+        kind = getattr(decision, "kind", "watermark")
+        if self.evictions is not None:  # before the request: a kill after it is finished on restart
+            self.evictions.record(pod.uid, pod.namespace, pod.name, decision.reason, decision.resource or "", kind)
         outcome = await self.actions.evict(pod.namespace, pod.name)
+        if outcome is not EvictOutcome.EVICTED and self.evictions is not None:
+            self.evictions.done(pod.uid)
         if outcome is EvictOutcome.BLOCKED:
             self.blocked[pod.uid] = self.clock() + BLOCKED_RETRY_SECONDS
             self.eviction.evicted.discard(pod.uid)
@@ -572,8 +610,20 @@ class NodeQoS:
         if outcome is EvictOutcome.GONE:
             return
         log.info("evicted %s/%s: %s", pod.namespace, pod.name, decision.reason)
+        await self._evidence(EvictionIntent(pod.uid, pod.namespace, pod.name, decision.reason,
+                                            decision.resource or "", kind))
+
+    async def _finish(self, intent: EvictionIntent) -> None:
+        await self._evidence(EvictionIntent(intent.uid, intent.namespace, intent.name,
+                                            f"{intent.reason} {FINISHED_NOTE}", intent.resource, intent.kind))
+
+    async def _evidence(self, intent: EvictionIntent) -> None:
+        """What an eviction that took effect leaves: the counter and the TidalEvicted Event; then
+        its intent leaves the journal."""
+        assert self.actions is not None
         if self.metrics is not None:
-            self.metrics.evictions.labels(self.node, decision.resource or "",
-                                         getattr(decision, "kind", "watermark")).inc()
-        await self.actions.event(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid,
-                                 reason="TidalEvicted", message=decision.reason, warning=True)
+            self.metrics.evictions.labels(self.node, intent.resource, intent.kind).inc()
+        await self.actions.event(kind="Pod", name=intent.name, namespace=intent.namespace, uid=intent.uid,
+                                 reason="TidalEvicted", message=intent.reason, warning=True)
+        if self.evictions is not None:
+            self.evictions.done(intent.uid)

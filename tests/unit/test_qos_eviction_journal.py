@@ -1,0 +1,160 @@
+"""Evictions in flight (issue 15: the agent killed in the middle of an eviction). The intent is
+journalled before the Eviction API is asked; a restarted agent finishes an eviction that took
+effect (the TidalEvicted Event, once, never a second eviction) and drops one that did not (the
+watermarks decide afresh)."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tidal.agent.qos.eviction_journal import FINISHED_NOTE, EvictionIntent, EvictionJournal, resume
+from tidal.agent.qos.node_actions import EvictOutcome
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_qos_node_mode_round import CO, Sample, node_qos, pods  # noqa: E402
+from test_qos_executor import full_disk  # noqa: E402,F401  (fixture)
+
+
+def _intent(uid):
+    return EvictionIntent(uid, "ns", f"pod-{uid}", "cpu 90% above 80%", "cpu")
+
+
+@pytest.mark.parametrize("terminating, finish, drop", [
+    pytest.param({"a": True}, ["a"], [], id="terminating-took-effect-finish"),
+    pytest.param({}, ["a"], [], id="gone-took-effect-finish"),
+    pytest.param({"a": False}, [], ["a"], id="running-never-took-effect-drop"),
+    pytest.param({"a": False, "b": True}, ["b"], ["a"], id="each-on-its-own"),
+])
+def test_resume(terminating, finish, drop):
+    intents = [_intent(u) for u in sorted({"a", *terminating})]
+    done, dropped = resume(intents, terminating)
+    assert [i.uid for i in done] == finish and [i.uid for i in dropped] == drop
+
+
+def test_the_journal_survives_a_restart_and_empties(tmp_path):
+    path = tmp_path / "evictions-journal.json"
+    journal = EvictionJournal(path, clock=lambda: 5.0)
+    journal.record("a", "ns", "pod-a", "why", "memory", "psi")
+    again = EvictionJournal(path)
+    assert again.intents == {"a": EvictionIntent("a", "ns", "pod-a", "why", "memory", "psi", 5.0)}
+    again.done("a")
+    assert EvictionJournal(path).intents == {}
+
+
+@pytest.mark.parametrize("content", ["", "not json", "[1, 2]", '{"evictions": [{"name": "no uid"}, 3]}'])
+def test_a_garbage_journal_is_empty_not_a_crash(tmp_path, content):
+    path = tmp_path / "evictions-journal.json"
+    path.write_text(content)
+    assert EvictionJournal(path).intents == {}
+
+
+def test_a_full_disk_does_not_stop_the_eviction(full_disk, caplog):
+    journal = EvictionJournal(full_disk / "evictions-journal.json")
+    journal.record("a", "ns", "pod-a", "why")
+    assert "a" in journal.intents  # in memory only
+    assert "not written" in caplog.text and "No space left on device" in caplog.text
+
+
+class Actions:
+    """The API as the worker sees it; `hang` makes the eviction request never return (the agent
+    is killed while it waits)."""
+
+    def __init__(self, journal_path=None, hang=False):
+        self.evictions, self.events, self.hang, self.journal_path = [], [], hang, journal_path
+        self.journalled_at_request = None
+
+    async def set_offline_taint(self, want):
+        return False
+
+    async def set_label(self, key, value):
+        pass
+
+    async def evict(self, namespace, name):
+        self.evictions.append((namespace, name))
+        self.journalled_at_request = json.loads(self.journal_path.read_text())["evictions"]
+        if self.hang:
+            await asyncio.Event().wait()
+        return EvictOutcome.EVICTED
+
+    async def event(self, **event):
+        if event["kind"] == "Pod":  # the node's own Events (restore-pending) are not this test's
+            self.events.append(event)
+
+
+async def _until(condition):
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the worker did not act within 5 s")
+
+
+def _agent(tmp_path, actions):
+    agent = node_qos(tmp_path, {CO: "true"})
+    agent.actions = actions
+    agent.evictions = EvictionJournal(tmp_path / "evictions-journal.json")
+    agent._resumed = False
+    return agent
+
+
+def _run(agent, body):
+    async def scenario():
+        agent.start()
+        try:
+            await body()
+        finally:
+            await agent.stop()
+    asyncio.run(scenario())
+
+
+def test_killed_after_the_request_the_restarted_agent_finishes_it_once(tmp_path):
+    """Round 1 chooses the BE pod (90 % CPU, high watermark 80 %); the agent is killed while the
+    Eviction API call is in flight. Restarted, it sees the pod terminating: one TidalEvicted Event
+    saying it was finished after the restart, no second request, the journal empty."""
+    path = tmp_path / "evictions-journal.json"
+    first = Actions(path, hang=True)
+    agent = _agent(tmp_path, first)
+
+    async def until_requested():
+        agent.round(Sample(), pods(10))
+        await _until(lambda: first.evictions)
+    _run(agent, until_requested)
+    assert first.evictions == [("ns", "batch")] and first.events == []
+    assert [i["uid"] for i in first.journalled_at_request] == ["be"]  # journalled before the request
+
+    second = Actions(path)
+    restarted = _agent(tmp_path, second)
+    states = [dataclasses.replace(p, terminating=True) if p.uid == "be" else p for p in pods(10)]
+
+    async def finish():
+        restarted.round(Sample(), states)
+        await _until(lambda: second.events)
+    _run(restarted, finish)
+    assert second.evictions == []
+    (event,) = second.events
+    assert event["reason"] == "TidalEvicted" and event["uid"] == "be" and FINISHED_NOTE in event["message"]
+    assert EvictionJournal(path).intents == {}
+
+
+def test_killed_before_the_request_took_effect_the_intent_is_dropped(tmp_path):
+    """The journal names the BE pod but the pod runs (the request never reached the API server):
+    no Event for it; the watermarks choose again (here it is still needed: one new eviction,
+    finished normally)."""
+    path = tmp_path / "evictions-journal.json"
+    EvictionJournal(path).record("be", "ns", "batch", "an older reason", "cpu")
+    actions = Actions(path)
+    agent = _agent(tmp_path, actions)
+
+    async def again():
+        agent.round(Sample(), pods(10))
+        await _until(lambda: actions.events)
+    _run(agent, again)
+    assert actions.journalled_at_request[0]["reason"] != "an older reason"  # dropped, chosen afresh
+    (event,) = actions.events
+    assert event["reason"] == "TidalEvicted" and FINISHED_NOTE not in event["message"]
+    assert EvictionJournal(path).intents == {}

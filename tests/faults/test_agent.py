@@ -155,13 +155,16 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
                 os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         assert [i["name"] for i in intents] == ["victim"], intents
-        took_effect = _terminating(core, workload)
         sent_before = len(_tidal_evicted(core, workload, "victim"))
 
+        # A request in flight at the kill still reaches the API server a moment later: whether
+        # the eviction took effect is read once the restarted agent has emptied its journal.
         def finished():
-            return not eviction_intents(lab) and (not took_effect or _tidal_evicted(core, workload, "victim"))
+            return not eviction_intents(lab) and (not _terminating(core, workload)
+                                                  or _tidal_evicted(core, workload, "victim"))
         wait_for(finished, 90, "the restarted agent finishing the eviction from its journal", interval=0.25)
         took = time.monotonic() - killed
+        took_effect = _terminating(core, workload)
         after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
         assert next(s for s in after.status.container_statuses if s.name == "agent").restart_count >= 1
         events = _tidal_evicted(core, workload, "victim")
@@ -264,3 +267,4 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     assert {s.name: s.restart_count for s in agent.status.container_statuses} == restarts
     assert len(evictions(core, workload)) == evicted_before
     assert not tracebacks(core, started)
+

@@ -64,8 +64,10 @@ class Actions:
     """The API as the worker sees it; `hang` makes the eviction request never return (the agent
     is killed while it waits)."""
 
-    def __init__(self, journal_path=None, hang=False):
+    def __init__(self, journal_path=None, hang=False, hang_after_event=False, server=None):
         self.evictions, self.events, self.hang, self.journal_path = [], [], hang, journal_path
+        self.hang_after_event = hang_after_event
+        self.server = {} if server is None else server  # the API server's Events by name
         self.journalled_at_request = None
 
     async def set_offline_taint(self, want):
@@ -81,9 +83,16 @@ class Actions:
             await asyncio.Event().wait()
         return EvictOutcome.EVICTED
 
-    async def event(self, **event):
-        if event["kind"] == "Pod":  # the node's own Events (restore-pending) are not this test's
-            self.events.append(event)
+    async def event(self, event_name=None, **event):
+        if event["kind"] != "Pod":  # the node's own Events (restore-pending) are not this test's
+            return True
+        if event_name in self.server:
+            return False  # 409 AlreadyExists
+        self.server[event_name or f"generated-{len(self.server)}"] = event
+        self.events.append(event)
+        if self.hang_after_event:
+            await asyncio.Event().wait()
+        return True
 
 
 async def _until(condition):
@@ -158,3 +167,30 @@ def test_killed_before_the_request_took_effect_the_intent_is_dropped(tmp_path):
     (event,) = actions.events
     assert event["reason"] == "TidalEvicted" and FINISHED_NOTE not in event["message"]
     assert EvictionJournal(path).intents == {}
+
+
+def test_killed_after_the_event_went_out_the_restarted_agent_sends_no_second_one(tmp_path):
+    """The kill falls after the Event reached the API server and before the journal said so:
+    the restarted agent's Event has the same name (the pod's uid), the API server refuses it as
+    existing, and the journal empties: one Event in all."""
+    path = tmp_path / "evictions-journal.json"
+    server = {}
+    first = Actions(path, hang_after_event=True, server=server)
+    agent = _agent(tmp_path, first)
+
+    async def until_event_sent():
+        agent.round(Sample(), pods(10))
+        await _until(lambda: first.events)
+    _run(agent, until_event_sent)
+    assert list(EvictionJournal(path).intents) == ["be"]  # the kill came before the journal's update
+
+    second = Actions(path, server=server)
+    restarted = _agent(tmp_path, second)
+    states = [dataclasses.replace(p, terminating=True) if p.uid == "be" else p for p in pods(10)]
+
+    async def finish():
+        restarted.round(Sample(), states)
+        await _until(lambda: not EvictionJournal(path).intents)
+    _run(restarted, finish)
+    assert second.events == [] and second.evictions == []
+    assert len(server) == 1 and all(".tidal-evicted.be" in name for name in server)

@@ -18,6 +18,7 @@ from typing import Any
 
 from tidal.api import qos
 from tidal.kube.client import ApiError, KubeAPI
+from tidal.kube.errors import Conflict
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +84,15 @@ class NodeActions:
         return EvictOutcome.EVICTED
 
     async def event(self, *, kind: str, name: str, namespace: str, uid: str | None, reason: str,
-                    message: str, warning: bool = False) -> None:
+                    message: str, warning: bool = False, event_name: str | None = None) -> bool:
+        """Record an Event on the object; False when `event_name` (a name of its own instead of a
+        generated one: an Event that must exist once) names an Event that exists already."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         ns = namespace or "default"
+        meta = {"name": event_name} if event_name else {"generateName": f"{name}.tidal-"}
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{name}.tidal-", "namespace": ns},
+            "metadata": {**meta, "namespace": ns},
             "involvedObject": {"apiVersion": "v1", "kind": kind, "name": name,
                                **({"namespace": namespace} if namespace else {}),
                                **({"uid": uid} if uid else {})},
@@ -97,4 +101,16 @@ class NodeActions:
             "reportingComponent": COMPONENT, "reportingInstance": self.node,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        await self.api.request("POST", f"/api/v1/namespaces/{ns}/events", body=body)
+        try:
+            await self.api.request("POST", f"/api/v1/namespaces/{ns}/events", body=body)
+        except Conflict:
+            if event_name:
+                return False
+            raise
+        return True
+
+
+def evicted_event_name(pod: str, uid: str) -> str:
+    """The name of the one TidalEvicted Event of a pod (its uid makes it unique): an agent that
+    finishes an eviction after a restart cannot record it twice."""
+    return f"{pod[:200]}.tidal-evicted.{uid}"

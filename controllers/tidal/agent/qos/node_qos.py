@@ -46,7 +46,7 @@ from .engine import QoSEngine
 from .feature import Context, NodeEvent
 from .eviction_journal import FINISHED_NOTE, EvictionIntent, EvictionJournal, resume
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
-from .node_actions import EvictOutcome, NodeActions, has_offline_taint
+from .node_actions import EvictOutcome, NodeActions, evicted_event_name, has_offline_taint
 from .overrides import node_watermarks
 from .policy_status import policy_status
 from .strategy import ApplyResult, NodeState, PodState
@@ -618,12 +618,16 @@ class NodeQoS:
                                             f"{intent.reason} {FINISHED_NOTE}", intent.resource, intent.kind))
 
     async def _evidence(self, intent: EvictionIntent) -> None:
-        """What an eviction that took effect leaves: the counter and the TidalEvicted Event; then
-        its intent leaves the journal."""
+        """What an eviction that took effect leaves: the TidalEvicted Event, named after the pod's
+        uid so that it exists once (an agent killed after sending it and before its journal said
+        so finds it there on restart), and the counter; then its intent leaves the journal."""
         assert self.actions is not None
-        if self.metrics is not None:
+        sent = await self.actions.event(kind="Pod", name=intent.name, namespace=intent.namespace, uid=intent.uid,
+                                        reason="TidalEvicted", message=intent.reason, warning=True,
+                                        event_name=evicted_event_name(intent.name, intent.uid))
+        if sent is False:
+            log.info("%s/%s: its TidalEvicted Event exists already", intent.namespace, intent.name)
+        elif self.metrics is not None:
             self.metrics.evictions.labels(self.node, intent.resource, intent.kind).inc()
-        await self.actions.event(kind="Pod", name=intent.name, namespace=intent.namespace, uid=intent.uid,
-                                 reason="TidalEvicted", message=intent.reason, warning=True)
         if self.evictions is not None:
             self.evictions.done(intent.uid)

@@ -115,17 +115,21 @@ def pod_ready(pod) -> bool:
 TIDAL_APPS = ("tidal-manager", "tidal-agent", "tidal-console")
 
 
-def settled(core) -> list[str]:
-    """What keeps the deployment from the state every fault test starts from (empty: settled):
-    the four Tidal pods (two manager replicas, the agent, the console) present and ready. The
-    agent is ready only once it acts on the node (its /readyz)."""
-    try:
-        pods = {app: tidal_pods(core, app) for app in TIDAL_APPS}
-    except Exception as err:
-        return [f"the API server: {err}"]
+def unready(pods: dict[str, list]) -> list[str]:
+    """What keeps Tidal's pods, by app, from the deployed state (empty: all there and ready): two
+    manager replicas, the agent and the console, each ready. The agent is ready only once it acts
+    on the node (its /readyz)."""
     missing = [f"{app}: {len(found)} pods" for app, found in pods.items()
                if len(found) != (2 if app == "tidal-manager" else 1)]
     return missing + [f"{p.metadata.name} not ready" for found in pods.values() for p in found if not pod_ready(p)]
+
+
+def settled(core) -> list[str]:
+    """What keeps the deployment from the state every fault test starts from (empty: settled)."""
+    try:
+        return unready({app: tidal_pods(core, app) for app in TIDAL_APPS})
+    except Exception as err:
+        return [f"the API server: {err}"]
 
 
 def convergence(core, custom, since: datetime.datetime) -> dict[str, bool]:
@@ -138,7 +142,7 @@ def convergence(core, custom, since: datetime.datetime) -> dict[str, bool]:
         spec = lease(core)
         profile = custom.get_cluster_custom_object(*PROFILES, REAL_NODE)
         node = core.read_node(REAL_NODE)
-        pods = [p for app in TIDAL_APPS for p in tidal_pods(core, app)]
+        pods = {app: tidal_pods(core, app) for app in TIDAL_APPS}
     except Exception:
         return parts
     parts["leader"] = bool(spec.renew_time and spec.renew_time >= since)
@@ -147,7 +151,7 @@ def convergence(core, custom, since: datetime.datetime) -> dict[str, bool]:
     parts["reported"] = observed is not None and observed >= since.replace(microsecond=0)
     published = ((status.get("oversell") or {}).get("cpuMillicores") or {}).get("result")
     parts["published"] = published == int(node.status.allocatable.get("kubernetes.io/batch-cpu", "0"))
-    parts["ready"] = len(pods) == 4 and all(pod_ready(p) for p in pods)
+    parts["ready"] = not unready(pods)
     return parts
 
 
@@ -169,16 +173,16 @@ def tracebacks(core, since: datetime.datetime) -> list[str]:
     return found
 
 
-def _journal(lab) -> Path:
-    return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent/qos-journal.json"
+def _state_file(lab, name: str) -> Path:
+    """A file of the agent's state directory on the real node, on the host (its hostPath)."""
+    return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent" / name
 
 
 def eviction_intents(lab) -> list[dict]:
     """The evictions the agent on the real node has requested and not yet finished (its
     evictions journal on the host)."""
-    path = lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent/evictions-journal.json"
     try:
-        return json.loads(path.read_text()).get("evictions") or []
+        return json.loads(_state_file(lab, "evictions-journal.json").read_text()).get("evictions") or []
     except (FileNotFoundError, ValueError):  # absent, or caught between truncate and write
         return []
 
@@ -186,7 +190,7 @@ def eviction_intents(lab) -> list[dict]:
 def journal_originals(lab) -> dict[str, str]:
     """The agent's restore journal on the real node: file -> original value."""
     try:
-        return json.loads(_journal(lab).read_text()).get("originals") or {}
+        return json.loads(_state_file(lab, "qos-journal.json").read_text()).get("originals") or {}
     except FileNotFoundError:
         return {}
 

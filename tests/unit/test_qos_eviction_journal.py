@@ -18,6 +18,7 @@ from tidal.agent.qos.node_actions import EvictOutcome
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_qos_node_mode_round import CO, Sample, node_qos, pods  # noqa: E402
 from test_qos_executor import full_disk  # noqa: E402,F401  (fixture)
+from test_qos_restore_pending import until  # noqa: E402
 
 
 def _intent(uid):
@@ -38,8 +39,8 @@ def test_resume(terminating, finish, drop):
 
 def test_the_journal_survives_a_restart_and_empties(tmp_path):
     path = tmp_path / "evictions-journal.json"
-    journal = EvictionJournal(path, clock=lambda: 5.0)
-    journal.record("a", "ns", "pod-a", "why", "memory", "psi")
+    journal = EvictionJournal(path)
+    journal.record(EvictionIntent("a", "ns", "pod-a", "why", "memory", "psi", 5.0))
     again = EvictionJournal(path)
     assert again.intents == {"a": EvictionIntent("a", "ns", "pod-a", "why", "memory", "psi", 5.0)}
     again.done("a")
@@ -55,7 +56,7 @@ def test_a_garbage_journal_is_empty_not_a_crash(tmp_path, content):
 
 def test_a_full_disk_does_not_stop_the_eviction(full_disk, caplog):
     journal = EvictionJournal(full_disk / "evictions-journal.json")
-    journal.record("a", "ns", "pod-a", "why")
+    journal.record(EvictionIntent("a", "ns", "pod-a", "why"))
     assert "a" in journal.intents  # in memory only
     assert "not written" in caplog.text and "No space left on device" in caplog.text
 
@@ -95,19 +96,10 @@ class Actions:
         return True
 
 
-async def _until(condition):
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the worker did not act within 5 s")
-
-
 def _agent(tmp_path, actions):
     agent = node_qos(tmp_path, {CO: "true"})
     agent.actions = actions
     agent.evictions = EvictionJournal(tmp_path / "evictions-journal.json")
-    agent._resumed = False
     return agent
 
 
@@ -131,7 +123,7 @@ def test_killed_after_the_request_the_restarted_agent_finishes_it_once(tmp_path)
 
     async def until_requested():
         agent.round(Sample(), pods(10))
-        await _until(lambda: first.evictions)
+        await until(lambda: first.evictions)
     _run(agent, until_requested)
     assert first.evictions == [("ns", "batch")] and first.events == []
     assert [i["uid"] for i in first.journalled_at_request] == ["be"]  # journalled before the request
@@ -142,7 +134,7 @@ def test_killed_after_the_request_the_restarted_agent_finishes_it_once(tmp_path)
 
     async def finish():
         restarted.round(Sample(), states)
-        await _until(lambda: second.events)
+        await until(lambda: second.events)
     _run(restarted, finish)
     assert second.evictions == []
     (event,) = second.events
@@ -155,13 +147,13 @@ def test_killed_before_the_request_took_effect_the_intent_is_dropped(tmp_path):
     no Event for it; the watermarks choose again (here it is still needed: one new eviction,
     finished normally)."""
     path = tmp_path / "evictions-journal.json"
-    EvictionJournal(path).record("be", "ns", "batch", "an older reason", "cpu")
+    EvictionJournal(path).record(EvictionIntent("be", "ns", "batch", "an older reason", "cpu"))
     actions = Actions(path)
     agent = _agent(tmp_path, actions)
 
     async def again():
         agent.round(Sample(), pods(10))
-        await _until(lambda: actions.events)
+        await until(lambda: actions.events)
     _run(agent, again)
     assert actions.journalled_at_request[0]["reason"] != "an older reason"  # dropped, chosen afresh
     (event,) = actions.events
@@ -180,7 +172,7 @@ def test_killed_after_the_event_went_out_the_restarted_agent_sends_no_second_one
 
     async def until_event_sent():
         agent.round(Sample(), pods(10))
-        await _until(lambda: first.events)
+        await until(lambda: first.events)
     _run(agent, until_event_sent)
     assert list(EvictionJournal(path).intents) == ["be"]  # the kill came before the journal's update
 
@@ -190,7 +182,7 @@ def test_killed_after_the_event_went_out_the_restarted_agent_sends_no_second_one
 
     async def finish():
         restarted.round(Sample(), states)
-        await _until(lambda: not EvictionJournal(path).intents)
+        await until(lambda: not EvictionJournal(path).intents)
     _run(restarted, finish)
     assert second.events == [] and second.evictions == []
     assert len(server) == 1 and all(".tidal-evicted.be" in name for name in server)

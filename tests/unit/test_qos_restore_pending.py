@@ -87,16 +87,18 @@ class RecordingActions:
         self.events.append(event)
 
 
+async def until(condition):
+    """Poll `condition` until the API worker has acted (5 s at most)."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the worker did not act within 5 s")
+
+
 def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path):
     agent = node_qos(tmp_path, {CO: "true"})
     agent.actions = actions = RecordingActions()
-
-    async def until(condition):
-        for _ in range(500):
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("the worker did not act within 5 s")
 
     async def rounds():
         agent.start()

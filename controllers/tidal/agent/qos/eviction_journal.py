@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -79,17 +78,13 @@ def _load(path: Path) -> dict[str, EvictionIntent]:
 class EvictionJournal:
     """The intents of evictions requested and not yet finished, by pod uid, at `path`."""
 
-    def __init__(self, path: Path | str, clock=time.time) -> None:
+    def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.clock = clock
         self.intents: dict[str, EvictionIntent] = _load(self.path)
 
-    def record(self, uid: str, namespace: str, name: str, reason: str, resource: str = "",
-               kind: str = "watermark") -> EvictionIntent:
-        intent = EvictionIntent(uid, namespace, name, reason, resource, kind, self.clock())
-        self.intents[uid] = intent
+    def record(self, intent: EvictionIntent) -> None:
+        self.intents[intent.uid] = intent
         self._save()
-        return intent
 
     def done(self, uid: str) -> None:
         if self.intents.pop(uid, None) is not None:

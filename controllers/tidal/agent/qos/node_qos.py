@@ -25,6 +25,7 @@ the sampler's fresh usage. Each round:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -210,7 +211,7 @@ class NodeQoS:
         self.node = node
         #: evictions requested and not yet finished (None: not kept, e.g. tests of the round)
         self.evictions = evictions
-        self._resumed = evictions is None
+        self._resumed = False  # whether the journal's evictions were finished or dropped (first round)
         self.layout = layout
         self.engine = engine
         self.capabilities = dict(capabilities)
@@ -333,7 +334,7 @@ class NodeQoS:
     def round(self, sampler: Sampler, states: Iterable[PodState]) -> Round:
         """Enforce cgroups and decide evictions; API work is queued for the worker."""
         self._states = {s.uid: s for s in states}
-        if not self._resumed and self._work is not None:
+        if not self._resumed and self.evictions is not None and self._work is not None:
             self._resume_evictions()
         online = sum(sampler.level_current(level)[0] for level in ONLINE_LEVELS)
         state = NodeState(pods=tuple(self._states.values()), node_cpus=self.node_cpus,
@@ -535,7 +536,8 @@ class NodeQoS:
                 decision, pod = self._work.get_nowait()
                 if isinstance(decision, EvictionIntent):
                     try:
-                        await asyncio.wait_for(self._finish(decision), API_TIMEOUT_SECONDS)
+                        await asyncio.wait_for(self._evidence(dataclasses.replace(
+                            decision, reason=f"{decision.reason} {FINISHED_NOTE}")), API_TIMEOUT_SECONDS)
                     except asyncio.CancelledError:
                         raise
                     except Exception as err:  # kept in the journal: finished by the next start
@@ -592,9 +594,10 @@ class NodeQoS:
 
     async def _evict(self, decision: Decision, pod: PodState) -> None:
         assert self.actions is not None
-        kind = getattr(decision, "kind", "watermark")
+        intent = EvictionIntent(pod.uid, pod.namespace, pod.name, decision.reason, decision.resource or "",
+                                getattr(decision, "kind", "watermark"), time.time())
         if self.evictions is not None:  # before the request: a kill after it is finished on restart
-            self.evictions.record(pod.uid, pod.namespace, pod.name, decision.reason, decision.resource or "", kind)
+            self.evictions.record(intent)
         outcome = await self.actions.evict(pod.namespace, pod.name)
         if outcome is not EvictOutcome.EVICTED and self.evictions is not None:
             self.evictions.done(pod.uid)
@@ -610,12 +613,7 @@ class NodeQoS:
         if outcome is EvictOutcome.GONE:
             return
         log.info("evicted %s/%s: %s", pod.namespace, pod.name, decision.reason)
-        await self._evidence(EvictionIntent(pod.uid, pod.namespace, pod.name, decision.reason,
-                                            decision.resource or "", kind))
-
-    async def _finish(self, intent: EvictionIntent) -> None:
-        await self._evidence(EvictionIntent(intent.uid, intent.namespace, intent.name,
-                                            f"{intent.reason} {FINISHED_NOTE}", intent.resource, intent.kind))
+        await self._evidence(intent)
 
     async def _evidence(self, intent: EvictionIntent) -> None:
         """What an eviction that took effect leaves: the TidalEvicted Event, named after the pod's

@@ -169,11 +169,13 @@ class FakeAPI:
     """The calls NodeActions makes, recorded; the node's taints kept."""
 
     def __init__(self, evict_status=None):
-        self.taints, self.calls, self.evict_status = [], [], evict_status
+        self.taints, self.calls, self.evict_status, self.events = [], [], evict_status, []
 
     async def request(self, method, path, body=None, content_type=None, **_):
         from tidal.kube.client import ApiError
         self.calls.append((method, path, (body or {}).get("reason")))
+        if path.endswith("/events"):
+            self.events.append(body)
         if method == "GET":
             return {"metadata": {"resourceVersion": "1"}, "spec": {"taints": self.taints}}
         if method == "PATCH":
@@ -204,6 +206,9 @@ def test_decisions_are_carried_out_through_the_agents_api_adapter_with_its_event
     assert reasons == ["TidalOfflineEvicting", "TidalEvicted"]
     assert ("POST", "/api/v1/namespaces/demo/pods/be-1/eviction", None) in api.calls
     assert metrics.evictions.labels("a", "cpu", "watermark")._value.get() == 1
+    # named after the pod's uid, as the agent names it: one TidalEvicted Event per pod
+    evicted = [e for e in api.events if e["reason"] == "TidalEvicted"]
+    assert [e["metadata"]["name"] for e in evicted] == ["be-1.tidal-evicted.be-1"]
     ev.pods.apply("DELETED", _pod("be-1", "BE", 1000))
     asyncio.run(ev.act(ev.decide(20, policy, _node(COLOCATION, api.taints), 1000, 0, CAPACITY)))
     assert api.taints == []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tidal.agent.qos.eviction_journal import FINISHED_NOTE, EvictionIntent, EvictionJournal, resume
+from tidal.agent.qos.eviction_journal import FINISHED_NOTE, RETRIED_NOTE, EvictionIntent, EvictionJournal, resume
 from tidal.agent.qos.node_actions import EvictOutcome
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,8 +65,9 @@ class Actions:
     """The API as the worker sees it; `hang` makes the eviction request never return (the agent
     is killed while it waits)."""
 
-    def __init__(self, journal_path=None, hang=False, hang_after_event=False, server=None):
+    def __init__(self, journal_path=None, hang=False, hang_after_event=False, server=None, fail=()):
         self.evictions, self.events, self.hang, self.journal_path = [], [], hang, journal_path
+        self.fail = list(fail)  # API errors to raise, in order: "evict" or "event"
         self.hang_after_event = hang_after_event
         self.server = {} if server is None else server  # the API server's Events by name
         self.journalled_at_request = None
@@ -80,6 +81,9 @@ class Actions:
     async def evict(self, namespace, name):
         self.evictions.append((namespace, name))
         self.journalled_at_request = json.loads(self.journal_path.read_text())["evictions"]
+        if self.fail[:1] == ["evict"]:
+            self.fail.pop(0)
+            raise TimeoutError("the API server did not answer")
         if self.hang:
             await asyncio.Event().wait()
         return EvictOutcome.EVICTED
@@ -87,6 +91,9 @@ class Actions:
     async def event(self, event_name=None, **event):
         if event["kind"] != "Pod":  # the node's own Events (restore-pending) are not this test's
             return True
+        if self.fail[:1] == ["event"]:
+            self.fail.pop(0)
+            raise ConnectionError("the API server went away")
         if event_name in self.server:
             return False  # 409 AlreadyExists
         self.server[event_name or f"generated-{len(self.server)}"] = event
@@ -186,3 +193,37 @@ def test_killed_after_the_event_went_out_the_restarted_agent_sends_no_second_one
     _run(restarted, finish)
     assert second.events == [] and second.evictions == []
     assert len(server) == 1 and all(".tidal-evicted.be" in name for name in server)
+
+
+TERMINATING = [dataclasses.replace(p, terminating=True) if p.uid == "be" else p for p in pods(10)]
+
+
+@pytest.mark.parametrize("fail, pod_after, requests, note", [
+    pytest.param(["evict"], TERMINATING, 1, RETRIED_NOTE, id="request-failed-but-took-effect-event-next-round"),
+    pytest.param(["event"], TERMINATING, 1, RETRIED_NOTE, id="event-failed-sent-next-round"),
+    pytest.param(["evict"], pods(10), 2, None, id="request-failed-no-effect-dropped-and-chosen-again"),
+])
+def test_an_api_error_mid_eviction_is_sorted_out_the_next_round_not_at_the_next_restart(
+        tmp_path, fail, pod_after, requests, note):
+    """A request or Event that failed leaves the intent in the journal; the next round (not the
+    next restart) sorts it as a restart would: the pod terminating, its Event (once, saying it
+    came after an API error) and no second request; the pod running, the intent dropped and the
+    watermarks choose again (here the pod is still wanted: a second request, finished normally)."""
+    path = tmp_path / "evictions-journal.json"
+    actions = Actions(path, fail=fail)
+    agent = _agent(tmp_path, actions)
+
+    async def rounds():
+        agent.round(Sample(), pods(10))
+        await until(lambda: not actions.fail)  # the error happened
+        await until(lambda: not agent._work.qsize() and agent._unsettled)
+        assert list(EvictionJournal(path).intents) == ["be"]  # kept through the error
+        agent.round(Sample(), pod_after)
+        await until(lambda: actions.events)
+        await until(lambda: not EvictionJournal(path).intents)
+    _run(agent, rounds)
+    assert len(actions.evictions) == requests
+    (event,) = actions.events
+    assert event["reason"] == "TidalEvicted" and event["uid"] == "be"
+    assert (note in event["message"]) if note else (RETRIED_NOTE not in event["message"])
+    assert FINISHED_NOTE not in event["message"]

@@ -52,7 +52,7 @@ from tidal.agent.node_profile import write_status
 from tidal.agent.qos.node_qos import mode_status
 from tidal.agent.pods import NodePods
 from tidal.agent.qos.eviction import Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
-from tidal.agent.qos.node_actions import EvictOutcome, NodeActions, has_offline_taint
+from tidal.agent.qos.node_actions import EvictOutcome, NodeActions, evicted_event_name, has_offline_taint
 from tidal.agent.qos.node_qos import node_allocatable, node_requests_percent, taint_event
 from tidal.agent.qos.overrides import node_watermarks
 from tidal.agent.run import Predictions, wait_synced
@@ -394,7 +394,8 @@ class ReplayedEviction:
         if self.metrics is not None:
             self.metrics.evictions.labels(self.node, decision.resource or "", "watermark").inc()
         await self.actions.event(kind="Pod", name=info.name, namespace=info.namespace, uid=info.uid,
-                                 reason="TidalEvicted", message=decision.reason, warning=True)
+                                 reason="TidalEvicted", message=decision.reason, warning=True,
+                                 event_name=evicted_event_name(info.name, info.uid))
 
 
 def policy_of(obj) -> tuple[ColocationPolicy, int, list[str]]:

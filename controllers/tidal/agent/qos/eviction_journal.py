@@ -9,7 +9,8 @@ written to ``evictions-journal.json`` (beside the cgroup journal, atomically) be
 and removed once the evidence is out, or once the request came to nothing (PDB, pod gone).
 
 On start, :func:`resume` (pure) sorts what the journal holds against the pods the agent now sees
-on its node:
+on its node (and so does the round after one of this run's requests or Events failed: a request
+that timed out may have taken effect):
 
 * the pod is terminating or gone: the request took effect; its evidence is finished (the Event
   with the recorded reason, said to be finished after a restart) — never a second eviction;
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 FILE_NAME = "evictions-journal.json"
 #: what the finished Event adds to the recorded reason
 FINISHED_NOTE = "(evicted before the agent restarted; Event sent on its restart)"
+#: ... and when this run's request or Event failed and the next round finished it
+RETRIED_NOTE = "(Event sent after an API error)"
 
 
 @dataclass(frozen=True)

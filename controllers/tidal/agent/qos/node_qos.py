@@ -45,7 +45,7 @@ from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
 from .engine import QoSEngine
 from .feature import Context, NodeEvent
-from .eviction_journal import FINISHED_NOTE, EvictionIntent, EvictionJournal, resume
+from .eviction_journal import FINISHED_NOTE, RETRIED_NOTE, EvictionIntent, EvictionJournal, resume
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
 from .node_actions import EvictOutcome, NodeActions, evicted_event_name, has_offline_taint
 from .overrides import node_watermarks
@@ -212,6 +212,8 @@ class NodeQoS:
         #: evictions requested and not yet finished (None: not kept, e.g. tests of the round)
         self.evictions = evictions
         self._resumed = False  # whether the journal's evictions were finished or dropped (first round)
+        #: uids of journalled evictions whose request or Event failed: sorted out again next round
+        self._unsettled: set[str] = set()
         self.layout = layout
         self.engine = engine
         self.capabilities = dict(capabilities)
@@ -334,7 +336,7 @@ class NodeQoS:
     def round(self, sampler: Sampler, states: Iterable[PodState]) -> Round:
         """Enforce cgroups and decide evictions; API work is queued for the worker."""
         self._states = {s.uid: s for s in states}
-        if not self._resumed and self.evictions is not None and self._work is not None:
+        if self.evictions is not None and self._work is not None and (self._unsettled or not self._resumed):
             self._resume_evictions()
         online = sum(sampler.level_current(level)[0] for level in ONLINE_LEVELS)
         state = NodeState(pods=tuple(self._states.values()), node_cpus=self.node_cpus,
@@ -469,20 +471,22 @@ class NodeQoS:
         self._wake.set()
 
     def _resume_evictions(self) -> None:
-        """The first round with the API worker running: the evictions a previous run requested
-        and did not finish (eviction_journal.resume) are finished or dropped."""
+        """The evictions a previous run requested and did not finish (the first round with the API
+        worker running), and this run's whose request or Event failed (the next round), are
+        finished or dropped as eviction_journal.resume says."""
         assert self.evictions is not None and self._work is not None and self._wake is not None
-        self._resumed = True
-        finish, drop = resume(self.evictions.intents.values(),
-                              {uid: s.terminating for uid, s in self._states.items()})
+        when, note = (("before the agent restarted", FINISHED_NOTE) if not self._resumed
+                      else ("earlier (an API call failed)", RETRIED_NOTE))
+        intents = [i for i in self.evictions.intents.values() if not self._resumed or i.uid in self._unsettled]
+        self._resumed, self._unsettled = True, set()
+        finish, drop = resume(intents, {uid: s.terminating for uid, s in self._states.items()})
         for intent in drop:
-            log.info("%s/%s: eviction requested before the agent restarted did not take effect "
-                     "(the pod runs): the watermarks decide afresh", intent.namespace, intent.name)
+            log.info("%s/%s: eviction requested %s did not take effect (the pod runs): the "
+                     "watermarks decide afresh", intent.namespace, intent.name, when)
             self.evictions.done(intent.uid)
         for intent in finish:
-            log.info("%s/%s: eviction requested before the agent restarted took effect: finishing it",
-                     intent.namespace, intent.name)
-            self._work.put_nowait((intent, None))
+            log.info("%s/%s: eviction requested %s took effect: finishing it", intent.namespace, intent.name, when)
+            self._work.put_nowait((dataclasses.replace(intent, reason=f"{intent.reason} {note}"), None))
         if finish:
             self._wake.set()
 
@@ -536,12 +540,12 @@ class NodeQoS:
                 decision, pod = self._work.get_nowait()
                 if isinstance(decision, EvictionIntent):
                     try:
-                        await asyncio.wait_for(self._evidence(dataclasses.replace(
-                            decision, reason=f"{decision.reason} {FINISHED_NOTE}")), API_TIMEOUT_SECONDS)
+                        await asyncio.wait_for(self._evidence(decision), API_TIMEOUT_SECONDS)
                     except asyncio.CancelledError:
                         raise
-                    except Exception as err:  # kept in the journal: finished by the next start
+                    except Exception as err:  # kept in the journal: tried again next round
                         log.warning("eviction of %s/%s not finished (%s)", decision.namespace, decision.name, err)
+                        self._unsettled.add(decision.uid)
                     continue
                 if isinstance(decision, NodeEvent):
                     try:
@@ -563,6 +567,8 @@ class NodeQoS:
                                 pod.namespace, pod.name, err)
                     self.eviction.evicted.discard(pod.uid)
                     self.eviction.last_eviction = None
+                    if self.evictions is not None and pod.uid in self.evictions.intents:
+                        self._unsettled.add(pod.uid)  # took effect or not: the next round sorts it out
 
     async def _sync_taint(self) -> None:
         assert self.actions is not None

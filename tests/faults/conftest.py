@@ -5,6 +5,7 @@ lets the real node oversell and never evicts for the machine's own load, a BE po
 resources held by the agent and the NRI plugin, and the recovery times measured."""
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,8 +20,8 @@ from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, conta
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, SUITE_POLICY, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
-                           VOLCANO_NAMESPACE, VOLCANO_TARGET, _namespace_gone, batch_cpu, be_pod, now_utc,
-                           settled)
+                           VOLCANO_NAMESPACE, VOLCANO_TARGET, _namespace_gone, agent_state_dir, batch_cpu, be_pod,
+                           now_utc, settled)
 
 # The recovery times measured by the suite, by fault (the README's table is made from them).
 RECOVERY_FILE = Path(__file__).resolve().parents[1] / "output" / "faults-recovery.json"
@@ -55,8 +56,49 @@ def _volcano_configmap(lab, core) -> None:
         core.replace_namespaced_config_map(VOLCANO_CONFIGMAP, VOLCANO_NAMESPACE, body)
 
 
+STATE_FS = "tidal-fault-state"  # the source name of the suite's tmpfs in /proc/mounts
+STATE_FS_SIZE = "64m"  # the history file is capped at 16 MiB, written beside itself
+
+
+def _state_fs_mounted(path: Path) -> bool:
+    return any(line.split()[:2] == [STATE_FS, str(path)] for line in Path("/proc/mounts").read_text().splitlines())
+
+
+def _umount(path: Path) -> None:
+    if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(path)], check=True)  # a container's mount still closing
+
+
 @pytest.fixture(scope="package")
-def deployed(lab, core):
+def agent_state_fs(lab, core):
+    """The agent's state directory on the real node (its hostPath) on a tmpfs of its own for the
+    suite, mounted before Tidal is deployed, so the journal-disk-full test fills a real
+    filesystem the agent's container shares, not the machine's disk; unmounted after Tidal is
+    removed. None (that test skips) when Tidal already runs on a plain directory (reused with
+    TIDAL_FAULTS_KEEP: a container only sees the mounts it started with) or mounting fails."""
+    state = agent_state_dir(lab)
+    keep = os.environ.get("TIDAL_FAULTS_KEEP") == "1"
+    deployed_before = bool(tidal_pods(core, "tidal-agent"))
+    if _state_fs_mounted(state) and not deployed_before:
+        _umount(state)  # left by a session that did not end: its contents are no agent's any more
+    if not _state_fs_mounted(state):
+        state.mkdir(parents=True, exist_ok=True)
+        if deployed_before or any(state.iterdir()):
+            yield None
+            return
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={STATE_FS_SIZE},mode=0755", STATE_FS,
+                                  str(state)], capture_output=True, text=True)
+        if mounted.returncode != 0:
+            print(f"the agent's state directory stays on the disk: mount: {mounted.stderr.strip()}")
+            yield None
+            return
+    yield state
+    if not keep:
+        _umount(state)
+
+
+@pytest.fixture(scope="package")
+def deployed(lab, core, agent_state_fs):
     """Tidal as pods on the real node (site.yml without the demo); removed again afterwards,
     which must leave no Tidal label, taint or batch resource on the real node.
     TIDAL_FAULTS_KEEP=1 (while working on a fault): leave it deployed, and reuse it next time."""
@@ -119,7 +161,7 @@ def image(core, deployed):
 @pytest.fixture(scope="package")
 def workload(core, suite_policy, image):
     """A namespace with a BE pod on the real node's batch resources (300 m, 64 MiB), Running
-    and held to its quota; deleted after the suite."""
+    and held to its quota (its container's and its pod cgroup's); deleted after the suite."""
     namespace = f"faults-{os.getpid()}"
     core.create_namespace({"metadata": {"name": namespace}})
     wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
@@ -127,7 +169,9 @@ def workload(core, suite_policy, image):
     core.create_namespaced_pod(namespace, be_pod("transcode", image))
     pod = wait_for(running(core, namespace, "transcode"), 120, "the BE pod Running")
     wait_for(lambda: read(container_cgroup(pod, "cpu") / "cpu.cfs_quota_us") == BE_QUOTA_US, 30,
-             "the BE pod's CPU quota from its batch-cpu")
+             "the BE pod's CPU quota from its batch-cpu")  # the NRI plugin's, at creation
+    wait_for(lambda: read(container_cgroup(pod, "cpu").parent / "cpu.cfs_quota_us") == BE_QUOTA_US, 30,
+             "the BE pod cgroup's CPU quota")  # the agent's, a round later
     yield namespace
     core.delete_namespace(namespace)
     wait_for(lambda: _namespace_gone(core, namespace), 120, f"namespace {namespace} deleted")

@@ -173,9 +173,15 @@ def tracebacks(core, since: datetime.datetime) -> list[str]:
     return found
 
 
+def agent_state_dir(lab) -> Path:
+    """The agent's state directory on the real node (its journals and history), on the host: its
+    hostPath."""
+    return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent"
+
+
 def _state_file(lab, name: str) -> Path:
-    """A file of the agent's state directory on the real node, on the host (its hostPath)."""
-    return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent" / name
+    """A file of the agent's state directory on the real node, on the host."""
+    return agent_state_dir(lab) / name
 
 
 def eviction_intents(lab) -> list[dict]:

@@ -18,6 +18,7 @@ from tidal_dev.testing.site import (CGROUP, REAL_NODE, container_cgroup, gone, p
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
+                           be_pod,
                            eviction_intents, evictions, healthy, journal_originals, not_restored, now_utc, pod_ready,
                            tracebacks)
 
@@ -57,7 +58,7 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
     (agent,) = tidal_pods(core, "tidal-agent")
     be = core.read_namespaced_pod("transcode", workload)
     evicted_before = len(evictions(core, workload))
-    started = now_utc()
+    started, before = now_utc(), _node_event_uids(core)
 
     try:
         pids = _agent_pids(agent)
@@ -79,7 +80,7 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
         after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
         status = next(s for s in after.status.container_statuses if s.name == "agent")
         assert status.restart_count >= 1, "the same pod's agent container started again"
-        assert _node_events(core, "TidalNodeRestored", started), "a TidalNodeRestored Event on the node"
+        assert _node_events(core, "TidalNodeRestored", before), "a TidalNodeRestored Event on the node"
         wait_for(lambda: not tidal_pods(core, "tidal-agent"), 60, "the DaemonSet deletes the agent pod once restored")
         recovery("agent killed mid-restore", took,
                  f"from the SIGKILL: the kubelet restarted it and it put back {len(changed)} changed values")
@@ -193,10 +194,20 @@ REFUSING = CGROUP / "cpu/tidal-lab/kubepods/besteffort"
 
 
 def _node_events(core, reason: str, since) -> list:
+    """The real node's Events of `reason` since `since`: a datetime, or the uids of the node's
+    Events before the test began (`_node_event_uids`; Event times have whole seconds, so a test
+    that starts in the second the one before it ended would also see that test's Events)."""
     events = core.list_namespaced_event("default", field_selector=(
         f"involvedObject.kind=Node,involvedObject.name={REAL_NODE},reason={reason}")).items
+    if isinstance(since, (set, frozenset)):
+        return [e for e in events if e.metadata.uid not in since]
     return [e for e in events if (e.last_timestamp or e.event_time) and
             (e.last_timestamp or e.event_time) >= since.replace(microsecond=0)]
+
+
+def _node_event_uids(core) -> frozenset[str]:
+    return frozenset(e.metadata.uid for e in core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={REAL_NODE}").items)
 
 
 def _write_errors(url: str) -> float:
@@ -233,7 +244,7 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     restarts = {s.name: s.restart_count for s in agent.status.container_statuses}
     errors_before = _write_errors(url)
     evicted_before = len(evictions(core, workload))
-    started = now_utc()
+    started, before = now_utc(), _node_event_uids(core)
     isolation = custom.get_cluster_custom_object(*POLICY)["spec"].get("beIsolation")
     child = REFUSING / "tidal-fault-refuses"
     child.mkdir(exist_ok=True)
@@ -244,7 +255,7 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
             # Suppression's floor, and a threshold below it: the agent wants the parent at 300 m.
             custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
                 "cpuSuppression": {"thresholdPercent": 10, "floorMillicores": 300}}}})
-            (failed,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", started) or None, 60,
+            (failed,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", before) or None, 60,
                                  "a TidalCgroupWriteFailed Event on the node")
             assert "kubepods/besteffort/cpu.cfs_quota_us" in failed.message, failed.message
             assert "Invalid argument" in failed.message and failed.type == "Warning", failed.message
@@ -253,10 +264,10 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
             assert healthy(url)
         finally:
             child.rmdir()
-        wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", started) or None, 60,
+        wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
                  "a TidalCgroupWriteRecovered Event once the write succeeds")
         wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
-        assert len(_node_events(core, "TidalCgroupWriteFailed", started)) == 1  # once, not every round
+        assert len(_node_events(core, "TidalCgroupWriteFailed", before)) == 1  # once, not every round
     finally:
         policy = custom.get_cluster_custom_object(*POLICY)
         policy["spec"].pop("beIsolation", None)
@@ -268,3 +279,181 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     assert len(evictions(core, workload)) == evicted_before
     assert not tracebacks(core, started)
 
+
+
+def _restarts(core) -> dict[str, int]:
+    (agent,) = tidal_pods(core, "tidal-agent")
+    return {s.name: s.restart_count for s in agent.status.container_statuses}
+
+
+def _fill(path: Path) -> None:
+    """Write `path` until its filesystem is full (ENOSPC)."""
+    with open(path, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * (1 << 20))
+        except OSError:
+            pass
+        for size in (4096, 1):  # the last blocks
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError:
+                pass
+
+
+def test_journal_disk_full_leaves_new_cgroup_values_alone_with_an_event_and_a_metric_and_no_crash(
+        lab, core, workload, image, agent_state_fs, recovery):
+    """The filesystem of the agent's state directory (the suite's tmpfs, which the agent's
+    container shares) filled up. Must hold: a cgroup value the agent cannot journal first is
+    left alone (nothing could put it back) — here a new BE pod's — with a Warning Event
+    TidalCgroupWriteFailed naming the file, the journal and "No space left on device" (once per
+    new set of such files, not every round) and `tidal_agent_cgroup_write_errors_total` counting
+    every try; the agent neither restarts nor stops answering; once there is room again the
+    original is journalled and the value written, with TidalCgroupWriteRecovered. Nothing
+    evicted."""
+    if agent_state_fs is None:
+        pytest.skip("the agent's state directory is not on the suite's tmpfs (Tidal ran before the suite "
+                    "could mount it, e.g. reused with TIDAL_FAULTS_KEEP=1)")
+    (agent,) = tidal_pods(core, "tidal-agent")
+    seen = os.stat(f"/proc/{_agent_pids(agent)[0]}/root/var/lib/tidal-agent")
+    assert seen.st_dev == os.stat(agent_state_fs).st_dev, "the agent's container does not see the suite's tmpfs"
+    url = agent_health_url(core)
+    restarts, errors_before = _restarts(core), _write_errors(url)
+    evicted_before = len(evictions(core, workload))
+    started, before = now_utc(), _node_event_uids(core)
+    filler = agent_state_fs / "tidal-fault-filler"
+    try:
+        _fill(filler)
+        core.create_namespaced_pod(workload, be_pod("newcomer", image))
+        wait_for(running(core, workload, "newcomer"), 120, "the new BE pod Running")
+        wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", before) or None, 60,
+                 "a TidalCgroupWriteFailed Event on the node")
+        wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the refused writes counted every round")
+        # an Event names the files newly refused: the pod's cgroup and its container's may come
+        # in different rounds, and any other value the agent first changes now is refused too
+        refused = _refused_since(core, before)
+        new_pod = f"/pod{core.read_namespaced_pod('newcomer', workload).metadata.uid}/"
+        print(f"refused on the full disk: {sorted(refused)}; pods: "
+              f"{ {p.metadata.uid: p.metadata.name for p in core.list_namespaced_pod(workload).items} }")
+        assert any(new_pod in path for path in refused), refused
+        assert all("could not be journalled in /var/lib/tidal-agent/qos-journal.json: No space left on device"
+                   in problem for problem in refused.values()), refused
+        left = {path: read(Path(path.removeprefix("/host"))) for path in refused}
+        wait_for(lambda: _write_errors(url) >= errors_before + 3 * len(refused) + 3, 30, "the tries counted")
+        assert {path: read(Path(path.removeprefix("/host"))) for path in refused} == left  # left alone
+        assert healthy(url)
+    finally:
+        filler.unlink(missing_ok=True)
+        freed = time.monotonic()
+    try:
+        wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
+                 "a TidalCgroupWriteRecovered Event once the journal has room")
+        recovery("journal disk full", time.monotonic() - freed,
+                 f"from the space freed to TidalCgroupWriteRecovered; {len(refused)} values refused meanwhile")
+        originals = journal_originals(lab)
+        assert {path: originals.get(path) for path in refused} == left  # journalled first, then written
+        failed = _node_events(core, "TidalCgroupWriteFailed", before)
+        for event in failed:
+            print(f"{event.last_timestamp} TidalCgroupWriteFailed: {event.message}")
+        # not one every round (the tries are counted, ≥ 3 rounds of each file): one per new file at most
+        assert len(failed) <= len(_refused_since(core, before))
+        assert _restarts(core) == restarts, "the agent restarted"
+        assert len(evictions(core, workload)) == evicted_before
+        assert not tracebacks(core, started)
+    finally:
+        core.delete_namespaced_pod("newcomer", workload, grace_period_seconds=0)
+        wait_for(gone(core, workload, "newcomer"), 60, "the new BE pod deleted")
+
+
+def _refused_since(core, since) -> dict[str, str]:
+    """file -> problem, named in the TidalCgroupWriteFailed Events since `since` (_node_events)."""
+    refused = {}
+    for event in _node_events(core, "TidalCgroupWriteFailed", since):
+        assert event.type == "Warning", event.message
+        named = event.message.split("retried every round: ", 1)[1].split(" (and ", 1)[0]
+        refused.update(item.split(": ", 1) for item in named.split("; "))
+    return refused
+
+
+#: A BE process that takes 160 MiB of anonymous memory on SIGUSR1 and gives it back on SIGUSR2.
+HOG = """
+import signal
+held = []
+def take(*_):
+    block = bytearray(160 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    held.append(block)
+signal.signal(signal.SIGUSR1, take)
+signal.signal(signal.SIGUSR2, lambda *_: held.clear())
+while True:
+    signal.pause()
+"""
+LIMIT_64MI = str(64 << 20)
+
+
+def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(core, workload, image, recovery):
+    """The kernel refuses a memory limit with EBUSY (cgroup v1: below what the cgroup uses, and
+    nothing to reclaim: anonymous memory, no swap). Set up with the agent frozen: a BE pod's
+    64 MiB limits raised by hand to 512 MiB and 160 MiB taken. Must hold: the agent's writes of
+    its 64 MiB are refused and said so — a Warning Event TidalCgroupWriteFailed naming the files
+    and "Device or resource busy", `tidal_agent_cgroup_write_errors_total` counting the tries,
+    the kernel's limit kept, the process not killed; the agent neither restarts nor stops
+    answering; once the memory is given back the limit is written, with
+    TidalCgroupWriteRecovered. Nothing evicted."""
+    if not (CGROUP / "memory/tidal-lab/kubepods/besteffort/memory.limit_in_bytes").exists():
+        pytest.skip("no cgroup v1 memory hierarchy: EBUSY on a limit is v1's (v2 OOM-kills instead)")
+    if any(line.split()[1:2] != ["Size"] for line in Path("/proc/swaps").read_text().splitlines()[1:] if line):
+        pytest.skip("swap is on: the kernel would swap the memory out and take the limit")
+    url = agent_health_url(core)
+    restarts, errors_before = _restarts(core), _write_errors(url)
+    evicted_before = len(evictions(core, workload))
+    started, before = now_utc(), _node_event_uids(core)
+    manifest = be_pod("hog", image)
+    manifest["spec"]["containers"][0]["command"] = ["python3", "-c", HOG]
+    core.create_namespaced_pod(workload, manifest)
+    try:
+        pod = wait_for(running(core, workload, "hog"), 120, "the memory-taking BE pod Running")
+        container = container_cgroup(pod, "memory")
+        limits = [container.parent / "memory.limit_in_bytes", container / "memory.limit_in_bytes"]
+        wait_for(lambda: all(read(f) == LIMIT_64MI for f in limits), 30, "the BE pod's 64 MiB limits")
+        (hog,) = map(int, read(container / "cgroup.procs").split())
+        (agent,) = tidal_pods(core, "tidal-agent")
+        pids = _agent_pids(agent)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            for limit in limits:  # the pod's first; memory+swap before memory (v1: memory <= memsw)
+                memsw = limit.with_name("memory.memsw.limit_in_bytes")
+                for file in ([memsw] if memsw.exists() else []) + [limit]:
+                    if int(read(file)) < 512 << 20:
+                        file.write_text(str(512 << 20))
+            os.kill(hog, signal.SIGUSR1)
+            wait_for(lambda: int(read(container / "memory.usage_in_bytes")) > 160 << 20, 30,
+                     "the BE process holding 160 MiB")
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        (failed,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", before) or None, 60,
+                             "a TidalCgroupWriteFailed Event on the node")
+        assert "Device or resource busy" in failed.message and failed.type == "Warning", failed.message
+        assert all(str(f) in failed.message for f in limits), failed.message
+        wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the refused writes counted every round")
+        assert all(read(f) == str(512 << 20) for f in limits)  # the kernel kept its limit
+        assert read(container / "cgroup.procs") == str(hog)  # and the process
+        assert healthy(url)
+        os.kill(hog, signal.SIGUSR2)
+        freed = time.monotonic()
+        wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
+                 "a TidalCgroupWriteRecovered Event once the memory is given back")
+        wait_for(lambda: all(read(f) == LIMIT_64MI for f in limits), 30, "the 64 MiB limits written")
+        recovery("cgroup write refused (EBUSY)", time.monotonic() - freed,
+                 "from the memory given back to the limits written and TidalCgroupWriteRecovered")
+        assert len(_node_events(core, "TidalCgroupWriteFailed", before)) == 1  # once, not every round
+        assert _restarts(core) == restarts, "the agent restarted"
+        assert len(evictions(core, workload)) == evicted_before
+        assert not tracebacks(core, started)
+    finally:
+        core.delete_namespaced_pod("hog", workload, grace_period_seconds=0)
+        wait_for(gone(core, workload, "hog"), 60, "the memory-taking BE pod deleted")

@@ -1,5 +1,6 @@
 """Faults of the agent itself: killed (SIGKILL) in the middle of a restore, when colocation was
-switched off under it; its cgroup writes refused by the kernel. The agent keeps
+switched off under it, or of an eviction; its cgroup writes refused by the kernel (EINVAL,
+EBUSY) or left undone because its journal's disk is full. The agent keeps
 ``colocation.tidal.io/restore-pending`` on its node until the node is restored, and its
 DaemonSet runs on nodes with that label, so the kubelet starts it again and it finishes the
 restore from its journal; only then does the DaemonSet let it go."""
@@ -190,6 +191,19 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
         wait_for(gone(core, workload, "victim"), 60, "the spinning pod deleted")
 
 
+def _restarts(core) -> dict[str, int]:
+    (agent,) = tidal_pods(core, "tidal-agent")
+    return {s.name: s.restart_count for s in agent.status.container_statuses}
+
+
+def _unharmed(core, workload: str, restarts: dict[str, int], evicted_before: int, since) -> None:
+    """What every refused-write test ends with: the agent not restarted, nothing evicted, no
+    traceback in any Tidal container since the fault began."""
+    assert _restarts(core) == restarts, "the agent restarted"
+    assert len(evictions(core, workload)) == evicted_before
+    assert not tracebacks(core, since)
+
+
 REFUSING = CGROUP / "cpu/tidal-lab/kubepods/besteffort"
 
 
@@ -240,9 +254,7 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     if not (REFUSING / "cpu.cfs_quota_us").exists():
         pytest.skip("no cgroup v1 cpu hierarchy for the BE pods: this refusal is v1's")
     url = agent_health_url(core)
-    (agent,) = tidal_pods(core, "tidal-agent")
-    restarts = {s.name: s.restart_count for s in agent.status.container_statuses}
-    errors_before = _write_errors(url)
+    restarts, errors_before = _restarts(core), _write_errors(url)
     evicted_before = len(evictions(core, workload))
     started, before = now_utc(), _node_event_uids(core)
     isolation = custom.get_cluster_custom_object(*POLICY)["spec"].get("beIsolation")
@@ -274,16 +286,10 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
         if isolation is not None:
             policy["spec"]["beIsolation"] = isolation
         custom.replace_cluster_custom_object(*POLICY, policy)
-    (agent,) = tidal_pods(core, "tidal-agent")
-    assert {s.name: s.restart_count for s in agent.status.container_statuses} == restarts
-    assert len(evictions(core, workload)) == evicted_before
-    assert not tracebacks(core, started)
+    _unharmed(core, workload, restarts, evicted_before, started)
 
 
 
-def _restarts(core) -> dict[str, int]:
-    (agent,) = tidal_pods(core, "tidal-agent")
-    return {s.name: s.restart_count for s in agent.status.container_statuses}
 
 
 def _fill(path: Path) -> None:
@@ -358,9 +364,7 @@ def test_journal_disk_full_leaves_new_cgroup_values_alone_with_an_event_and_a_me
             print(f"{event.last_timestamp} TidalCgroupWriteFailed: {event.message}")
         # not one every round (the tries are counted, ≥ 3 rounds of each file): one per new file at most
         assert len(failed) <= len(_refused_since(core, before))
-        assert _restarts(core) == restarts, "the agent restarted"
-        assert len(evictions(core, workload)) == evicted_before
-        assert not tracebacks(core, started)
+        _unharmed(core, workload, restarts, evicted_before, started)
     finally:
         core.delete_namespaced_pod("newcomer", workload, grace_period_seconds=0)
         wait_for(gone(core, workload, "newcomer"), 60, "the new BE pod deleted")
@@ -451,9 +455,7 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
         recovery("cgroup write refused (EBUSY)", time.monotonic() - freed,
                  "from the memory given back to the limits written and TidalCgroupWriteRecovered")
         assert len(_node_events(core, "TidalCgroupWriteFailed", before)) == 1  # once, not every round
-        assert _restarts(core) == restarts, "the agent restarted"
-        assert len(evictions(core, workload)) == evicted_before
-        assert not tracebacks(core, started)
+        _unharmed(core, workload, restarts, evicted_before, started)
     finally:
         core.delete_namespaced_pod("hog", workload, grace_period_seconds=0)
         wait_for(gone(core, workload, "hog"), 60, "the memory-taking BE pod deleted")

@@ -122,26 +122,34 @@ def test_sampler_measures_a_real_pod_cgroup_laid_out_like_the_kubelet(hierarchy,
     )
     relpath = layout.pod_relpath(pod.uid, pod.qos_class)
     cgroups = dict.fromkeys([real.make(layout.cpu_dir(relpath)), real.make(layout.memory_dir(relpath))])
-    real.spawn("memory spin", *cgroups)
+    child = real.spawn("memory spin", *cgroups)
 
     sampler = Sampler(layout, windows=(60,))
     sampler.sample([pod])
-    time.sleep(1.0)
+    began, own = time.monotonic(), _process_cpu_seconds(child.pid)
+    time.sleep(1.0)  # the measuring interval, not a wait for an outcome
     summary = sampler.sample([pod])
+    task = (_process_cpu_seconds(child.pid) - own) / (time.monotonic() - began) * 1000
 
     usage = sampler.pod_usage(pod.uid)
     node = summary["usage"][0]
     ls = summary["perQoS"]["LS"]
     print(
-        f"\nsampler: pod {usage.cpu_millicores:.0f} m, {usage.memory_bytes / MiB:.1f} MiB; "
-        f"node {node['cpuMillicores']['max']} m, {node['memoryBytes']['max'] / MiB:.0f} MiB used"
+        f"\nsampler: pod {usage.cpu_millicores:.0f} m (the task itself: {task:.0f} m), "
+        f"{usage.memory_bytes / MiB:.1f} MiB; node {node['cpuMillicores']['max']} m, "
+        f"{node['memoryBytes']['max'] / MiB:.0f} MiB used"
     )
-    assert 700 <= usage.cpu_millicores <= 1300
+    if task < 200:
+        pytest.skip(f"this machine is too busy: the busy loop got {task:.0f} m of a core")
+    # what the kernel accounted to the task over the same second (a busy machine gives the loop
+    # less than a core: the sampler must still agree), give or take clock ticks and read skew
+    assert abs(usage.cpu_millicores - task) <= 100 + 0.1 * task
+    assert usage.cpu_millicores <= 1300
     assert 95 * MiB <= usage.memory_bytes <= 140 * MiB
     assert ls["podsAtRequest"] == []
     assert ls["current"] == {"cpuMillicores": round(usage.cpu_millicores), "memoryBytes": usage.memory_bytes}
     assert node["samples"] == 1
-    assert 700 <= node["cpuMillicores"]["max"] <= 1000 * os.cpu_count()
+    assert usage.cpu_millicores - 100 <= node["cpuMillicores"]["max"] <= 1000 * os.cpu_count()
     assert node["memoryBytes"]["max"] >= usage.memory_bytes
 
 

@@ -3,8 +3,10 @@
 
 The results thread of ansible-core 2.19.3 can die with a KeyError in ``_queued_task_cache`` and
 leave the run hanging until its timeout (ansible/ansible#86027, #85879). :func:`run` stops such a
-run as soon as its traceback shows and runs it again once, saying so; any other run is returned
-as it ended, and one still running at the deadline fails with its last output.
+run as soon as its traceback shows and runs it again, saying so, up to ATTEMPTS runs in all (on a
+loaded machine, with another ansible-playbook running, the race met two runs in a row: CI-like
+load on 2026-11-27); any other run is returned as it ended, and one still running at the
+deadline fails with its last output.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 __all__ = ["UPSTREAM_RACE", "PlaybookTimeout", "run"]
 
 UPSTREAM_RACE = "_queued_task_cache"
+ATTEMPTS = 3
 
 
 class PlaybookTimeout(AssertionError):
@@ -26,7 +29,7 @@ class PlaybookTimeout(AssertionError):
 def run(args: Sequence[str], cwd: Path | str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess:
     """``args`` (ansible-playbook and its arguments) in ``cwd`` with ``env``, retried once when
     the upstream race hangs it; raises :class:`PlaybookTimeout` after ``timeout`` seconds."""
-    for attempt in (1, 2):
+    for attempt in range(1, ATTEMPTS + 1):
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             proc = subprocess.Popen(list(args), cwd=cwd, env=dict(env), stdout=out, stderr=err, text=True)
             deadline, raced = time.monotonic() + timeout, False
@@ -47,7 +50,7 @@ def run(args: Sequence[str], cwd: Path | str, env: Mapping[str, str], timeout: f
             out.seek(0)
             err.seek(0)
             stdout, stderr = out.read(), err.read()
-        if raced and attempt == 1:
+        if raced and attempt < ATTEMPTS:
             print(f"{' '.join(args[:3])}: ansible-core results-thread race, retrying")
             continue
         return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

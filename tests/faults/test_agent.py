@@ -37,6 +37,17 @@ def _agent_pids(pod) -> list[int]:
     return [int(p) for p in procs.read_text().split()]
 
 
+def _agent_restarts(pod) -> int:
+    return next(s.restart_count for s in pod.status.container_statuses if s.name == "agent")
+
+
+def _wait_restarted(core, agent) -> None:
+    """Until the kubelet has started the SIGKILLed agent container of pod `agent` (as read before
+    the kill) again in the same pod."""
+    wait_for(lambda: _agent_restarts(core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace))
+             > _agent_restarts(agent), 60, "the same pod's agent container started again")
+
+
 def _labels(core) -> dict[str, str]:
     return core.read_node(REAL_NODE).metadata.labels or {}
 
@@ -72,15 +83,13 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
+        _wait_restarted(core, agent)  # in the same pod, which the restore-pending label keeps
 
         def finished():
             return _labels(core).get(PENDING) is None and not not_restored(changed) and not journal_originals(lab)
         wait_for(finished, 90, "the restarted agent restored every journalled value and removed the label",
                  interval=0.25)
         took = time.monotonic() - killed
-        after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
-        status = next(s for s in after.status.container_statuses if s.name == "agent")
-        assert status.restart_count >= 1, "the same pod's agent container started again"
         assert _node_events(core, "TidalNodeRestored", before), "a TidalNodeRestored Event on the node"
         wait_for(lambda: not tidal_pods(core, "tidal-agent"), 60, "the DaemonSet deletes the agent pod once restored")
         recovery("agent killed mid-restore", took,
@@ -159,6 +168,9 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
         assert [i["name"] for i in intents] == ["victim"], intents
         sent_before = len(_tidal_evicted(core, workload, "victim"))
 
+        # The agent may have finished the eviction just before the freeze (the journal empty
+        # already): what is read below is the restarted agent's doing, so it must have started.
+        _wait_restarted(core, agent)
         # A request in flight at the kill still reaches the API server a moment later: whether
         # the eviction took effect is read once the restarted agent has emptied its journal.
         def finished():
@@ -167,8 +179,6 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
         wait_for(finished, 90, "the restarted agent finishing the eviction from its journal", interval=0.25)
         took = time.monotonic() - killed
         took_effect = _terminating(core, workload)
-        after = core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace)
-        assert next(s for s in after.status.container_statuses if s.name == "agent").restart_count >= 1
         events = _tidal_evicted(core, workload, "victim")
         if took_effect:
             assert len(events) == 1, [e.message for e in events]

@@ -18,10 +18,9 @@ from tidal_dev.testing.site import (CGROUP, REAL_NODE, container_cgroup, gone, p
                                      tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_helpers import (BE_QUOTA_US, POLICY, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
-                           be_pod,
-                           eviction_intents, evictions, healthy, journal_originals, not_restored, now_utc, pod_ready,
-                           tracebacks)
+from fault_helpers import (BE_QUOTA_US, POLICY, _host, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
+                           be_pod, eviction_intents, evictions, healthy, journal_originals, not_restored, now_utc,
+                           pod_ready, tracebacks)
 
 pytestmark = pytest.mark.lab
 
@@ -37,15 +36,15 @@ def _agent_pids(pod) -> list[int]:
     return [int(p) for p in procs.read_text().split()]
 
 
-def _agent_restarts(pod) -> int:
-    return next(s.restart_count for s in pod.status.container_statuses if s.name == "agent")
+def _restarts_of(pod) -> dict[str, int]:
+    return {s.name: s.restart_count for s in pod.status.container_statuses}
 
 
 def _wait_restarted(core, agent) -> None:
     """Until the kubelet has started the SIGKILLed agent container of pod `agent` (as read before
     the kill) again in the same pod."""
-    wait_for(lambda: _agent_restarts(core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace))
-             > _agent_restarts(agent), 60, "the same pod's agent container started again")
+    wait_for(lambda: _restarts_of(core.read_namespaced_pod(agent.metadata.name, agent.metadata.namespace))["agent"]
+             > _restarts_of(agent)["agent"], 60, "the same pod's agent container started again")
 
 
 def _labels(core) -> dict[str, str]:
@@ -203,7 +202,7 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
 
 def _restarts(core) -> dict[str, int]:
     (agent,) = tidal_pods(core, "tidal-agent")
-    return {s.name: s.restart_count for s in agent.status.container_statuses}
+    return _restarts_of(agent)
 
 
 def _unharmed(core, workload: str, restarts: dict[str, int], evicted_before: int, since) -> None:
@@ -217,16 +216,13 @@ def _unharmed(core, workload: str, restarts: dict[str, int], evicted_before: int
 REFUSING = CGROUP / "cpu/tidal-lab/kubepods/besteffort"
 
 
-def _node_events(core, reason: str, since) -> list:
-    """The real node's Events of `reason` since `since`: a datetime, or the uids of the node's
-    Events before the test began (`_node_event_uids`; Event times have whole seconds, so a test
-    that starts in the second the one before it ended would also see that test's Events)."""
+def _node_events(core, reason: str, before: frozenset[str]) -> list:
+    """The real node's Events of `reason` other than those in `before`, the uids of the node's
+    Events when the test began (`_node_event_uids`). Not by time: Event times have whole seconds,
+    so a test that starts in the second the one before it ended would see that test's Events."""
     events = core.list_namespaced_event("default", field_selector=(
         f"involvedObject.kind=Node,involvedObject.name={REAL_NODE},reason={reason}")).items
-    if isinstance(since, (set, frozenset)):
-        return [e for e in events if e.metadata.uid not in since]
-    return [e for e in events if (e.last_timestamp or e.event_time) and
-            (e.last_timestamp or e.event_time) >= since.replace(microsecond=0)]
+    return [e for e in events if e.metadata.uid not in before]
 
 
 def _node_event_uids(core) -> frozenset[str]:
@@ -342,22 +338,22 @@ def test_journal_disk_full_leaves_new_cgroup_values_alone_with_an_event_and_a_me
     try:
         _fill(filler)
         core.create_namespaced_pod(workload, be_pod("newcomer", image))
-        wait_for(running(core, workload, "newcomer"), 120, "the new BE pod Running")
+        newcomer = wait_for(running(core, workload, "newcomer"), 120, "the new BE pod Running")
         wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", before) or None, 60,
                  "a TidalCgroupWriteFailed Event on the node")
         wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the refused writes counted every round")
         # an Event names the files newly refused: the pod's cgroup and its container's may come
         # in different rounds, and any other value the agent first changes now is refused too
         refused = _refused_since(core, before)
-        new_pod = f"/pod{core.read_namespaced_pod('newcomer', workload).metadata.uid}/"
+        new_pod = f"/pod{newcomer.metadata.uid}/"
         print(f"refused on the full disk: {sorted(refused)}; pods: "
               f"{ {p.metadata.uid: p.metadata.name for p in core.list_namespaced_pod(workload).items} }")
         assert any(new_pod in path for path in refused), refused
         assert all("could not be journalled in /var/lib/tidal-agent/qos-journal.json: No space left on device"
                    in problem for problem in refused.values()), refused
-        left = {path: read(Path(path.removeprefix("/host"))) for path in refused}
+        left = {path: read(_host(path)) for path in refused}
         wait_for(lambda: _write_errors(url) >= errors_before + 3 * len(refused) + 3, 30, "the tries counted")
-        assert {path: read(Path(path.removeprefix("/host"))) for path in refused} == left  # left alone
+        assert {path: read(_host(path)) for path in refused} == left  # left alone
         assert healthy(url)
     finally:
         filler.unlink(missing_ok=True)
@@ -380,10 +376,10 @@ def test_journal_disk_full_leaves_new_cgroup_values_alone_with_an_event_and_a_me
         wait_for(gone(core, workload, "newcomer"), 60, "the new BE pod deleted")
 
 
-def _refused_since(core, since) -> dict[str, str]:
-    """file -> problem, named in the TidalCgroupWriteFailed Events since `since` (_node_events)."""
+def _refused_since(core, before: frozenset[str]) -> dict[str, str]:
+    """file -> problem, named in the TidalCgroupWriteFailed Events not in `before` (_node_events)."""
     refused = {}
-    for event in _node_events(core, "TidalCgroupWriteFailed", since):
+    for event in _node_events(core, "TidalCgroupWriteFailed", before):
         assert event.type == "Warning", event.message
         named = event.message.split("retried every round: ", 1)[1].split(" (and ", 1)[0]
         refused.update(item.split(": ", 1) for item in named.split("; "))

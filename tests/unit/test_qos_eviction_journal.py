@@ -21,6 +21,10 @@ from test_qos_executor import full_disk  # noqa: E402,F401  (fixture)
 from test_qos_restore_pending import until  # noqa: E402
 
 
+#: the round's pods once the BE pod's eviction took effect
+TERMINATING = [dataclasses.replace(p, terminating=True) if p.uid == "be" else p for p in pods(10)]
+
+
 def _intent(uid):
     return EvictionIntent(uid, "ns", f"pod-{uid}", "cpu 90% above 80%", "cpu")
 
@@ -137,10 +141,9 @@ def test_killed_after_the_request_the_restarted_agent_finishes_it_once(tmp_path)
 
     second = Actions(path)
     restarted = _agent(tmp_path, second)
-    states = [dataclasses.replace(p, terminating=True) if p.uid == "be" else p for p in pods(10)]
 
     async def finish():
-        restarted.round(Sample(), states)
+        restarted.round(Sample(), TERMINATING)
         await until(lambda: second.events)
     _run(restarted, finish)
     assert second.evictions == []
@@ -185,17 +188,14 @@ def test_killed_after_the_event_went_out_the_restarted_agent_sends_no_second_one
 
     second = Actions(path, server=server)
     restarted = _agent(tmp_path, second)
-    states = [dataclasses.replace(p, terminating=True) if p.uid == "be" else p for p in pods(10)]
 
     async def finish():
-        restarted.round(Sample(), states)
+        restarted.round(Sample(), TERMINATING)
         await until(lambda: not EvictionJournal(path).intents)
     _run(restarted, finish)
     assert second.events == [] and second.evictions == []
     assert len(server) == 1 and all(".tidal-evicted.be" in name for name in server)
 
-
-TERMINATING = [dataclasses.replace(p, terminating=True) if p.uid == "be" else p for p in pods(10)]
 
 
 @pytest.mark.parametrize("fail, pod_after, requests, note", [

@@ -96,6 +96,7 @@ def test_policy_deleted_the_defaults_apply_and_the_status_says_so(core, custom, 
     again = custom.get_cluster_custom_object(*POLICY)["metadata"]["generation"]
     wait_for(lambda: _status(custom, "policy").get("appliedGeneration") == again, 30,
              "the node running the policy created again")
+    _wait_breakdown_on(custom, suite_policy)  # the manager's side too, not only the agent's
     assert not tracebacks(core, started)
 
 
@@ -106,13 +107,25 @@ GARBAGE = {
 }
 
 
-def test_garbage_node_annotations_are_named_in_the_status_and_change_nothing(core, custom, workload):
+def _wait_breakdown_on(custom, spec: dict) -> dict:
+    """The node's breakdown in its NodeProfile once the manager computes it with ``spec``'s cap
+    (a cycle run while the policy was away leaves the defaults' cap for up to one interval)."""
+    cap = spec["overselling"]["ratioPercent"]
+
+    def on_policy():
+        oversell = _status(custom, "oversell")
+        return all((oversell.get(r) or {}).get("capPercent") == cap for r in ("cpuMillicores", "memoryBytes")) \
+            and oversell
+    return wait_for(on_policy, 60, f"the node's breakdown in its NodeProfile with the policy's cap {cap} %",
+                    interval=0.5)
+
+
+def test_garbage_node_annotations_are_named_in_the_status_and_change_nothing(core, custom, workload, suite_policy):
     """Garbage in the node annotations a user types (oversell types, ratio and margin
     overrides). Must hold: each is named with what is allowed in the node's NodeProfile
     breakdown, and nothing changes: both types still oversold, the policy's cap and margin in
     force, no eviction; removed, the notes go."""
-    before = wait_for(lambda: _status(custom, "oversell").get("cpuMillicores") and _status(custom, "oversell"), 60,
-                      "the node's breakdown in its NodeProfile")
+    before = _wait_breakdown_on(custom, suite_policy)
     evicted_before = len(evictions(core, workload))
     core.patch_node(REAL_NODE, {"metadata": {"annotations": GARBAGE}})
     try:

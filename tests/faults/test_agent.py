@@ -14,6 +14,7 @@ import pytest
 
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.full_disk import fill
 from tidal_dev.testing.site import (CGROUP, REAL_NODE, container_cgroup, gone, pod_manifest, read, running,
                                      tidal_pods)
 
@@ -298,22 +299,6 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
 
 
 
-def _fill(path: Path) -> None:
-    """Write `path` until its filesystem is full (ENOSPC)."""
-    with open(path, "wb", buffering=0) as out:
-        try:
-            while True:
-                out.write(b"\0" * (1 << 20))
-        except OSError:
-            pass
-        for size in (4096, 1):  # the last blocks
-            try:
-                while True:
-                    out.write(b"\0" * size)
-            except OSError:
-                pass
-
-
 def test_journal_disk_full_leaves_new_cgroup_values_alone_with_an_event_and_a_metric_and_no_crash(
         lab, core, workload, image, agent_state_fs, recovery):
     """The filesystem of the agent's state directory (the suite's tmpfs, which the agent's
@@ -336,7 +321,7 @@ def test_journal_disk_full_leaves_new_cgroup_values_alone_with_an_event_and_a_me
     started, before = now_utc(), _node_event_uids(core)
     filler = agent_state_fs / "tidal-fault-filler"
     try:
-        _fill(filler)
+        fill(filler)
         core.create_namespaced_pod(workload, be_pod("newcomer", image))
         newcomer = wait_for(running(core, workload, "newcomer"), 120, "the new BE pod Running")
         wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", before) or None, 60,

@@ -10,6 +10,7 @@ from tidal.agent.executor import Executor
 from tidal.agent.executor.cgroupfs import CgroupTrigger, CgroupWrite, RestoreJournal, UnsafeWriteError
 from tidal.agent.qos import registry
 from tidal.agent.qos.engine import QoSEngine
+from tidal_dev.testing.full_disk import fill
 
 
 def test_older_journals_are_merged_once_and_the_one_journal_wins(tmp_path):
@@ -123,14 +124,7 @@ def full_disk(tmp_path):
                       capture_output=True).returncode != 0:
         pytest.skip("needs root to mount a tmpfs (a real full disk for the journal)")
     try:
-        import os
-        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"x" * 1024)
-        except OSError:
-            pass
-        os.close(fd)
+        fill(mount / "filler")
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)

@@ -227,3 +227,29 @@ def test_an_api_error_mid_eviction_is_sorted_out_the_next_round_not_at_the_next_
     assert event["reason"] == "TidalEvicted" and event["uid"] == "be"
     assert (note in event["message"]) if note else (RETRIED_NOTE not in event["message"])
     assert FINISHED_NOTE not in event["message"]
+
+
+def test_an_eviction_whose_event_failed_keeps_its_cooldown_no_second_pod_evicted(tmp_path):
+    """The eviction took effect and only its Event failed: the eviction happened, so the
+    cooldown counts from it and no second BE pod is evicted the round after (it was, when any
+    API error reset the cooldown); the Event goes out that round, once."""
+    path = tmp_path / "evictions-journal.json"
+    actions = Actions(path, fail=["event"])
+    agent = _agent(tmp_path, actions)
+    agent.observe_policy({"metadata": {"resourceVersion": "2"}, "spec": {
+        "evictionWatermarks": {"dwellSeconds": 0, "cooldownSeconds": 600}}})
+    other = dataclasses.replace(pods(10)[1], uid="be-2", name="batch-2")
+
+    async def rounds():
+        agent.round(Sample(), [*pods(10), other])
+        await until(lambda: not actions.fail)  # the Event failed
+        await until(lambda: not agent._work.qsize() and agent._unsettled)
+        agent.round(Sample(), [*TERMINATING, other])  # still above the watermark, another BE pod there
+        await until(lambda: actions.events)
+        await until(lambda: not EvictionJournal(path).intents)
+        agent.round(Sample(), [*TERMINATING, other])
+        await until(lambda: not agent._work.qsize())
+    _run(agent, rounds)
+    assert actions.evictions == [("ns", "batch")]
+    (event,) = actions.events
+    assert event["uid"] == "be" and RETRIED_NOTE in event["message"]

@@ -539,13 +539,7 @@ class NodeQoS:
             while not self._work.empty():
                 decision, pod = self._work.get_nowait()
                 if isinstance(decision, EvictionIntent):
-                    try:
-                        await asyncio.wait_for(self._evidence(decision), API_TIMEOUT_SECONDS)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as err:  # kept in the journal: tried again next round
-                        log.warning("eviction of %s/%s not finished (%s)", decision.namespace, decision.name, err)
-                        self._unsettled.add(decision.uid)
+                    await self._finish_eviction(decision)
                     continue
                 if isinstance(decision, NodeEvent):
                     try:
@@ -559,7 +553,7 @@ class NodeQoS:
                     continue
                 assert pod is not None
                 try:
-                    await asyncio.wait_for(self._evict(decision, pod), API_TIMEOUT_SECONDS)
+                    took_effect = await asyncio.wait_for(self._evict(decision, pod), API_TIMEOUT_SECONDS)
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:
@@ -569,6 +563,11 @@ class NodeQoS:
                     self.eviction.last_eviction = None
                     if self.evictions is not None and pod.uid in self.evictions.intents:
                         self._unsettled.add(pod.uid)  # took effect or not: the next round sorts it out
+                    continue
+                if took_effect is not None:
+                    # Evicted: its cooldown stands whatever becomes of the Event (a failed Event
+                    # must not let the machine evict a second pod at once).
+                    await self._finish_eviction(took_effect)
 
     async def _sync_taint(self) -> None:
         assert self.actions is not None
@@ -598,7 +597,21 @@ class NodeQoS:
         await self.actions.event(kind="Node", name=self.node, namespace="", uid=None, reason=reason,
                                  message=message)
 
-    async def _evict(self, decision: Decision, pod: PodState) -> None:
+    async def _finish_eviction(self, intent: EvictionIntent) -> None:
+        """The evidence of an eviction that took effect (`_evidence`); an API error keeps its
+        intent in the journal, and the next round sorts it out (`_resume_evictions`)."""
+        try:
+            await asyncio.wait_for(self._evidence(intent), API_TIMEOUT_SECONDS)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.warning("%s/%s evicted, its TidalEvicted Event not sent (%s): tried again next round",
+                        intent.namespace, intent.name, err)
+            self._unsettled.add(intent.uid)
+
+    async def _evict(self, decision: Decision, pod: PodState) -> EvictionIntent | None:
+        """Ask the Eviction API; the intent of an eviction that took effect (its evidence still to
+        send), None when the API refused it (a PodDisruptionBudget) or the pod is gone."""
         assert self.actions is not None
         intent = EvictionIntent(pod.uid, pod.namespace, pod.name, decision.reason, decision.resource or "",
                                 getattr(decision, "kind", "watermark"), time.time())
@@ -615,11 +628,11 @@ class NodeQoS:
             log.info("%s/%s: %s", pod.namespace, pod.name, message)
             await self.actions.event(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid,
                                      reason="TidalEvictionBlocked", message=message, warning=True)
-            return
+            return None
         if outcome is EvictOutcome.GONE:
-            return
+            return None
         log.info("evicted %s/%s: %s", pod.namespace, pod.name, decision.reason)
-        await self._evidence(intent)
+        return intent
 
     async def _evidence(self, intent: EvictionIntent) -> None:
         """What an eviction that took effect leaves: the TidalEvicted Event, named after the pod's

@@ -11,11 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from tidal.agent.qos.eviction_journal import RETRIED_NOTE
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.full_disk import fill
-from tidal_dev.testing.site import (CGROUP, REAL_NODE, container_cgroup, gone, pod_manifest, read, running,
+from tidal_dev.testing.site import (CGROUP, REAL_NODE, container_cgroup, gone, logs_since, pod_manifest, read, running,
                                      tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -199,6 +202,105 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
     finally:
         core.delete_namespaced_pod("victim", workload, grace_period_seconds=0)
         wait_for(gone(core, workload, "victim"), 60, "the spinning pod deleted")
+
+
+#: A validating webhook nobody serves (loopback port 1 refuses connections), with failurePolicy
+#: Fail: the API server answers every request it matches with a 500, as when it is overloaded.
+REFUSE = "tidal-faults-refuse"
+EVICTIONS_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}
+EVENTS_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["events"]}
+
+
+def _refusing(namespace: str, rule: dict) -> dict:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": REFUSE},
+            "webhooks": [{"name": "refuse.faults.tidal.io", "clientConfig": {"url": "https://127.0.0.1:1/refuse"},
+                          "rules": [rule], "failurePolicy": "Fail", "sideEffects": "None",
+                          "admissionReviewVersions": ["v1"], "timeoutSeconds": 2,
+                          "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]}
+
+
+def _answers_500(call) -> bool:
+    """Whether the API server refuses `call` (a dry run) with the webhook's 500."""
+    try:
+        call()
+    except ApiException as err:
+        if err.status == 500 and "failed calling webhook" in (err.body or ""):
+            return True
+        raise
+    return False
+
+
+def _agent_says(core, since, text: str) -> int:
+    """How many lines of the agent's log since `since` contain `text`."""
+    (agent,) = tidal_pods(core, "tidal-agent")
+    return sum(text in line for line in logs_since(core, agent, "agent", since).splitlines())
+
+
+def test_eviction_api_and_events_refused_the_agent_retries_and_evicts_once_with_one_event(
+        lab, core, workload, image, recovery):
+    """The API server refuses (500, a failing admission webhook) first the agent's Eviction
+    requests, then only its Events. Must hold: refused requests are retried round after round,
+    nothing evicted meanwhile; once an eviction goes through and only its Event is refused, the
+    eviction keeps its cooldown (no second BE pod evicted) and the Event is retried from the
+    journal round after round; once the API accepts it, exactly one TidalEvicted Event, said to
+    come after an API error, and the journal empty; no restart, no traceback."""
+    admission = client.AdmissionregistrationV1Api(core.api_client)
+    probe = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "faults-probe", "namespace": workload},
+             "involvedObject": {"kind": "Pod", "name": "transcode", "namespace": workload},
+             "reason": "Probe", "message": "dry run"}
+    core.create_namespaced_pod(workload, _spinning_be_pod(image))
+    admission.create_validating_webhook_configuration(_refusing(workload, EVICTIONS_RULE))
+    try:
+        victim = wait_for(running(core, workload, "victim"), 120, "the spinning BE pod Running")
+        usage = container_cgroup(victim, "cpu") / "cpuacct.usage"
+        if usage.exists():  # measured busier than the idle suite pod, so the watermarks choose it
+            wait_for(lambda: int(read(usage)) > 500_000_000, 60, "the spinning pod's first 0.5 s of CPU")
+        wait_for(lambda: _answers_500(lambda: core.create_namespaced_pod_eviction(
+            "transcode", workload, {"metadata": {"name": "transcode", "namespace": workload}}, dry_run="All")),
+            30, "the API server refusing evictions in the suite's namespace")
+        restarts, be = _restarts(core), core.read_namespaced_pod("transcode", workload)
+        started = now_utc()
+        core.patch_node(REAL_NODE, {"metadata": {"annotations": EVICT_NOW}})
+        refused = f"eviction of {workload}/victim failed"
+        wait_for(lambda: _agent_says(core, started, refused) >= 3, 60,
+                 "three refused eviction requests (one a round)", interval=0.5)
+        assert not _terminating(core, workload) and not _tidal_evicted(core, workload, "victim")
+
+        admission.patch_validating_webhook_configuration(REFUSE, [
+            {"op": "replace", "path": "/webhooks/0/rules", "value": [EVENTS_RULE]}])
+        wait_for(lambda: _terminating(core, workload), 60, "the eviction through once the requests are accepted")
+        unsent = f"{workload}/victim evicted, its TidalEvicted Event not sent"
+        wait_for(lambda: _agent_says(core, started, unsent) >= 2, 60,
+                 "the refused TidalEvicted Event retried from the journal", interval=0.5)
+        assert _answers_500(lambda: core.create_namespaced_event(workload, probe, dry_run="All"))
+        assert [i["name"] for i in eviction_intents(lab)] == ["victim"]
+        assert not _tidal_evicted(core, workload, "victim")
+
+        admission.delete_validating_webhook_configuration(REFUSE)
+        accepted = time.monotonic()
+        (event,) = wait_for(lambda: _tidal_evicted(core, workload, "victim"), 60,
+                            "the TidalEvicted Event once the API accepts it", interval=0.25)
+        recovery("Eviction API and Events refused (500)", time.monotonic() - accepted,
+                 "from the webhook's removal to the one TidalEvicted Event")
+        assert RETRIED_NOTE in event.message, event.message
+        wait_for(lambda: not eviction_intents(lab), 30, "the evictions journal empty")
+        assert len(_tidal_evicted(core, workload, "victim")) == 1
+        after_be = core.read_namespaced_pod("transcode", workload)  # the cooldown kept it
+        assert after_be.metadata.uid == be.metadata.uid and after_be.status.phase == "Running"
+        assert after_be.metadata.deletion_timestamp is None and not _tidal_evicted(core, workload, "transcode")
+        assert _restarts(core) == restarts and not tracebacks(core, started)
+    finally:
+        try:
+            admission.delete_validating_webhook_configuration(REFUSE)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        core.patch_node(REAL_NODE, {"metadata": {"annotations": dict.fromkeys(EVICT_NOW)}})
+        core.delete_namespaced_pod("victim", workload, grace_period_seconds=0)
+        wait_for(gone(core, workload, "victim"), 60, "the spinning pod deleted")
+    wait_for(lambda: not [t for t in core.read_node(REAL_NODE).spec.taints or []
+                          if t.key == qos.OFFLINE_EVICTING_TAINT_KEY], 60, "the offline-evicting taint removed")
 
 
 def _restarts(core) -> dict[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from aiohttp import web
@@ -176,7 +177,8 @@ def _event(kind, name, version, uid=None):
 
 
 async def _until(predicate, what):
-    for _ in range(200):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         if predicate():
             return
         await asyncio.sleep(0.02)

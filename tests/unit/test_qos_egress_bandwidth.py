@@ -26,6 +26,7 @@ from tidal.agent.qos.pod_features import FeaturePodState
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import QoSLevel
+from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.local_kubelet import LocalKubelet
 
 
@@ -194,14 +195,16 @@ def test_online_traffic_pushes_be_egress_to_the_low_watermark(hierarchy, real, n
         uid, cid = f"{secrets.token_hex(4)}-{name}", f"containerd://{secrets.token_hex(32)}"
         dirs = kubelet.create_pod(uid, qos_class, [cid])[cid]
         sandbox = net.start(ns, "sleep", "600")  # the pod's "pause": holds its network namespace
-        time.sleep(0.2)
-        pid = int(sh("ip", "netns", "pids", ns).split()[0])
+        pid = int(wait_for(lambda: sh("ip", "netns", "pids", ns).split(), 30, f"the sandbox in {ns}",
+                           interval=0.05)[0])
         LocalKubelet.move(pid, dirs)
         assert sandbox.poll() is None
         pods.append(PodState(uid, qos_class, level, (ContainerState(cid),), "ns", name))
     actuator = EgressActuator(kubelet.layout)
     cfg = config(nodeBandwidthMbps=NODE_MBPS)
-    time.sleep(0.5)  # iperf3 servers up
+    for port in ("5201", "5202"):
+        wait_for(lambda: sh("ip", "netns", "exec", sink, "ss", "-Hltn", f"sport = :{port}").strip(), 30,
+                 f"the iperf3 server listening on port {port}", interval=0.05)
 
     def rounds(seconds: float) -> None:
         end = time.monotonic() + seconds

@@ -119,9 +119,11 @@ EVICT_NOW = {"colocation.tidal.io/eviction-cpu-high-percent": "2",
              "colocation.tidal.io/eviction-cooldown-seconds": "600"}
 
 
-def _tidal_evicted(core, namespace: str, name: str) -> list:
-    return [e for e in core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
-            if e.reason == "TidalEvicted"]
+def _tidal_evicted(core, pod) -> list:
+    """The TidalEvicted Events of this pod (by uid: the tests' pods of the same name before it
+    have theirs too)."""
+    return core.list_namespaced_event(pod.metadata.namespace, field_selector=(
+        f"involvedObject.uid={pod.metadata.uid},reason=TidalEvicted")).items
 
 
 def _terminating(core, namespace: str) -> bool:
@@ -169,7 +171,7 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
                 os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         assert [i["name"] for i in intents] == ["victim"], intents
-        sent_before = len(_tidal_evicted(core, workload, "victim"))
+        sent_before = len(_tidal_evicted(core, victim))
 
         # The agent may have finished the eviction just before the freeze (the journal empty
         # already): what is read below is the restarted agent's doing, so it must have started.
@@ -178,11 +180,11 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
         # the eviction took effect is read once the restarted agent has emptied its journal.
         def finished():
             return not eviction_intents(lab) and (not _terminating(core, workload)
-                                                  or _tidal_evicted(core, workload, "victim"))
+                                                  or _tidal_evicted(core, victim))
         wait_for(finished, 90, "the restarted agent finishing the eviction from its journal", interval=0.25)
         took = time.monotonic() - killed
         took_effect = _terminating(core, workload)
-        events = _tidal_evicted(core, workload, "victim")
+        events = _tidal_evicted(core, victim)
         if took_effect:
             assert len(events) == 1, [e.message for e in events]
             assert sent_before == 1 or "agent restarted" in events[0].message, events[0].message
@@ -190,14 +192,14 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
             assert events == [] and not _terminating(core, workload)
         wait_for(lambda: not [t for t in core.read_node(REAL_NODE).spec.taints or []
                               if t.key == qos.OFFLINE_EVICTING_TAINT_KEY], 60, "the offline-evicting taint removed")
-        assert len(_tidal_evicted(core, workload, "victim")) == len(events)  # never twice
+        assert len(_tidal_evicted(core, victim)) == len(events)  # never twice
         path = ("evicted, Event finished on restart" if took_effect and not sent_before else
                 "evicted, Event out before the kill" if took_effect else "request not sent: dropped")
         recovery("agent killed mid-eviction", took, f"from the SIGKILL to the journal empty ({path})")
         print(f"mid-eviction kill: {path}")
         after_be = core.read_namespaced_pod("transcode", workload)
         assert after_be.metadata.uid == be.metadata.uid and after_be.status.phase == "Running"
-        assert not _tidal_evicted(core, workload, "transcode")
+        assert not _tidal_evicted(core, be)
         assert not tracebacks(core, started)
     finally:
         core.delete_namespaced_pod("victim", workload, grace_period_seconds=0)
@@ -262,7 +264,7 @@ def test_eviction_api_and_events_refused_the_agent_retries_and_evicts_once_with_
         refused = f"eviction of {workload}/victim failed"
         wait_for(lambda: _agent_says(core, started, refused) >= 3, 60,
                  "three refused eviction requests (one a round)", interval=0.5)
-        assert not _terminating(core, workload) and not _tidal_evicted(core, workload, "victim")
+        assert not _terminating(core, workload) and not _tidal_evicted(core, victim)
 
         admission.patch_validating_webhook_configuration(REFUSE, [
             {"op": "replace", "path": "/webhooks/0/rules", "value": [EVENTS_RULE]}])
@@ -271,30 +273,31 @@ def test_eviction_api_and_events_refused_the_agent_retries_and_evicts_once_with_
         wait_for(lambda: _agent_says(core, started, unsent) >= 2, 60,
                  "the refused TidalEvicted Event retried from the journal", interval=0.5)
         assert [i["name"] for i in eviction_intents(lab)] == ["victim"]
-        assert not _tidal_evicted(core, workload, "victim")
+        assert not _tidal_evicted(core, victim)
 
         admission.delete_validating_webhook_configuration(REFUSE)
         accepted = time.monotonic()
-        (event,) = wait_for(lambda: _tidal_evicted(core, workload, "victim"), 60,
+        (event,) = wait_for(lambda: _tidal_evicted(core, victim), 60,
                             "the TidalEvicted Event once the API accepts it", interval=0.25)
         recovery("Eviction API and Events refused (500)", time.monotonic() - accepted,
                  "from the webhook's removal to the one TidalEvicted Event")
         assert RETRIED_NOTE in event.message, event.message
         wait_for(lambda: not eviction_intents(lab), 30, "the evictions journal empty")
-        assert len(_tidal_evicted(core, workload, "victim")) == 1
+        assert len(_tidal_evicted(core, victim)) == 1
         after_be = core.read_namespaced_pod("transcode", workload)  # the cooldown kept it
         assert after_be.metadata.uid == be.metadata.uid and after_be.status.phase == "Running"
-        assert after_be.metadata.deletion_timestamp is None and not _tidal_evicted(core, workload, "transcode")
+        assert after_be.metadata.deletion_timestamp is None and not _tidal_evicted(core, be)
         assert _restarts(core) == restarts and not tracebacks(core, started)
-    finally:
+    finally:  # the overrides go first: no eviction gets through once the API accepts it again
+        core.patch_node(REAL_NODE, {"metadata": {"annotations": dict.fromkeys(EVICT_NOW)}})
         try:
             admission.delete_validating_webhook_configuration(REFUSE)
         except ApiException as err:
             if err.status != 404:
                 raise
-        core.patch_node(REAL_NODE, {"metadata": {"annotations": dict.fromkeys(EVICT_NOW)}})
         core.delete_namespaced_pod("victim", workload, grace_period_seconds=0)
         wait_for(gone(core, workload, "victim"), 60, "the spinning pod deleted")
+        wait_for(lambda: not eviction_intents(lab), 60, "the evictions journal empty")
     wait_for(lambda: not [t for t in core.read_node(REAL_NODE).spec.taints or []
                           if t.key == qos.OFFLINE_EVICTING_TAINT_KEY], 60, "the offline-evicting taint removed")
 

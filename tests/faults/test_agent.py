@@ -207,7 +207,7 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
 
 
 #: A validating webhook nobody serves (loopback port 1 refuses connections), with failurePolicy
-#: Fail: the API server answers every request it matches with a 500, as when it is overloaded.
+#: Fail: the API server answers every request it matches with a 500 ("failed calling webhook").
 REFUSE = "tidal-faults-refuse"
 EVICTIONS_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}
 EVENTS_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["events"]}

@@ -4,13 +4,13 @@ never a traceback or an exit; it stops cleanly when told to; /healthz stays 200 
 (a restart would not bring the API server back) and /readyz is 200 only once it acts."""
 import asyncio
 import logging
-import time
 import urllib.error
 import urllib.request
 
 from prometheus_client import CollectorRegistry
 
 from tidal.agent.run import serve_health, wait_synced
+from tidal_dev.lab.pytest_plugin import wait_for_async
 
 
 class _Watch:
@@ -23,9 +23,7 @@ def test_waits_past_the_warning_and_returns_once_every_watch_synced(caplog):
         pods, node = _Watch("pods on n1", ConnectionRefusedError("connection refused")), _Watch("node n1")
         node.synced.set()
         waiting = asyncio.create_task(wait_synced((pods, node), asyncio.Event(), warn_every=0.05))
-        deadline = time.monotonic() + 30
-        while not caplog.records and time.monotonic() < deadline:  # its first warning, however loaded
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: caplog.records, 30, "its first warning")
         assert not waiting.done()
         pods.synced.set()
         return await asyncio.wait_for(waiting, 5)

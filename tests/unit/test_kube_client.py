@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from aiohttp import web
 
 from tidal.kube import (ApiError, Conflict, Forbidden, Gone, KubeAPI, NotFound, ObjectWatch, TooManyRequests,
                         Watcher, api_error, error_summary, status_message, status_object)
+from tidal_dev.lab.pytest_plugin import wait_for_async
 
 STATUS_404 = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound",
               "message": 'nodes "n1" not found', "details": {"name": "n1", "kind": "nodes"}}
@@ -177,12 +177,7 @@ def _event(kind, name, version, uid=None):
 
 
 async def _until(predicate, what):
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    await wait_for_async(predicate, 30, what, interval=0.02)
 
 
 def test_watch_resumes_from_the_last_version_without_relisting(server):

@@ -3,13 +3,13 @@
 import asyncio
 import logging
 import socket
-import time
 
 import aiohttp
 import pytest
 
 from tidal.kube.errors import TooManyRequests, api_error, unavailable
 from tidal.manager.oversell import loop
+from tidal_dev.lab.pytest_plugin import wait_for_async
 
 
 def _refused_port() -> int:
@@ -56,18 +56,16 @@ class _AwayAPI:
 
 
 def test_the_oversell_loop_logs_an_unreachable_api_server_as_one_line(caplog):
-    def failed():
+    def failures():
         return [r for r in caplog.records if r.getMessage().startswith("oversell cycle failed")]
 
     async def run():
         task = asyncio.create_task(loop.run_master(_AwayAPI(), 0.01))
-        deadline = time.monotonic() + 30  # two failed cycles, however loaded the machine
-        while len(failed()) < 2 and time.monotonic() < deadline and not task.done():
-            await asyncio.sleep(0.01)
+        await wait_for_async(lambda: len(failures()) >= 2 or task.done(), 30, "two failed cycles")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     with caplog.at_level(logging.WARNING, logger=loop.__name__):
         asyncio.run(run())
-    failed = failed()
+    failed = failures()
     assert failed and all(r.exc_info is None for r in failed), [r.getMessage() for r in failed]
     assert "Connect call failed" in failed[0].getMessage() or "Cannot connect" in failed[0].getMessage()

@@ -14,6 +14,7 @@ import pytest
 from tidal.agent.executor.cgroupfs import RestoreJournal
 from tidal.agent.qos.node_qos import restore_event, restore_pending
 from tidal.api import qos
+from tidal_dev.lab.pytest_plugin import wait_for_async
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_qos_node_mode_round import ALLOCATABLE, CO, OV, Sample, node_qos, pods  # noqa: E402
@@ -89,11 +90,7 @@ class RecordingActions:
 
 async def until(condition):
     """Poll `condition` until the API worker has acted (5 s at most)."""
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the worker did not act within 5 s")
+    await wait_for_async(condition, 5, "the API worker to act")
 
 
 def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path):

@@ -8,6 +8,7 @@ wipes it afterwards (``TIDAL_LAB_KEEP=1`` keeps it running).
 """
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import time
@@ -52,6 +53,20 @@ def lab():
 def lab_api(lab):
     with lab.api_client() as api:
         yield api
+
+
+async def wait_for_async(predicate, timeout: float, what: str, interval: float = 0.01):
+    """`wait_for` inside an event loop: polls `predicate` with ``asyncio.sleep`` (the loop's
+    other tasks run meanwhile) and returns its first truthy value; on timeout fails the test
+    naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        await asyncio.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.5, describe=None):

@@ -58,12 +58,17 @@ test: venv debian-packages lab-build console-web collections
 
 # The flake hunt (issue 15, not part of `make test`): every lab, fault and NRI test FLAKE_RUNS
 # times, each run a pytest session of its own (on a clean lab of its own unless $TIDAL_LAB_DIR
-# names a running one); prints each test's pass rate, then a JSON line. FLAKE_TESTS narrows it.
+# names a running one); prints each test's pass rate, then a JSON line. FLAKE_TESTS narrows it;
+# FLAKE_BUDGET (seconds) ends it on time with fewer runs; FLAKE_KEEP keeps the JUnit reports.
 FLAKE_RUNS ?= 10
 FLAKE_TESTS ?= tests/lab tests/faults tests/nri
+FLAKE_BUDGET ?=
+FLAKE_KEEP ?=
 .PHONY: flake-hunt
 flake-hunt: venv debian-packages lab-build console-web collections
-	$(BIN)/python -m tidal_dev.testing.flake_hunt --runs $(FLAKE_RUNS) $(FLAKE_TESTS) -- $(PYTEST_ARGS)
+	$(BIN)/python -m tidal_dev.testing.flake_hunt --runs $(FLAKE_RUNS) \
+		$(if $(FLAKE_BUDGET),--budget $(FLAKE_BUDGET)) $(if $(FLAKE_KEEP),--keep $(FLAKE_KEEP)) \
+		$(FLAKE_TESTS) -- $(PYTEST_ARGS)
 
 unit: venv collections
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -54,3 +54,18 @@ def test_main_runs_n_sessions_and_ends_with_a_json_line(tmp_path, capsys, monkey
     assert rates["test_flaky"] == {"passed": 1, "failed": 1, "skipped": 0}
     assert [n.rsplit("::", 1)[1] for n in last["flaky"]] == ["test_flaky"]
     assert [n.rsplit("::", 1)[1] for n in last["failing"]] == ["test_fails"]
+
+
+def test_a_budget_ends_the_hunt_after_the_runs_it_holds_and_says_so(tmp_path, capsys, monkeypatch):
+    (tmp_path / "test_sample.py").write_text(FLAKY)
+    monkeypatch.setenv("FLAKE_MARKER", str(tmp_path / "m"))
+    monkeypatch.chdir(tmp_path)
+    kept = tmp_path / "reports"
+    code = main(["--runs", "3", "--budget", "0.001", "--keep", str(kept), str(tmp_path / "test_sample.py")])
+    out = capsys.readouterr().out.strip().splitlines()
+    last = json.loads(out[-1])
+    assert code == 1 and last["runs"] == 1 and last["planned"] == 3
+    assert any(line.startswith("flake-hunt: run 2 not started") for line in out)
+    rates = {name.rsplit("::", 1)[1]: counts for name, counts in last["tests"].items()}
+    assert rates["test_flaky"] == {"passed": 1, "failed": 0, "skipped": 0}
+    assert sorted(p.name for p in kept.iterdir()) == ["run-1.xml"]

@@ -9,6 +9,10 @@ clean lab of its own and wipes it at its end (the `lab` fixture), so no run inhe
 state. Prints a table, then one JSON line (the last): {"runs", "tests": {nodeid: {"passed",
 "failed", "skipped"}}, "flaky", "failing", "seconds"}; exits 1 when any test failed in any run.
 
+`--budget SECONDS` starts no run after the first that the time left cannot hold (the longest run so far taken as the
+next one's length), so a hunt ends on time with fewer runs, said in its report ("runs" counts the
+runs made, "planned" the runs asked for); `--keep DIR` keeps each run's JUnit report there.
+
     python -m tidal_dev.testing.flake_hunt --runs 10 tests/lab tests/faults tests/nri -- -x
 """
 from __future__ import annotations
@@ -68,6 +72,10 @@ def format_table(table: dict[str, dict[str, int]], runs: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flake_hunt", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="start no run the time left cannot hold (the longest run so far as its length)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="keep each run's JUnit report in DIR (run-N.xml)")
     parser.add_argument("paths", nargs="+", help="test paths; after `--`, extra pytest arguments")
     args, extra = parser.parse_known_args(argv)
     if "--" in args.paths:
@@ -75,22 +83,30 @@ def main(argv: list[str] | None = None) -> int:
         args.paths, extra = args.paths[:index], args.paths[index + 1:] + extra
     started = time.monotonic()
     results = []
+    longest = 0.0
     with tempfile.TemporaryDirectory(prefix="flake-hunt-") as tmp:
+        reports = args.keep or Path(tmp)
+        reports.mkdir(parents=True, exist_ok=True)
         for run in range(1, args.runs + 1):
-            report = Path(tmp) / f"run-{run}.xml"
+            if results and args.budget is not None and time.monotonic() - started + longest > args.budget:
+                print(f"flake-hunt: run {run} not started: {args.budget - (time.monotonic() - started):.0f}s "
+                      f"of the budget left, the longest run took {longest:.0f}s", flush=True)
+                break
+            report = reports / f"run-{run}.xml"
             began = time.monotonic()
             code = subprocess.call([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                                     f"--junitxml={report}", *args.paths, *extra])
             found = outcomes(report) if report.exists() else {}
             results.append(found)
             failed = sorted(t for t, o in found.items() if o == "failed")
+            longest = max(longest, time.monotonic() - began)
             print(f"flake-hunt run {run}/{args.runs}: exit {code}, {len(found)} tests, {len(failed)} failed "
                   f"in {time.monotonic() - began:.0f}s" + (f": {failed}" if failed else ""), flush=True)
     table = tally(results)
-    print(format_table(table, args.runs))
+    print(format_table(table, len(results)))
     flaky = sorted(t for t, c in table.items() if c["failed"] and c["passed"])
     failing = sorted(t for t, c in table.items() if c["failed"] and not c["passed"])
-    print(json.dumps({"runs": args.runs, "tests": table, "flaky": flaky, "failing": failing,
+    print(json.dumps({"runs": len(results), "planned": args.runs, "tests": table, "flaky": flaky, "failing": failing,
                       "seconds": round(time.monotonic() - started)}))
     return 1 if flaky or failing else 0
 

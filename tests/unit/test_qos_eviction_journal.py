@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tidal.agent.qos.eviction_journal import FINISHED_NOTE, RETRIED_NOTE, EvictionIntent, EvictionJournal, resume
 from tidal.agent.qos.node_actions import EvictOutcome
+from tidal.metrics import node_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_qos_node_mode_round import CO, Sample, node_qos, pods  # noqa: E402
@@ -171,23 +173,31 @@ def test_killed_before_the_request_took_effect_the_intent_is_dropped(tmp_path):
     assert EvictionJournal(path).intents == {}
 
 
+def _evictions_counted(agent):
+    return agent.metrics.evictions.labels("n1", "cpu", "watermark")._value.get()
+
+
 def test_killed_after_the_event_went_out_the_restarted_agent_sends_no_second_one(tmp_path):
-    """The kill falls after the Event reached the API server and before the journal said so:
-    the restarted agent's Event has the same name (the pod's uid), the API server refuses it as
-    existing, and the journal empties: one Event in all."""
+    """The kill falls after the Event reached the API server and before the journal said so (and
+    before the counter counted it): the restarted agent's Event has the same name (the pod's uid),
+    the API server refuses it as existing, and the journal empties: one Event in all, and the
+    restarted agent's ``tidal_evictions_total`` counts the eviction (the killed one never did)."""
     path = tmp_path / "evictions-journal.json"
     server = {}
     first = Actions(path, hang_after_event=True, server=server)
     agent = _agent(tmp_path, first)
+    agent.metrics = node_metrics(CollectorRegistry())
 
     async def until_event_sent():
         agent.round(Sample(), pods(10))
         await until(lambda: first.events)
     _run(agent, until_event_sent)
     assert list(EvictionJournal(path).intents) == ["be"]  # the kill came before the journal's update
+    assert _evictions_counted(agent) == 0
 
     second = Actions(path, server=server)
     restarted = _agent(tmp_path, second)
+    restarted.metrics = node_metrics(CollectorRegistry())
 
     async def finish():
         restarted.round(Sample(), TERMINATING)
@@ -195,6 +205,7 @@ def test_killed_after_the_event_went_out_the_restarted_agent_sends_no_second_one
     _run(restarted, finish)
     assert second.events == [] and second.evictions == []
     assert len(server) == 1 and all(".tidal-evicted.be" in name for name in server)
+    assert _evictions_counted(restarted) == 1
 
 
 

@@ -637,14 +637,20 @@ class NodeQoS:
     async def _evidence(self, intent: EvictionIntent) -> None:
         """What an eviction that took effect leaves: the TidalEvicted Event, named after the pod's
         uid so that it exists once (an agent killed after sending it and before its journal said
-        so finds it there on restart), and the counter; then its intent leaves the journal."""
+        so finds it there on restart), and the counter; then its intent leaves the journal.
+
+        The counter counts every intent this process takes out of the journal, the Event found
+        existing included: a kill between the Event and the count, or an Event the API created
+        while its answer timed out, used to leave the eviction uncounted. (A kill between the count
+        and the journal's update counts it twice if a scrape fell in between: a much smaller
+        window, one file write.)"""
         assert self.actions is not None
         sent = await self.actions.event(kind="Pod", name=intent.name, namespace=intent.namespace, uid=intent.uid,
                                         reason="TidalEvicted", message=intent.reason, warning=True,
                                         event_name=evicted_event_name(intent.name, intent.uid))
         if sent is False:
             log.info("%s/%s: its TidalEvicted Event exists already", intent.namespace, intent.name)
-        elif self.metrics is not None:
+        if self.metrics is not None:
             self.metrics.evictions.labels(self.node, intent.resource, intent.kind).inc()
         if self.evictions is not None:
             self.evictions.done(intent.uid)

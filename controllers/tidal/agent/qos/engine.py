@@ -67,6 +67,8 @@ class RoundOutcome:
     effects: list = field(default_factory=list)
     #: (feature name, file or object, problem) of intents other than cgroup files
     problems: list[tuple[str, str, str]] = field(default_factory=list)
+    #: keys of the intents other than cgroup files carried out this round
+    done: set[str] = field(default_factory=set)
 
 
 class QoSEngine:
@@ -163,6 +165,7 @@ class QoSEngine:
         return out
 
     def _finish(self, ctx: Context, plans: Mapping[str, Plan], outcome: Outcome, out: RoundOutcome) -> None:
+        out.done = set(outcome.done)
         if outcome.problems:  # attributed by the executor that met them (one feature per kind)
             owner = {type(w).__module__: name for name, plan in plans.items() for w in plan.writes}
             out.problems = [(owner.get(source, source), file, problem) for source, file, problem in outcome.problems]

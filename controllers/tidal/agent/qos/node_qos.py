@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,31 @@ def write_failure_event(before: Mapping[str, str], now: Mapping[str, str]) -> No
     return None
 
 
+#: a failure of an intent carried out only now and then (a ``memory.reclaim`` request every
+#: ``intervalSeconds``, at most 300; resctrl and tc intents) stands this long after it last failed
+#: unless the intent is carried out meanwhile: the rounds in between do not try it
+INTERMITTENT_FAILURE_SECONDS = 600.0
+
+
+def failing_writes(before: Mapping[str, tuple[str, float | None]], now: float, every_round: Mapping[str, str],
+                   intermittent: Mapping[str, str], carried_out: Collection[str],
+                   ) -> dict[str, tuple[str, float | None]]:
+    """The files and objects failing after a round: ``key -> (problem, when it last failed)``,
+    the time None for ``every_round`` ones. Cgroup writes of the plan and restores of the journal
+    are tried every round while wanted: one not failing now was written, put back, or is no longer
+    wanted. An ``intermittent`` intent is absent from most rounds: its failure stands until it is
+    carried out (``carried_out``) or :data:`INTERMITTENT_FAILURE_SECONDS` after it last failed, so
+    that one failing every time it is tried is one ``TidalCgroupWriteFailed`` Event, not one
+    failure and one recovery per try."""
+    out: dict[str, tuple[str, float | None]] = {key: (problem, None) for key, problem in every_round.items()}
+    out.update((key, (problem, now)) for key, problem in intermittent.items())
+    for key, (problem, failed_at) in before.items():
+        if (key not in out and failed_at is not None and key not in carried_out
+                and now - failed_at < INTERMITTENT_FAILURE_SECONDS):
+            out[key] = (problem, failed_at)
+    return out
+
+
 def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
     """The pods watermark eviction may choose from, with their usage. A pod already on its way out
     (deletionTimestamp set, e.g. evicted by this agent before it was restarted) is never chosen
@@ -250,10 +275,16 @@ class NodeQoS:
         #: whether the last round with the mode off put everything back (None: no such round yet)
         self.undo_clean: bool | None = None
         self._rounds_seen = False
-        #: the cgroup files the last round failed to write: file -> problem
-        self.write_failures: dict[str, str] = {}
+        #: the cgroup files (and other intents) failing as of the last round: file -> (problem,
+        #: when an intermittent one last failed), see :func:`failing_writes`
+        self._failing: dict[str, tuple[str, float | None]] = {}
         #: NodeProfile status parts the features own (e.g. cpuInterference), from the last round
         self.feature_status: dict[str, Any] = {}
+
+    @property
+    def write_failures(self) -> dict[str, str]:
+        """The cgroup files (and other intents) failing as of the last round: file -> problem."""
+        return {key: problem for key, (problem, _) in self._failing.items()}
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -371,11 +402,12 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
-        failing = {str(w.target): problem.removeprefix(f"{w.target}: ") for w, problem in result.errors}
-        failing.update(result.restore_problems)
-        failing.update((file, problem) for _, file, problem in outcome.problems)
-        failure_event = write_failure_event(self.write_failures, failing)
-        self.write_failures = failing
+        every_round = {str(w.target): problem.removeprefix(f"{w.target}: ") for w, problem in result.errors}
+        every_round.update(result.restore_problems)
+        before = self.write_failures
+        self._failing = failing_writes(self._failing, now, every_round,
+                                       {file: problem for _, file, problem in outcome.problems}, outcome.done)
+        failure_event = write_failure_event(before, self.write_failures)
         # a part no feature writes any more goes (null in the status's merge patch)
         self.feature_status = {**{key: None for key in self.feature_status}, **outcome.status}
         events = [e for e in outcome.effects if isinstance(e, NodeEvent)]

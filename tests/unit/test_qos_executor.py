@@ -148,3 +148,45 @@ def test_a_journal_on_a_full_disk_leaves_the_cgroup_alone_and_reports_it(tmp_pat
     assert out.result.errors == [] and (root / "pod" / "cpu.shares").read_text() == "2"
     assert json.loads((full_disk / "qos-journal.json").read_text())["originals"] == {
         str(root / "pod" / "cpu.shares"): "1024"}
+
+
+#: the executor in a process of its own (run without CAP_DAC_OVERRIDE): one write, its errors as JSON
+_EXECUTE_ONE = """
+import json, sys
+from pathlib import Path
+from tidal.agent.executor import Executor
+from tidal.agent.executor.cgroupfs import CgroupWrite
+cgroup, file, value, journal = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+out = Executor(journal).execute([CgroupWrite(cgroup, file, value)], [], [cgroup.parent])
+print(json.dumps({"errors": [problem for _, problem in out.result.errors], "written": len(out.result.written)}))
+"""
+
+
+def test_a_write_the_kernel_refuses_with_eacces_is_an_error_not_a_crash(hierarchy, real, tmp_path):
+    """Issue 15, cgroup writes refused with EACCES, for real: a BE pod's memory file made read-only
+    (0444) on this machine's cgroupfs, and the executor run as root without CAP_DAC_OVERRIDE (as a
+    container without it would): the write is an error naming the file and the kernel's
+    "Permission denied", the value stays, and the Event names it."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tidal.agent.collector.cgroups import CgroupVersion
+    from tidal.agent.qos.node_qos import write_failure_event
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+    cgroup = real.make(hierarchy.memory_root / real.name / "pod")
+    file = "memory.soft_limit_in_bytes" if hierarchy.version is CgroupVersion.V1 else "memory.high"
+    if not (cgroup / file).exists():
+        pytest.skip(f"{cgroup / file} not here (the memory controller not enabled for this cgroup)")
+    before = (cgroup / file).read_text()
+    (cgroup / file).chmod(0o444)
+    child = subprocess.run(["setpriv", "--bounding-set=-dac_override,-fowner", "--inh-caps=-dac_override,-fowner",
+                            sys.executable, "-c", _EXECUTE_ONE, str(cgroup), file, str(256 << 20),
+                            str(tmp_path / "qos-journal.json")], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    out = json.loads(child.stdout)
+    assert out == {"errors": [f"{cgroup / file}: Permission denied"], "written": 0}
+    assert (cgroup / file).read_text() == before
+    event = write_failure_event({}, {str(cgroup / file): "Permission denied"})
+    assert event.reason == "TidalCgroupWriteFailed" and f"{cgroup / file}: Permission denied" in event.message

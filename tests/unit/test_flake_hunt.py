@@ -69,3 +69,18 @@ def test_a_budget_ends_the_hunt_after_the_runs_it_holds_and_says_so(tmp_path, ca
     rates = {name.rsplit("::", 1)[1]: counts for name, counts in last["tests"].items()}
     assert rates["test_flaky"] == {"passed": 1, "failed": 0, "skipped": 0}
     assert sorted(p.name for p in kept.iterdir()) == ["run-1.xml"]
+
+
+def test_tally_reads_kept_reports_as_one_hunt(tmp_path, capsys, monkeypatch):
+    (tmp_path / "test_sample.py").write_text(FLAKY)
+    monkeypatch.setenv("FLAKE_MARKER", str(tmp_path / "m"))
+    monkeypatch.chdir(tmp_path)
+    main(["--runs", "2", "--keep", str(tmp_path / "first"), str(tmp_path / "test_sample.py")])
+    main(["--runs", "1", "--keep", str(tmp_path / "second"), str(tmp_path / "test_sample.py")])
+    capsys.readouterr()
+    code = main(["--tally", str(tmp_path / "first"), str(tmp_path / "second" / "run-1.xml")])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rates = {name.rsplit("::", 1)[1]: counts for name, counts in last["tests"].items()}
+    assert code == 1 and last["runs"] == 3
+    assert rates["test_flaky"] == {"passed": 1, "failed": 2, "skipped": 0}
+    assert rates["test_skipped"] == {"passed": 0, "failed": 0, "skipped": 3}

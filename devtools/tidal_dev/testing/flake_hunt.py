@@ -11,7 +11,8 @@ state. Prints a table, then one JSON line (the last): {"runs", "tests": {nodeid:
 
 `--budget SECONDS` starts no run after the first that the time left cannot hold (the longest run so far taken as the
 next one's length), so a hunt ends on time with fewer runs, said in its report ("runs" counts the
-runs made, "planned" the runs asked for); `--keep DIR` keeps each run's JUnit report there.
+runs made, "planned" the runs asked for); `--keep DIR` keeps each run's JUnit report there, and
+`--tally` reads kept reports (a hunt stopped early, or several hunts as one) instead of running.
 
     python -m tidal_dev.testing.flake_hunt --runs 10 tests/lab tests/faults tests/nri -- -x
 """
@@ -76,8 +77,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="start no run the time left cannot hold (the longest run so far as its length)")
     parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
                         help="keep each run's JUnit report in DIR (run-N.xml)")
+    parser.add_argument("--tally", action="store_true",
+                        help="run nothing: the paths are kept JUnit reports (files, or directories of "
+                             "run-*.xml), e.g. of a hunt stopped early or of several hunts, tallied as one")
     parser.add_argument("paths", nargs="+", help="test paths; after `--`, extra pytest arguments")
     args, extra = parser.parse_known_args(argv)
+    if args.tally:
+        reports = [r for p in map(Path, args.paths)
+                   for r in (sorted(p.glob("run-*.xml"), key=_run_number) if p.is_dir() else [p])]
+        return _report([outcomes(r) for r in reports], len(reports), 0.0)
     if "--" in args.paths:
         index = args.paths.index("--")
         args.paths, extra = args.paths[:index], args.paths[index + 1:] + extra
@@ -102,12 +110,22 @@ def main(argv: list[str] | None = None) -> int:
             longest = max(longest, time.monotonic() - began)
             print(f"flake-hunt run {run}/{args.runs}: exit {code}, {len(found)} tests, {len(failed)} failed "
                   f"in {time.monotonic() - began:.0f}s" + (f": {failed}" if failed else ""), flush=True)
+    return _report(results, args.runs, time.monotonic() - started)
+
+
+def _run_number(report: Path) -> int:
+    digits = report.stem.rpartition("-")[2]
+    return int(digits) if digits.isdigit() else 0
+
+
+def _report(results: list[dict[str, str]], planned: int, seconds: float) -> int:
+    """The table and the JSON line of these runs' outcomes; 1 when any test failed in any run."""
     table = tally(results)
     print(format_table(table, len(results)))
     flaky = sorted(t for t, c in table.items() if c["failed"] and c["passed"])
     failing = sorted(t for t, c in table.items() if c["failed"] and not c["passed"])
-    print(json.dumps({"runs": len(results), "planned": args.runs, "tests": table, "flaky": flaky, "failing": failing,
-                      "seconds": round(time.monotonic() - started)}))
+    print(json.dumps({"runs": len(results), "planned": planned, "tests": table, "flaky": flaky, "failing": failing,
+                      "seconds": round(seconds)}))
     return 1 if flaky or failing else 0
 
 

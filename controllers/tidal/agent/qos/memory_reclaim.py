@@ -170,6 +170,8 @@ class MemoryReclaimer:
         self.layout = layout
         self.feature = MemoryReclaim()
         self.engine = QoSEngine(journal_path, features=[self.feature], legacy_journals=())
+        #: the last round's whole outcome (the requests carried out: ``outcome.done``)
+        self.outcome = None
 
     @property
     def journal(self):
@@ -187,7 +189,7 @@ class MemoryReclaimer:
         state = NodeState(tuple(pods), 0, 0, policy, {}, self.layout)
         out = self.engine.run(Context(state, enabled, now, usage={} if memory_percent is None else
                                       {"memory": memory_percent}, observed={MemoryReclaim.name: usage}))
-        self.outcome = out  # the round's whole outcome (requests carried out: ``out.done``)
+        self.outcome = out
         return [*((str(w.target), p) for w, p in out.result.errors), *out.result.restore_problems,
                 *((file, p) for _, file, p in out.problems)]
 

@@ -11,7 +11,7 @@ import pytest
 
 from tidal.agent.collector.cgroups import CgroupVersion
 from tidal.agent.qos.memory_reclaim import MemoryReclaimer
-from tidal.agent.qos.node_qos import INTERMITTENT_FAILURE_SECONDS, failing_writes, write_failure_event
+from tidal.agent.qos.node_qos import INTERMITTENT_FAILURE_SECONDS, failing_writes, track_write_failures
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_qos_memory_reclaim import BE, MiB, config, layout  # noqa: E402
@@ -42,10 +42,11 @@ def test_failing_writes(before, now, every_round, intermittent, carried_out, exp
 
 
 def test_a_memory_reclaim_request_refused_at_every_try_is_one_event_and_one_recovery(tmp_path):
-    """The real executor on a v2 tree whose BE pod's ``memory.reclaim`` is a directory (every
-    write refused, EISDIR), one round a second, requests every 5 s: one TidalCgroupWriteFailed
-    at the first try, nothing at the second try or in between, one TidalCgroupWriteRecovered at
-    the first request carried out once the file is a file again."""
+    """The real executor and the agent's own bookkeeping (`track_write_failures`) on a v2 tree
+    whose BE pod's ``memory.reclaim`` is a directory (every write refused, EISDIR), one round a
+    second, requests every 5 s: one TidalCgroupWriteFailed at the first try, nothing at the second
+    try or in between, one TidalCgroupWriteRecovered at the first request carried out once the
+    file is a file again."""
     lay = layout(CgroupVersion.V2, tmp_path)
     pod_dir = lay.memory_dir(lay.pod_relpath(BE.uid, BE.qos_class))
     pod_dir.mkdir(parents=True)
@@ -59,11 +60,7 @@ def test_a_memory_reclaim_request_refused_at_every_try_is_one_event_and_one_reco
             (pod_dir / "memory.reclaim").rmdir()
             (pod_dir / "memory.reclaim").write_text("")
         problems = reclaimer.round(now, True, config(), 70.0, [BE], {BE.uid: 200 * MiB})
-        out = reclaimer.outcome
-        every_round = {str(w.target): p for w, p in out.result.errors}
-        before = {key: problem for key, (problem, _) in failing.items()}
-        failing = failing_writes(failing, now, every_round, {f: p for _, f, p in out.problems}, out.done)
-        event = write_failure_event(before, {key: problem for key, (problem, _) in failing.items()})
+        failing, event = track_write_failures(failing, now, reclaimer.outcome)
         if event is not None:
             events.append((now, event.reason))
         assert bool(problems) == (now in (0, 5))  # tried and refused at 0 and 5 only

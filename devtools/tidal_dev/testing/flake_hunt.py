@@ -9,9 +9,9 @@ clean lab of its own and wipes it at its end (the `lab` fixture), so no run inhe
 state. Prints a table, then one JSON line (the last): {"runs", "tests": {nodeid: {"passed",
 "failed", "skipped"}}, "flaky", "failing", "seconds"}; exits 1 when any test failed in any run.
 
-`--budget SECONDS` starts no run after the first that the time left cannot hold (the longest run so far taken as the
-next one's length), so a hunt ends on time with fewer runs, said in its report ("runs" counts the
-runs made, "planned" the runs asked for); `--keep DIR` keeps each run's JUnit report there, and
+`--budget SECONDS` starts no run after the first that the time left cannot hold (the longest
+run so far taken as the next one's length), so a hunt ends on time with fewer runs, said in its
+report ("runs" counts the runs made, "planned" the runs asked for); `--keep DIR` keeps each run's JUnit report there, and
 `--tally` reads kept reports (a hunt stopped early, or several hunts as one) instead of running.
 
     python -m tidal_dev.testing.flake_hunt --runs 10 tests/lab tests/faults tests/nri -- -x
@@ -107,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             found = outcomes(report) if report.exists() else {}
             results.append(found)
             failed = sorted(t for t, o in found.items() if o == "failed")
-            longest = max(longest, time.monotonic() - began)
+            took = time.monotonic() - began
+            longest = max(longest, took)
             print(f"flake-hunt run {run}/{args.runs}: exit {code}, {len(found)} tests, {len(failed)} failed "
-                  f"in {time.monotonic() - began:.0f}s" + (f": {failed}" if failed else ""), flush=True)
+                  f"in {took:.0f}s" + (f": {failed}" if failed else ""), flush=True)
     return _report(results, args.runs, time.monotonic() - started)
 
 

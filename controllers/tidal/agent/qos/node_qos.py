@@ -43,7 +43,7 @@ from tidal.api import qos
 from tidal.api.qos import QoSLevel
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
-from .engine import QoSEngine
+from .engine import QoSEngine, RoundOutcome
 from .feature import Context, NodeEvent
 from .eviction_journal import FINISHED_NOTE, RETRIED_NOTE, EvictionIntent, EvictionJournal, resume
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
@@ -192,6 +192,24 @@ def failing_writes(before: Mapping[str, tuple[str, float | None]], now: float, e
     return out
 
 
+def write_problems(failing: Mapping[str, tuple[str, float | None]]) -> dict[str, str]:
+    """``file -> problem`` of :func:`failing_writes`' result."""
+    return {key: problem for key, (problem, _) in failing.items()}
+
+
+def track_write_failures(failing: Mapping[str, tuple[str, float | None]], now: float, outcome: RoundOutcome,
+                         ) -> tuple[dict[str, tuple[str, float | None]], NodeEvent | None]:
+    """One round's outcome folded into the failing writes (:func:`failing_writes`: the plan's
+    cgroup writes and the journal's restores every round, the other intents now and then), and
+    the Event their change calls for (:func:`write_failure_event`)."""
+    result = outcome.result
+    every_round = {str(w.target): problem.removeprefix(f"{w.target}: ") for w, problem in result.errors}
+    every_round.update(result.restore_problems)
+    after = failing_writes(failing, now, every_round, {file: problem for _, file, problem in outcome.problems},
+                           outcome.done)
+    return after, write_failure_event(write_problems(failing), write_problems(after))
+
+
 def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
     """The pods watermark eviction may choose from, with their usage. A pod already on its way out
     (deletionTimestamp set, e.g. evicted by this agent before it was restarted) is never chosen
@@ -284,7 +302,7 @@ class NodeQoS:
     @property
     def write_failures(self) -> dict[str, str]:
         """The cgroup files (and other intents) failing as of the last round: file -> problem."""
-        return {key: problem for key, (problem, _) in self._failing.items()}
+        return write_problems(self._failing)
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -402,12 +420,7 @@ class NodeQoS:
             log.warning("cgroup write failed: %s", problem)
         for name, file, problem in outcome.problems:
             log.warning("%s: %s: %s", name, file, problem)
-        every_round = {str(w.target): problem.removeprefix(f"{w.target}: ") for w, problem in result.errors}
-        every_round.update(result.restore_problems)
-        before = self.write_failures
-        self._failing = failing_writes(self._failing, now, every_round,
-                                       {file: problem for _, file, problem in outcome.problems}, outcome.done)
-        failure_event = write_failure_event(before, self.write_failures)
+        self._failing, failure_event = track_write_failures(self._failing, now, outcome)
         # a part no feature writes any more goes (null in the status's merge patch)
         self.feature_status = {**{key: None for key in self.feature_status}, **outcome.status}
         events = [e for e in outcome.effects if isinstance(e, NodeEvent)]

@@ -355,9 +355,10 @@ class CPUSuppression:
 class CPUInterference:
     """BE CPU interference control: the BE parent's quota follows the run-queue delay of the
     online (HLS/LS) pods' threads (``/proc/<tid>/schedstat``), below the suppression quota:
-    lowered multiplicatively while the mean delay per scheduling slice is above the target,
-    raised additively while it is below half of it (the Heracles idea: BE gets the slack the
-    online service tolerates). Needs cpuSuppression enabled (it bounds the quota)."""
+    lowered multiplicatively while the mean delay per scheduling slice, beyond the delay measured
+    with BE at its floor, is above the target, raised additively while it is below half of it
+    (the Heracles idea: BE gets the slack the online service tolerates). Needs cpuSuppression
+    enabled (it bounds the quota)."""
 
     enabled: bool = _boolean(
         "enabled", True, "Lower the BE quota below cpuSuppression's while online threads wait on a run "
@@ -368,7 +369,8 @@ class CPUInterference:
         default=100,
         minimum=10,
         maximum=100000,
-        description="Mean run-queue delay per scheduling slice of the online pods' threads above which "
+        description="Mean run-queue delay per scheduling slice of the online pods' threads, beyond the "
+        "delay they had while BE was held at its floor (what throttling BE cannot remove), above which "
         "the BE quota is lowered, in microseconds; below half of it the quota grows back.",
     )
     decrease_percent: int = _integer(

@@ -1,10 +1,13 @@
 """Issue 14 with the real ``tidal-agent run`` on the lab: an LS pod's process waits on a run queue
-(a competitor pinned to its CPU), and the agent lowers the BE parent's quota below suppression's,
-says so in a Node Event, its metrics and the NodeProfile's ``status.cpuInterference``; once the
-competitor is gone the quota grows back to suppression's bound.
+(a competitor pinned to its CPU, outside the pods), and the agent lowers the BE parent's quota
+below suppression's and says so in a Node Event and its metrics; at the floor it measures that the
+LS process waits as long without BE, so the delay is not BE's doing: the quota grows back to
+suppression's bound while the competitor still runs, and ``status.cpuInterference`` says what was
+measured at the floor.
 
 Outcomes are polled with deadlines; the give-back phase is skipped with the reason when the
-machine itself keeps the LS process waiting (a shared machine under load)."""
+machine itself makes the delay swing by more than the target between rounds (a shared machine
+under load)."""
 import os
 import sys
 import time
@@ -36,8 +39,8 @@ def _metric(port, name):
     return None
 
 
-def test_agent_slows_be_while_an_ls_process_waits_and_reports_it(lab, core, namespace, node, kubelet, policy,
-                                                                 tmp_path):
+def test_agent_slows_be_while_an_ls_process_waits_and_gives_back_what_was_not_bes(
+        lab, core, namespace, node, kubelet, policy, tmp_path):
     if not supported_map(probe()).get("schedstat"):
         pytest.skip("kernel without per-task schedstat (CONFIG_SCHED_INFO)")
     # A 1 ms target: a competitor on the LS process's CPU makes it wait its slices (milliseconds),
@@ -65,17 +68,8 @@ def test_agent_slows_be_while_an_ls_process_waits_and_reports_it(lab, core, name
                  f"the agent's BE quota (log {tmp_path / 'agent.log'})")
         competitor = kubelet.cgroups.spawn("spin")  # a daemon outside the pods, on the LS process's CPU
         os.sched_setaffinity(competitor.pid, {cpu})
-        wait_for(lambda: _read(be_parent / "cpu.cfs_quota_us") == str(FLOOR * 100), 30,
-                 "the BE quota at the floor while the LS process waits")
-        # the status is a snapshot of one round, written every 2 s here: polled until one shows it
-        seen = wait_for(lambda: (s := status()).get("throttled") is True
-                        and s.get("runQueueDelayMicroseconds", 0) > s["targetDelayMicroseconds"] and s, 30,
-                        "status.cpuInterference: throttled, the delay above the target")
-        assert FLOOR <= seen["beCPUAllowanceMillicores"] < seen["boundMillicores"]
-        assert seen["onlineThreads"] >= 1
-        assert _metric(port, "tidal_be_cpu_interference_throttles_total") >= 1
-        assert _metric(port, "tidal_be_cpu_quota_millicores") == FLOOR
-        assert _metric(port, "tidal_online_runqueue_delay_microseconds") > 0
+        wait_for(lambda: (_metric(port, "tidal_be_cpu_interference_throttles_total") or 0) >= 1, 30,
+                 "a decrease of the BE quota while the LS process waits")
 
         def events(reason):
             found = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
@@ -85,17 +79,25 @@ def test_agent_slows_be_while_an_ls_process_waits_and_reports_it(lab, core, name
         # rate-limited: one per throttling episode (a busy machine may have started one before the
         # competitor, and ended it: TidalBECPUReleased), not one per round
         assert len(throttled) <= 1 + len(events("TidalBECPUReleased")), [e.message for e in throttled]
+        assert _metric(port, "tidal_online_runqueue_delay_microseconds") > 0
 
+        # The round the quota spent at the floor measured the delay without BE: as long (the
+        # competitor is no pod), so none of it is BE's and the quota grows back to suppression's
+        # bound (2 CPUs × 100 % − the LS process's usage), competitor or not.
+        deadline = time.monotonic() + 60
+        while not ((seen := status()).get("throttled") is False and "floorDelayMicroseconds" in seen):
+            if time.monotonic() > deadline:
+                if "floorDelayMicroseconds" in seen and seen.get("attributedDelayMicroseconds", 0) >= 500:
+                    pytest.skip(f"machine too busy: the delay swings by more than half the target between rounds "
+                                f"({seen})")
+                pytest.fail(f"the BE quota stayed at {_read(be_parent / 'cpu.cfs_quota_us')} while the delay was "
+                            f"not BE's ({seen})")
+            time.sleep(0.5)  # polled: the agent's next rounds (the status is written every 2 s)
+        assert seen["beCPUAllowanceMillicores"] >= seen["boundMillicores"] > FLOOR, seen
+        assert seen["floorDelayMicroseconds"] > seen["targetDelayMicroseconds"], seen  # the competitor's
+        assert seen["onlineThreads"] >= 1
+        assert competitor.poll() is None  # given back while the competitor still ran
         competitor.kill()
         competitor.wait()
-        bound = CPUS * 100_000  # threshold 100 %, the LS process's usage below
-        deadline = time.monotonic() + 60
-        while int(_read(be_parent / "cpu.cfs_quota_us")) < bound * 0.4:
-            if time.monotonic() > deadline:
-                delay = status().get("runQueueDelayMicroseconds", 0)
-                if delay >= status().get("targetDelayMicroseconds", 100) / 2:
-                    pytest.skip(f"machine too busy: the LS process alone still waits {delay} µs per slice")
-                pytest.fail(f"the BE quota stayed at {_read(be_parent / 'cpu.cfs_quota_us')} (delay {delay} µs)")
-            time.sleep(0.5)  # polled: the agent's next rounds
     finally:
         processes.stop(agent)

@@ -9,7 +9,7 @@ import pytest
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
 from tidal.agent.qos import registry
 from tidal.agent.qos.be_cpu_interference import (
-    EVENT_INTERVAL_SECONDS,
+    FLOOR_DELAY_SECONDS,
     BECPUInterference,
     InterferenceController,
     RunQueueSample,
@@ -60,9 +60,15 @@ def test_signal_needs_two_readings():
 @pytest.mark.parametrize("steps", [
     # quiet: starts at the bound and follows it
     [((50, 2000), 2000), ((None, 1800), 1800), ((10, 1900), 1900)],
-    # interference: halved each round down to the floor, held in the band, grows back below half
-    [((900, 2000), 1000), ((900, 2000), 500), ((900, 2000), 500), ((150, 2000), 500),
-     ((99, 2000), 600), ((0, 2000), 700)],
+    # BE's interference (gone with BE at its floor): halved each round down to the floor; the round
+    # at the floor measures 40 µs, so only the delay above that counts: grows back below half the
+    # target, held in the band, halved again above it (to the floor), where 60 µs is measured anew
+    [((900, 2000), 1000), ((900, 2000), 500), ((40, 2000), 600), ((199, 2000), 600), ((300, 2000), 500),
+     ((60, 2000), 600)],
+    # not BE's doing: the delay stays as long with BE at its floor, so it is not counted against
+    # BE: the allowance grows back though the delay is above the target, until BE adds to it
+    [((900, 2000), 1000), ((900, 2000), 500), ((900, 2000), 600), ((950, 2000), 700), ((1200, 2000), 500),
+     ((1150, 2000), 600)],
     # the bound falls under the allowance: the bound wins at once
     [((900, 2000), 1000), ((50, 800), 800), ((50, 2000), 900)],
     # no signal (no online thread ran) counts as no interference
@@ -85,15 +91,29 @@ def test_controller_knobs():
     assert c.step(2, 400, 4000, 100, 4.0, config)[0] == 4000    # +25 % of 4 CPUs, capped at the bound
 
 
+def test_the_floor_delay_is_measured_at_the_floor_and_forgotten_when_stale():
+    c = InterferenceController()
+    step = lambda now, delay: c.step(now, delay, 2000, 500, 2.0, CONFIG)[0]  # noqa: E731
+    assert (step(0, 900), step(1, 900), c.floor_delay_us) == (1000, 500, None)
+    assert (step(2, 900), c.floor_delay_us) == (600, 900)  # the round at the floor measured it
+    assert step(2 + FLOOR_DELAY_SECONDS, 1000) == 600       # 100 µs above it: in the band, held
+    assert step(3 + FLOOR_DELAY_SECONDS, 1000) == 500       # stale: the whole delay counts again
+    assert c.floor_delay_us is None
+    assert (step(4 + FLOOR_DELAY_SECONDS, 1000), c.floor_delay_us) == (600, 1000)  # measured anew
+
+
 def test_controller_events_are_rate_limited_and_say_when_it_is_over():
     c = InterferenceController()
-    reasons = []
-    for t in range(0, 130):
-        _, events = c.step(float(t), 900, 2000, 500, 2.0, CONFIG)
+    reasons, messages = [], []
+    allowance = None
+    for t in range(0, 130):  # BE's own interference: 900 µs per slice above its floor, 50 µs at it
+        allowance, events = c.step(float(t), 50 if allowance == 500 else 900, 2000, 500, 2.0, CONFIG)
         reasons += [(t, e.reason) for e in events]
-    assert reasons == [(0, "TidalBECPUThrottled"), (EVENT_INTERVAL_SECONDS, "TidalBECPUThrottled"),
-                       (2 * EVENT_INTERVAL_SECONDS, "TidalBECPUThrottled")]
-    assert c.throttles == 2  # 2000 → 1000 → 500 (the floor): held there, not lowered again
+        messages += [e.message for e in events]
+    # the episode lasts (the allowance never back at the bound): repeated at most every 60 s
+    assert reasons == [(0, "TidalBECPUThrottled"), (61, "TidalBECPUThrottled"), (121, "TidalBECPUThrottled")]
+    assert "850 µs above the 50 µs they waited with BE at its floor" in messages[1]
+    assert c.throttles == 2 + 64  # 2000 → 1000 → 500, then 600 → 500 every other round
     released = []
     for t in range(200, 230):
         _, events = c.step(float(t), 10, 2000, 500, 2.0, CONFIG)
@@ -157,7 +177,8 @@ def test_feature_lowers_the_quota_reports_and_raises_it_again(tmp_path):
     [status] = [s for s in plan.decisions if isinstance(s, StatusPart)]
     assert status.key == "cpuInterference" and status.value == {
         "targetDelayMicroseconds": 100, "beCPUAllowanceMillicores": 650, "boundMillicores": 1300,
-        "throttled": True, "onlineThreads": 2, "waitRatio": 0.003, "runQueueDelayMicroseconds": 600.0}
+        "throttled": True, "onlineThreads": 2, "waitRatio": 0.003, "runQueueDelayMicroseconds": 600.0,
+        "attributedDelayMicroseconds": 600.0}
     [event] = plan.effects
     assert isinstance(event, NodeEvent) and event.reason == "TidalBECPUThrottled" and event.warning
     assert "600 µs" in event.message and "650m" in event.message

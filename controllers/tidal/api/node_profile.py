@@ -204,6 +204,9 @@ class NodeProfileStatus:
         "BE CPU interference control (beIsolation.cpuInterference): the online pods' threads' "
         "run-queue delay (runQueueDelayMicroseconds: mean per scheduling slice over the last round; "
         "waitRatio: time waited per second of wall time, summed over threads; onlineThreads), "
+        "floorDelayMicroseconds (the delay of the last round run with BE at its floor: what "
+        "throttling BE cannot remove), attributedDelayMicroseconds (the delay above it: the "
+        "controlled value), "
         "targetDelayMicroseconds, the BE CPU allowance in force (beCPUAllowanceMillicores), "
         "cpuSuppression's quota that bounds it (boundMillicores), throttled (allowance below the "
         "bound) and problem (why the delay cannot be measured).",

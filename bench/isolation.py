@@ -1,6 +1,6 @@
 """make bench-isolation: does an online server keep its latency next to a CPU-hogging BE job?
 
-One run measures four treatments on this machine, interleaved over several rounds (the machine
+One run measures five treatments on this machine, interleaved over several rounds (the machine
 is shared and noisy: medians per treatment, and the solo figures of the same run are the
 reference):
 
@@ -16,7 +16,10 @@ reference):
                     threads' run-queue delay (``beIsolation.cpuInterference``).
 
 Both Tidal treatments run against a private lab where a kwok node stands for this machine and
-the pods are bound to it.
+the pods are bound to it. The agent starts with each Tidal treatment, so there the server serves
+the same load beside the BE hog for ``--agent-settle`` seconds (20) before the measured ones (the
+controller's steady state, as on a node whose agent has run for a while); the BE hog starts 2 s
+before in every treatment.
 
 ``--background lab`` runs the bench beside the load of a node's daemons (bench/lab_background.py:
 the lab's control plane under a stream of API writes, outside every pod cgroup) for the whole
@@ -198,10 +201,15 @@ def ls_threads(ls_dir: Path):
     return RunQueueSample(time.monotonic_ns(), threads)
 
 
-def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path) -> dict:
+def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path, settle: float = 0) -> dict:
+    """One treatment: the BE hog starts 2 s before the measured seconds, plus ``settle`` seconds
+    during which the server already serves the same load (not measured): what the agent's
+    run-queue signal reads while its controller settles."""
     from tidal.agent.qos.be_cpu_interference import signal as runqueue_signal
-    stress = StressNG(be_dirs, seconds + 4, workdir) if be_dirs else None
+    stress = StressNG(be_dirs, seconds + settle + 6, workdir) if be_dirs else None
     time.sleep(2 if stress else 0.5)
+    if settle:
+        fixed_rate(loadgen, url, rate, settle, realtime_client)
     before = proc_stat()
     threads = ls_threads(ls_dir)
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
@@ -252,6 +260,10 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=500, help="online requests per second")
     parser.add_argument("--seconds", type=float, default=12, help="measured seconds per treatment")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--agent-settle", type=float, default=20,
+                        help="seconds the server serves beside the BE hog and a just started agent before the "
+                             "measured ones: its controller's steady state (the allowance moves 5 %% of the CPUs "
+                             "a round)")
     parser.add_argument("--suppression-percent", type=int, default=100,
                         help="the policy's beIsolation.cpuSuppression.thresholdPercent for the tidal run")
     parser.add_argument("--client-scheduling", choices=("fifo", "normal"), default="fifo",
@@ -363,7 +375,7 @@ def main() -> int:
                         time.sleep(0.2)
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo",
-                            web_dirs[0])
+                            web_dirs[0], args.agent_settle if treatment in ("tidal", "tidal_usage") else 0)
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")

@@ -28,6 +28,9 @@ file uncached:
 
 * ``solo``          the online service alone; its ``be_mb_per_s`` is the BE job's alone (run
                     separately with the online service idle), the reference for BE throughput;
+* ``agent_solo``    the online service alone with ``tidal-agent run`` enforcing as in ``tidal``:
+                    what the agent itself (its rounds, its API traffic to the lab) costs the
+                    online service, the part of ``tidal``'s figures no BE job causes;
 * ``no_isolation``  both, every cgroup at its defaults, ``oom_score_adj`` 0;
 * ``k8s_default``   as Kubernetes treats a BestEffort BE pod's memory: no memory limit,
                     ``oom_score_adj`` 1000; the LS pod's nginx at the kubelet's Burstable
@@ -40,14 +43,18 @@ file uncached:
                     An eviction ends the BE job (the bench stands in for the kubelet) and is
                     counted, with the agent's reason logged.
 
-CPU is left at its defaults in every treatment — no ``cpu.shares`` 2 for k8s_default, Tidal's CPU
-priority and suppression off — so the figures show memory alone (``make bench-isolation``
-measures CPU; on this shared machine a CPU-deprioritised BE job would yield to other people's
-work too, which says nothing about memory). The load generator runs at SCHED_FIFO 1 as in
-bench-isolation: it stands for clients on other machines.
+By default (``--cpu defaults``) CPU is left at its defaults in every treatment — no ``cpu.shares``
+2 for k8s_default, Tidal's CPU priority and suppression off — so the figures show memory alone
+(``make bench-isolation`` measures CPU; on this shared machine a CPU-deprioritised BE job would
+yield to other people's work too, which says nothing about memory). ``--cpu as-shipped`` gives
+the BE pod the CPU treatment each side ships with instead: ``cpu.shares`` 2 on the pod and the
+besteffort parent for k8s_default, the policy's CPU defaults for Tidal (``cpu.idle``,
+suppression, the interference control) — what a user's node sees, where the BE job's own
+reclaim work is CPU the online service competes with. The load generator runs at SCHED_FIFO 1
+as in bench-isolation: it stands for clients on other machines.
 
 Output: one JSON line per treatment and round, then the medians as the last line:
-``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal": R}`` with R =
+``{"solo": R, "agent_solo": R, "no_isolation": R, "k8s_default": R, "tidal": R}`` with R =
 ``{"p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions"}``
 (plus the spreads and the reclaim figures; see :func:`summarise`).
 """
@@ -72,9 +79,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal")
+TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
 #: the runs of one round: ``be_solo`` is the BE job alone, folded into ``solo``'s record
-RUNS = ("solo", "be_solo", "no_isolation", "k8s_default", "tidal")
+RUNS = ("solo", "agent_solo", "be_solo", "no_isolation", "k8s_default", "tidal")
+#: the runs with ``tidal-agent run`` enforcing
+AGENT_RUNS = ("agent_solo", "tidal")
 SUMMARY_KEYS = ("p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions")
 GiB = 1 << 30
 MiB = 1 << 20
@@ -190,6 +199,10 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
                  f"{'met' if tidal['node_mem_used_pct'] >= 90 else 'NOT met'}")
     lines.append(f"tidal p99 ratio {ratio:.2f} vs k8s default's {k8s_ratio:.2f} (bar <= half): "
                  f"{'met' if ratio <= k8s_ratio / 2 else 'NOT met'}")
+    alone = summary.get("agent_solo")
+    if alone and alone["p99_ms"]:
+        lines.append(f"the agent alone (no BE job): p99 {alone['p99_ms'] / solo['p99_ms']:.2f}x solo; tidal "
+                     f"{tidal['p99_ms'] / alone['p99_ms']:.2f}x that")
     lines.append(f"OOM kills of the online service under tidal: {tidal.get('online_oom_kills', 0)} (bar 0)")
     if solo["be_mb_per_s"]:
         kept = tidal["be_mb_per_s"] / solo["be_mb_per_s"]
@@ -380,6 +393,10 @@ def main() -> int:
     parser.add_argument("--memory-high", type=int, default=95, help="the policy's memory high watermark for tidal")
     parser.add_argument("--memory-low", type=int, default=85, help="the policy's memory low watermark for tidal")
     parser.add_argument("--workdir-parent", default="/var/tmp", help="where the files go (deleted at the end)")
+    parser.add_argument("--cpu", choices=("defaults", "as-shipped"), default="defaults",
+                        help="defaults: every cgroup's CPU at its defaults (memory alone); as-shipped: the BE "
+                             "pod's CPU as each treatment ships it: cpu.shares 2 for k8s_default, Tidal's CPU "
+                             "priority, suppression and interference control at the policy's defaults")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-memory needs root: it creates cgroups and moves processes into them")
@@ -403,7 +420,7 @@ def main() -> int:
     from isolation import Nginx, in_cgroups
     from kubernetes import client
 
-    from tidal.agent.collector.cgroups import CgroupVersion
+    from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
     from tidal.api import qos
     from tidal.crds import crd_manifests
     from tidal_dev.lab import processes
@@ -458,8 +475,10 @@ def main() -> int:
                          "evictionWatermarks": {"enabled": True, "memory": {"highPercent": args.memory_high,
                                                                             "lowPercent": args.memory_low},
                                                 "cpu": {"highPercent": 99, "lowPercent": 98}},
-                         # CPU stays at its defaults in every treatment (make bench-isolation measures it)
-                         "beIsolation": {"cpuPriority": {"enabled": False}, "cpuSuppression": {"enabled": False}},
+                         # CPU stays at its defaults in every treatment (make bench-isolation measures it),
+                         # unless --cpu as-shipped
+                         "beIsolation": {} if args.cpu == "as-shipped" else {
+                             "cpuPriority": {"enabled": False}, "cpuSuppression": {"enabled": False}},
                          "features": {"memoryReclaim": {"enabled": True},
                                       "psiInterference": {"enabled": True, "resources": ["memory"]}}}})
             capacity = {"cpu": str(cpus), "memory": str(budget_bytes), "pods": "110",
@@ -508,9 +527,16 @@ def main() -> int:
             nonlocal agent, be
             be_pod = be_pods[-1]
             warm()
-            set_oom_score_adj(cgroup_pids(web.dirs), web_adj if run in ("k8s_default", "tidal") else 0)
+            set_oom_score_adj(cgroup_pids(web.dirs), web_adj if run in ("k8s_default", *AGENT_RUNS) else 0)
+            shares = []  # --cpu as-shipped: Kubernetes' cpu.shares 2 of a BestEffort pod and its parent
+            if run == "k8s_default" and args.cpu == "as-shipped":
+                pod_dirs = kubelet.dirs(kubelet.layout.pod_relpath(be_pod.uid, PodQOSClass.BEST_EFFORT))
+                besteffort = kubelet.qos_dirs(PodQOSClass.BEST_EFFORT)
+                shares = [d / "cpu.shares" for d in (*besteffort, *pod_dirs, *be_pod.dirs) if (d / "cpu.shares").exists()]
+                for f in shares:
+                    f.write_text("2")
             metrics_port = None
-            if run == "tidal":
+            if run in AGENT_RUNS:
                 metrics_port = free_port()
                 agent = processes.start("agent", [
                     str(Path(python).with_name("tidal-agent")), "run", "--node", node,
@@ -534,7 +560,7 @@ def main() -> int:
             refault = parse_flat((web_memory[0] / "memory.stat").read_text()).get("total_workingset_refault_file", 0)
             web_oom, be_oom = oom_counts([web.dirs]), oom_counts([be_pod.dirs])
             be = None
-            if run != "solo":
+            if run not in ("solo", "agent_solo"):
                 be = BEJob(python, be_pod.dirs, anon, stream, workdir, 1000 if run in ("k8s_default", "tidal") else 0,
                            args.be_pace_mb * 1e6)
             evicted = threading.Event()
@@ -572,9 +598,11 @@ def main() -> int:
             be_killed = be is not None and be.killed()
             if be is not None:
                 be.stop()
+            for f in shares:
+                f.write_text("1024")
             be_rate = rate_between(before, after)
             agent_metrics = {}
-            if run == "tidal":
+            if run in AGENT_RUNS:
                 text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
                 agent_metrics = {"evictions_metric": metric_total(text, "tidal_evictions_total"),
                                  "cgroup_writes": {s: metric_total(text, "tidal_agent_cgroup_writes_total", {"strategy": s})

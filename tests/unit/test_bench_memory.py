@@ -71,6 +71,7 @@ def run(p99, be=0.0, used=50.0, ooms=0, evictions=0, errors=0):
 def test_summary_medians_spreads_and_summed_counters():
     runs = {
         "solo": [run(4.0), run(2.0), run(3.0)],
+        "agent_solo": [run(3.0), run(3.3), run(3.6)],
         "be_solo": [run(0.0, be=1000.0), run(0.0, be=900.0), run(0.0, be=1100.0)],
         "no_isolation": [run(40.0, be=800.0, used=100.0, errors=1)] * 3,
         "k8s_default": [run(30.0, be=800.0, used=100.0, ooms=1)] * 3,
@@ -89,6 +90,7 @@ def test_summary_medians_spreads_and_summed_counters():
     assert "node memory used under tidal 92.0% (bar >= 90%): met" in lines
     assert "tidal p99 ratio 1.10 vs k8s default's 10.00 (bar <= half): met" in lines
     assert "BE throughput under tidal 60% of solo (bar >= 50%): met" in lines
+    assert "the agent alone (no BE job): p99 1.10x solo; tidal 1.00x that" in lines
 
 
 def test_no_verdict_without_every_treatment():

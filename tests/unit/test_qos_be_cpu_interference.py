@@ -117,8 +117,10 @@ def test_controller_events_are_rate_limited_and_say_when_it_is_over():
     released = []
     for t in range(200, 230):
         _, events = c.step(float(t), 10, 2000, 500, 2.0, CONFIG)
-        released += [(t, e.reason, e.warning) for e in events]
-    assert released == [(214, "TidalBECPUReleased", False)]  # 500m + 15 × 100m = the bound
+        released += [(t, e.reason, e.warning, e.message) for e in events]
+    assert [r[:3] for r in released] == [(214, "TidalBECPUReleased", False)]  # 500m + 15 × 100m = the bound
+    assert released[0][3] == ("online tasks waited 10 µs per scheduling slice (10 µs with BE at its floor): what BE "
+                              "adds is below the target (200 µs), BE CPU quota back at the suppression bound 2000m")
 
 
 # -- the feature on a recorded tree ------------------------------------------------------------

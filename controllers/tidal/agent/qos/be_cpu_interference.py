@@ -139,9 +139,9 @@ class InterferenceController:
     floor_delay_at: float | None = None
 
     def attributed(self, now: float, delay_us: float | None, floor: float) -> float | None:
-        """The part of this round's delay taken to be BE's doing (pure bookkeeping of the floor's
-        delay): a round that ran with BE at its floor measures what BE cannot remove; later rounds
-        count only the delay above it, while it is fresh."""
+        """The part of this round's delay taken to be BE's doing (bookkeeping of the floor's
+        delay, no I/O): a round that ran with BE at its floor measures what BE cannot remove;
+        later rounds count only the delay above it, while it is fresh."""
         if delay_us is None:
             return None
         if self.allowance is not None and self.allowance <= floor:  # the whole round at the floor
@@ -178,13 +178,14 @@ class InterferenceController:
         current = max(floor, min(bound, current))
         if self.event_at is not None and current >= bound:
             self.event_at = None
-            measured = "unmeasured" if delay_us is None else f"{delay_us:.0f} µs"
+            measured = ("online run-queue delay unmeasured" if delay_us is None else
+                        f"online tasks waited {delay_us:.0f} µs per scheduling slice")
             if delay_us is not None and self.floor_delay_us is not None:
-                measured += f", {self.floor_delay_us:.0f} µs of it with BE at its floor,"
+                measured += f" ({self.floor_delay_us:.0f} µs with BE at its floor)"
             events.append(NodeEvent(
                 "TidalBECPUReleased",
-                f"online run-queue delay {measured} below the target ({target} µs) beyond what BE at its floor "
-                f"leaves: BE CPU quota back at the suppression bound {bound:.0f}m"))
+                f"{measured}: what BE adds is below the target ({target} µs), BE CPU quota back at the "
+                f"suppression bound {bound:.0f}m"))
         self.allowance = current
         return int(current), events
 

@@ -11,8 +11,9 @@ state. Prints a table, then one JSON line (the last): {"runs", "tests": {nodeid:
 
 `--budget SECONDS` starts no run after the first that the time left cannot hold (the longest
 run so far taken as the next one's length), so a hunt ends on time with fewer runs, said in its
-report ("runs" counts the runs made, "planned" the runs asked for); `--keep DIR` keeps each run's JUnit report there, and
-`--tally` reads kept reports (a hunt stopped early, or several hunts as one) instead of running.
+report ("runs" counts the runs made, "planned" the runs asked for); `--keep DIR` keeps each
+run's JUnit report there, and `--tally` reads kept reports (a hunt stopped early, or several
+hunts as one) instead of running.
 
     python -m tidal_dev.testing.flake_hunt --runs 10 tests/lab tests/faults tests/nri -- -x
 """

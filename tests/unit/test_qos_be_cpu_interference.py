@@ -10,6 +10,7 @@ from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupL
 from tidal.agent.qos import registry
 from tidal.agent.qos.be_cpu_interference import (
     FLOOR_DELAY_SECONDS,
+    FLOOR_ROUNDS,
     BECPUInterference,
     InterferenceController,
     RunQueueSample,
@@ -67,8 +68,10 @@ def test_signal_needs_two_readings():
      ((60, 2000), 600)],
     # not BE's doing: the delay stays as long with BE at its floor, so it is not counted against
     # BE: the allowance grows back though the delay is above the target, until BE adds to it
+    # a second round at the floor (1150 µs) moves the floor's delay to the median of the two
+    # (1025 µs): 125 µs above it, in the band, held; a third at 1150 makes it 1150: grows again
     [((900, 2000), 1000), ((900, 2000), 500), ((900, 2000), 600), ((950, 2000), 700), ((1200, 2000), 500),
-     ((1150, 2000), 600)],
+     ((1150, 2000), 500), ((1150, 2000), 600)],
     # the bound falls under the allowance: the bound wins at once
     [((900, 2000), 1000), ((50, 800), 800), ((50, 2000), 900)],
     # no signal (no online thread ran) counts as no interference
@@ -102,6 +105,24 @@ def test_the_floor_delay_is_measured_at_the_floor_and_forgotten_when_stale():
     assert (step(4 + FLOOR_DELAY_SECONDS, 1000), c.floor_delay_us) == (600, 1000)  # measured anew
 
 
+def test_the_floor_delay_is_the_median_of_the_last_rounds_at_the_floor():
+    """One slow (or quiet) round at the floor does not decide what BE cannot remove."""
+    c = InterferenceController(allowance=500)  # held at the floor: every round measures it
+    floor_delays = []
+    for now, delay in enumerate([100, 120, 2000, 110, 90, 95]):
+        c.step(float(now), delay, 2000, 500, 2.0, CONFIG)
+        floor_delays.append(c.floor_delay_us)
+        c.allowance = 500
+    assert floor_delays == [100, 110, 120, 120, 110, 95]  # the 2000 µs round never counts
+    assert len(c.floor_rounds) == FLOOR_ROUNDS
+    # the attributed delay of the slow round is counted against the median, not against itself
+    c = InterferenceController(allowance=500)
+    for now, delay in enumerate([100, 100, 2000]):
+        c.step(float(now), delay, 2000, 500, 2.0, CONFIG)
+        c.allowance = 500
+    assert c.attributed_us == 1900
+
+
 def test_controller_events_are_rate_limited_and_say_when_it_is_over():
     c = InterferenceController()
     reasons, messages = [], []
@@ -119,7 +140,8 @@ def test_controller_events_are_rate_limited_and_say_when_it_is_over():
         _, events = c.step(float(t), 10, 2000, 500, 2.0, CONFIG)
         released += [(t, e.reason, e.warning, e.message) for e in events]
     assert [r[:3] for r in released] == [(214, "TidalBECPUReleased", False)]  # 500m + 15 × 100m = the bound
-    assert released[0][3] == ("online tasks waited 10 µs per scheduling slice (10 µs with BE at its floor): what BE "
+    # the floor's delay: the median of its last rounds, 50, 50 (the episode's) and 10 (t=200)
+    assert released[0][3] == ("online tasks waited 10 µs per scheduling slice (50 µs with BE at its floor): what BE "
                               "adds is below the target (200 µs), BE CPU quota back at the suppression bound 2000m")
 
 
@@ -351,7 +373,8 @@ def test_the_node_round_sends_the_event_exports_the_metrics_and_keeps_the_status
 
     asyncio.run(rounds())
     [event] = actions.events
-    assert (event["kind"], event["name"], event["reason"], event["warning"]) == ("Node", "n1", "TidalBECPUThrottled", True)
+    assert (event["kind"], event["name"], event["reason"], event["warning"]) == \
+        ("Node", "n1", "TidalBECPUThrottled", True)
     value = registry_.get_sample_value
     assert value("tidal_be_cpu_quota_millicores", {"node": "n1"}) == 650
     assert value("tidal_online_runqueue_delay_microseconds", {"node": "n1"}) == 500

@@ -26,9 +26,11 @@ Attribution — only the delay BE causes is BE's to remove. Online threads also 
 node's daemons, the kubelet, other online pods; throttling BE takes none of that away (measured:
 bench-isolation's online server waited 125 µs per slice with no BE pod at all, beside the bench's
 own control plane, and about 100 µs beside a BE hog under ``cpu.idle``). So the delay measured in
-a round during which BE was held at its floor stands for what BE cannot remove
-(``floorDelayMicroseconds``), for ``FLOOR_DELAY_SECONDS``; the controlled value is the delay
-*above* it (``attributedDelayMicroseconds``; the whole delay while none is known or it is stale:
+the rounds during which BE was held at its floor stands for what BE cannot remove
+(``floorDelayMicroseconds``: the median of the last ``FLOOR_ROUNDS`` such rounds, so one round
+an online burst or a busy daemon made slow, or quiet, does not decide it), each round for
+``FLOOR_DELAY_SECONDS``; the controlled value is the delay *above* it
+(``attributedDelayMicroseconds``; the whole delay while none is known or it is stale:
 the online service is protected first, and a delay above the target then takes BE to its floor
 and so measures it anew).
 
@@ -59,6 +61,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 from tidal.api.policy import CPUInterference as CPUInterferenceConfig
@@ -69,7 +72,7 @@ from .be_cpu_suppression import suppressed_millicores
 from .feature import DEFAULT_OPTIONS, EMPTY, Context, Counter, Gauge, NodeEvent, Options, Plan, StatusPart
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
-__all__ = ["EVENT_INTERVAL_SECONDS", "FLOOR_DELAY_SECONDS", "MAX_THREADS", "BECPUInterference",
+__all__ = ["EVENT_INTERVAL_SECONDS", "FLOOR_DELAY_SECONDS", "FLOOR_ROUNDS", "MAX_THREADS", "BECPUInterference",
            "InterferenceController", "RunQueueReader", "RunQueueSample", "Signal", "parse_schedstat", "sampled",
            "signal"]
 
@@ -80,6 +83,10 @@ EVENT_INTERVAL_SECONDS = 60.0
 #: saves BE the trips to its floor that measure it (each costs BE about 20 rounds below its
 #: allowance); shorter bounds how long a stale, higher one could hide delay BE causes.
 FLOOR_DELAY_SECONDS = 120.0
+#: the floor's delay is the median of at most this many of the last rounds at the floor (fresh
+#: ones): one outlier among three does not move it, and a lasting change is followed within two
+#: trips to the floor
+FLOOR_ROUNDS = 3
 STATUS_KEY = "cpuInterference"
 
 
@@ -134,21 +141,24 @@ class InterferenceController:
     event_at: float | None = None
     #: decreases so far (rounds above the target while at the floor are not counted)
     throttles: int = 0
-    #: the delay of the last round during which BE was held at its floor (µs), and when
+    #: the last rounds during which BE was held at its floor: (when, delay µs), oldest first
+    floor_rounds: list[tuple[float, float]] = field(default_factory=list)
+    #: what BE cannot remove: the median delay of the fresh ``floor_rounds`` (None: none fresh)
     floor_delay_us: float | None = None
-    floor_delay_at: float | None = None
+    #: the delay above it, of the last round with a delay: the controlled value
+    attributed_us: float | None = None
 
     def attributed(self, now: float, delay_us: float | None, floor: float) -> float | None:
         """The part of this round's delay taken to be BE's doing (bookkeeping of the floor's
         delay, no I/O): a round that ran with BE at its floor measures what BE cannot remove;
-        later rounds count only the delay above it, while it is fresh."""
-        if delay_us is None:
-            return None
-        if self.allowance is not None and self.allowance <= floor:  # the whole round at the floor
-            self.floor_delay_us, self.floor_delay_at = delay_us, now
-        elif self.floor_delay_at is not None and now - self.floor_delay_at > FLOOR_DELAY_SECONDS:
-            self.floor_delay_us = self.floor_delay_at = None
-        return delay_us - (self.floor_delay_us or 0.0)
+        later rounds count only the delay above the median of the last such rounds, while they
+        are fresh."""
+        if delay_us is not None and self.allowance is not None and self.allowance <= floor:
+            self.floor_rounds = [*self.floor_rounds, (now, delay_us)][-FLOOR_ROUNDS:]  # the whole round at the floor
+        self.floor_rounds = [(at, d) for at, d in self.floor_rounds if now - at <= FLOOR_DELAY_SECONDS]
+        self.floor_delay_us = median([d for _, d in self.floor_rounds]) if self.floor_rounds else None
+        self.attributed_us = None if delay_us is None else delay_us - (self.floor_delay_us or 0.0)
+        return self.attributed_us
 
     def step(self, now: float, delay_us: float | None, bound: float, floor: float, node_cpus: float,
              config: CPUInterferenceConfig) -> tuple[int, list[NodeEvent]]:
@@ -323,7 +333,7 @@ class BECPUInterference:
         decisions: list = [Gauge("be_cpu_quota", (), allowance),
                            Gauge("online_runqueue_wait", (), sig.wait_ratio if sig else 0.0),
                            StatusPart(STATUS_KEY, status(sig, allowance, bound, config, ctx.supports("schedstat"),
-                                                         self.controller.floor_delay_us))]
+                                                         self.controller))]
         if delay is not None:
             decisions.append(Gauge("online_runqueue_delay", (), delay))
         if self.controller.throttles > before:
@@ -337,8 +347,11 @@ class BECPUInterference:
 
 
 def status(sig: Signal | None, allowance: int, bound: float, config: CPUInterferenceConfig,
-           sensing: bool, floor_delay_us: float | None = None) -> dict:
-    """``status.cpuInterference`` of the NodeProfile."""
+           sensing: bool, controller: InterferenceController | None = None) -> dict:
+    """``status.cpuInterference`` of the NodeProfile (the floor's and the attributed delay as
+    ``controller`` last stepped them)."""
+    floor_delay_us = controller.floor_delay_us if controller is not None else None
+    attributed_us = controller.attributed_us if controller is not None else None
     out: dict = {"targetDelayMicroseconds": config.target_delay_microseconds,
                  "beCPUAllowanceMillicores": int(allowance), "boundMillicores": int(bound),
                  "throttled": allowance < int(bound)}
@@ -348,7 +361,8 @@ def status(sig: Signal | None, allowance: int, bound: float, config: CPUInterfer
         out.update({"onlineThreads": sig.threads, "waitRatio": round(sig.wait_ratio, 4)})
         if sig.delay_us is not None:
             out["runQueueDelayMicroseconds"] = round(sig.delay_us, 1)
-            out["attributedDelayMicroseconds"] = round(sig.delay_us - (floor_delay_us or 0.0), 1)
+            if attributed_us is not None:
+                out["attributedDelayMicroseconds"] = round(attributed_us, 1)
     if floor_delay_us is not None:
         out["floorDelayMicroseconds"] = round(floor_delay_us, 1)
     return out

@@ -65,6 +65,15 @@ def log(msg: str) -> None:
     print(f"[bench-isolation] {msg}", file=sys.stderr, flush=True)
 
 
+def besteffort_cpu_shares(kubelet, pod_uid: str, *more_dirs: Path) -> list[Path]:
+    """The ``cpu.shares`` files the kubelet sets to 2 for a BestEffort pod: its QoS parent's
+    (``kubepods/besteffort``), the pod's, and those of ``more_dirs`` (e.g. its containers')."""
+    from tidal.agent.collector.cgroups import PodQOSClass
+    dirs = (*kubelet.qos_dirs(PodQOSClass.BEST_EFFORT),
+            *kubelet.dirs(kubelet.layout.pod_relpath(pod_uid, PodQOSClass.BEST_EFFORT)), *more_dirs)
+    return [d / "cpu.shares" for d in dirs if (d / "cpu.shares").exists()]
+
+
 def busy_cores(before, after) -> float:
     from tidal.agent.collector.rates import node_cpu_cores
     return node_cpu_cores(before, after) or 0.0
@@ -336,8 +345,7 @@ def main() -> int:
             batch = {qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(2 << 30)}
             be_dirs, be_pod = pod("batch", "BE", batch, dict(batch))
         be_pod_dirs = kubelet.dirs(kubelet.layout.pod_relpath(be_pod.uid, PodQOSClass.BEST_EFFORT))
-        be_parent_dirs = kubelet.qos_dirs(PodQOSClass.BEST_EFFORT)
-        cpu_files = [d / "cpu.shares" for d in (be_parent_dirs + be_pod_dirs) if (d / "cpu.shares").exists()]
+        cpu_files = besteffort_cpu_shares(kubelet, be_pod.uid)
 
         if args.background == "lab":
             from lab_background import Background

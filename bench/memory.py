@@ -417,10 +417,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, interrupted)
 
     from admission import build_loadgen
-    from isolation import Nginx, in_cgroups
+    from isolation import Nginx, besteffort_cpu_shares, in_cgroups
     from kubernetes import client
 
-    from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
+    from tidal.agent.collector.cgroups import CgroupVersion
     from tidal.api import qos
     from tidal.crds import crd_manifests
     from tidal_dev.lab import processes
@@ -530,9 +530,7 @@ def main() -> int:
             set_oom_score_adj(cgroup_pids(web.dirs), web_adj if run in ("k8s_default", *AGENT_RUNS) else 0)
             shares = []  # --cpu as-shipped: Kubernetes' cpu.shares 2 of a BestEffort pod and its parent
             if run == "k8s_default" and args.cpu == "as-shipped":
-                pod_dirs = kubelet.dirs(kubelet.layout.pod_relpath(be_pod.uid, PodQOSClass.BEST_EFFORT))
-                besteffort = kubelet.qos_dirs(PodQOSClass.BEST_EFFORT)
-                shares = [d / "cpu.shares" for d in (*besteffort, *pod_dirs, *be_pod.dirs) if (d / "cpu.shares").exists()]
+                shares = besteffort_cpu_shares(kubelet, be_pod.uid, *be_pod.dirs)
                 for f in shares:
                     f.write_text("2")
             metrics_port = None

@@ -153,7 +153,8 @@ class Nginx:
                 return
             except OSError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise SystemExit(f"nginx did not start: {(workdir / 'error.log').read_text() if (workdir / 'error.log').exists() else ''}")
+                    error_log = workdir / "error.log"
+                    raise SystemExit(f"nginx did not start: {error_log.read_text() if error_log.exists() else ''}")
                 time.sleep(0.1)
 
     def stop(self) -> None:
@@ -198,16 +199,26 @@ def fixed_rate(loadgen: Path, url: str, rate: int, seconds: float, realtime_clie
 
 
 def ls_threads(ls_dir: Path):
-    """The run-queue counters of the online server's threads (what the agent's signal reads)."""
+    """The run-queue counters of the online server's threads (what the agent's signal reads),
+    and the CPU time each has run (ns)."""
     from tidal.agent.qos.be_cpu_interference import RunQueueSample, parse_schedstat
-    threads = {}
+    threads, ran = {}, {}
     for tid in (ls_dir / "tasks").read_text().split():
         try:
-            _, waited, slices = parse_schedstat(Path(f"/proc/{tid}/schedstat").read_text())
+            run, waited, slices = parse_schedstat(Path(f"/proc/{tid}/schedstat").read_text())
         except (OSError, ValueError):
             continue
         threads[int(tid)] = (waited, slices)
-    return RunQueueSample(time.monotonic_ns(), threads)
+        ran[int(tid)] = run
+    return RunQueueSample(time.monotonic_ns(), threads), ran
+
+
+def cpu_us_per_request(before: dict[int, int], after: dict[int, int], requests: float) -> float | None:
+    """The online server's CPU time per request served (µs; threads present in both readings):
+    it grows when something slows the server's own work while it runs (caches another task
+    evicted, a sibling hardware thread or the hypervisor), which the run-queue delay does not see."""
+    ran = sum(after[tid] - before[tid] for tid in after.keys() & before.keys() if after[tid] >= before[tid])
+    return round(ran / requests / 1000, 1) if requests > 0 else None
 
 
 def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path, settle: float = 0) -> dict:
@@ -220,9 +231,10 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
     if settle:
         fixed_rate(loadgen, url, rate, settle, realtime_client)
     before = proc_stat()
-    threads = ls_threads(ls_dir)
+    threads, ran = ls_threads(ls_dir)
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
-    waited = runqueue_signal(threads, ls_threads(ls_dir))
+    threads_after, ran_after = ls_threads(ls_dir)
+    waited = runqueue_signal(threads, threads_after)
     busy = busy_cores(before, proc_stat())
     return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
@@ -231,7 +243,8 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
             # the online server's threads over the measured seconds: mean run-queue delay per
             # scheduling slice (the agent's signal) and time waited per second
             "ls_runqueue_delay_us": round(waited.delay_us or 0.0, 1) if waited else None,
-            "ls_wait_ratio": round(waited.wait_ratio, 4) if waited else None}
+            "ls_wait_ratio": round(waited.wait_ratio, 4) if waited else None,
+            "ls_cpu_us_per_request": cpu_us_per_request(ran, ran_after, result["ok_per_s"] * seconds)}
 
 
 AGENT_METRICS = {"tidal_be_cpu_quota_millicores": "be_quota_millicores_end",
@@ -253,7 +266,8 @@ def agent_metrics(port: int) -> dict:
 
 
 def median_of(runs: list[dict]) -> dict:
-    keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us")
+    keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us",
+            "ls_cpu_us_per_request")
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
 
 
@@ -407,7 +421,8 @@ def main() -> int:
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}
-    log("p99 vs solo (median of rounds' ratios): " + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in TREATMENTS))
+    log("p99 vs solo (median of rounds' ratios): "
+        + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in TREATMENTS))
     below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
     summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
     summary["background"] = background_report

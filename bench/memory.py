@@ -20,7 +20,11 @@ and streams through a file larger than the budget (``--stream-gib``, 8 GiB) in a
 ETL or sort job does, at most ``--be-pace-mb`` (300 MB/s: a job paced by its own processing —
 unpaced, its reads would take a whole core of this 2-core machine in every treatment, and CPU
 is bench-isolation's subject); its throughput is MB/s read. Its page cache grows without bound
-unless something limits it.
+unless something limits it. With ``--be-anon-from-limit PCT`` the job instead sizes its anonymous
+memory from what it sees, as a JVM's ``-XX:MaxRAMPercentage`` does: PCT % of its cgroup's memory
+limit, or of the node's memory (the budget) when it has none — which is what a BestEffort pod
+has under Kubernetes' default, so there it takes PCT % of the node, beside nginx's file set;
+under Tidal it sees its batch-memory limit (each line reports ``be_anon_mib``).
 
 Treatments, interleaved over ``--rounds`` rounds (order rotated each round; medians, and the
 spread min–max), every one starting from nginx's file set fully cached and the BE's stream
@@ -235,7 +239,18 @@ for name in os.listdir(root):
 # "<monotonic> <bytes>" rewritten in place every 0.2 s.
 BE_JOB = r"""
 import mmap, os, sys, time
-anon_bytes, path, progress, pace = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+anon, path, progress, pace = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+if anon.startswith("limit:"):  # limit:<fraction>:<node bytes>: sized from the limit it sees
+    fraction, node = float(anon.split(":")[1]), int(anon.split(":")[2])
+    limit = node
+    for line in open("/proc/self/cgroup"):
+        _, controllers, where = line.rstrip("\n").split(":", 2)
+        if "memory" in controllers.split(","):
+            with open(f"/sys/fs/cgroup/memory{where}/memory.limit_in_bytes") as f:
+                limit = min(node, int(f.read()))
+    anon_bytes = int(fraction * limit)
+else:
+    anon_bytes = int(anon)
 page = os.sysconf("SC_PAGE_SIZE")
 anon = mmap.mmap(-1, anon_bytes)
 for offset in range(0, anon_bytes, page):
@@ -245,7 +260,7 @@ fd = os.open(path, os.O_RDONLY)
 buf = bytearray(1 << 20)
 done = position = touch = 0
 last = 0.0
-print("ready", flush=True)
+print(f"ready {anon_bytes}", flush=True)
 start = time.monotonic()
 while True:
     ahead = done / pace - (time.monotonic() - start)  # at most `pace` bytes per second
@@ -309,8 +324,10 @@ def cgroup_pids(dirs: Iterable[Path]) -> set[int]:
 
 
 class BEJob:
-    def __init__(self, python: str, dirs, anon_bytes: int, stream: Path, workdir: Path, oom_score_adj: int,
+    def __init__(self, python: str, dirs, anon: str, stream: Path, workdir: Path, oom_score_adj: int,
                  pace_bytes_per_s: float) -> None:
+        """``anon``: the job's anonymous memory in bytes, or ``limit:<fraction>:<node bytes>``: that
+        fraction of the memory limit its cgroup shows, of the node's memory without one."""
         from isolation import in_cgroups
         self.progress = workdir / f"be-progress-{secrets.token_hex(3)}"
         join = in_cgroups(dirs)
@@ -318,12 +335,13 @@ class BEJob:
         def prepare():
             join()
             Path("/proc/self/oom_score_adj").write_text(str(oom_score_adj))
-        self.proc = subprocess.Popen([python, "-c", BE_JOB, str(anon_bytes), str(stream), str(self.progress),
+        self.proc = subprocess.Popen([python, "-c", BE_JOB, anon, str(stream), str(self.progress),
                                       str(pace_bytes_per_s)],
                                      preexec_fn=prepare, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        line = self.proc.stdout.readline()
-        if line != "ready\n":
+        line = self.proc.stdout.readline().split()
+        if line[:1] != ["ready"]:
             raise RuntimeError(f"the BE job exited ({self.proc.wait()}) before it was ready")
+        self.anon_bytes = int(line[1])
 
     def read(self) -> tuple[float, int] | None:
         try:
@@ -385,6 +403,10 @@ def main() -> int:
     parser.add_argument("--budget-gib", type=float, default=6.0, help="the node's memory (the budget cgroup's limit)")
     parser.add_argument("--fileset-gib", type=float, default=2.5, help="nginx's file set (its working set)")
     parser.add_argument("--be-anon-gib", type=float, default=1.5, help="the BE job's anonymous memory")
+    parser.add_argument("--be-anon-from-limit", type=float, default=0, metavar="PCT",
+                        help="instead, the BE job sizes its anonymous memory at PCT %% of the memory limit its "
+                             "cgroup shows, of the node's (the budget) without one, as a JVM's MaxRAMPercentage "
+                             "does: under Kubernetes' default a BestEffort job sees the whole node")
     parser.add_argument("--stream-gib", type=float, default=8.0, help="the BE job's input file (> the budget)")
     parser.add_argument("--be-pace-mb", type=float, default=300,
                         help="the BE job reads at most this many MB/s (10^6 bytes; its own processing paces it)")
@@ -507,7 +529,8 @@ def main() -> int:
         stream = workdir / "stream.bin"
         log(f"writing the BE job's {args.stream_gib:g} GiB input file {stream}")
         write_stream_file(stream, int(args.stream_gib * GiB))
-        anon = int(args.be_anon_gib * GiB)
+        anon = (f"limit:{args.be_anon_from_limit / 100}:{budget_bytes}" if args.be_anon_from_limit
+                else str(int(args.be_anon_gib * GiB)))
 
         def warm() -> None:
             drop_file_cache(stream)
@@ -594,6 +617,7 @@ def main() -> int:
             watching.set()
             watcher.join()
             be_killed = be is not None and be.killed()
+            be_anon_mib = round(be.anon_bytes / MiB) if be is not None else 0
             if be is not None:
                 be.stop()
             for f in shares:
@@ -628,13 +652,15 @@ def main() -> int:
             return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"], "errors": result["errors"],
                     "be_mb_per_s": round(be_rate, 1), "node_mem_used_pct": used, "node_workingset_pct": workingset,
                     "oom_kills": (web_oom_after - web_oom) + (be_oom_after - be_oom),
-                    "online_oom_kills": web_oom_after - web_oom, "be_killed": be_killed,
+                    "online_oom_kills": web_oom_after - web_oom, "be_killed": be_killed, "be_anon_mib": be_anon_mib,
                     "evictions": evictions, "online_refault_mib": round((refault_after - refault) * 4096 / MiB, 1),
                     "budget_limit_hits": int((budget / "memory.failcnt").read_text()) - failcnt,
                     "load1": round(os.getloadavg()[0], 2), **agent_metrics}
 
+        be_anon = (f"{args.be_anon_from_limit:g} % of its limit" if args.be_anon_from_limit
+                   else f"{args.be_anon_gib:g} GiB")
         log(f"{args.rate} req/s for {args.seconds:g}s per treatment, {args.rounds} rounds; "
-            f"BE: {args.be_anon_gib:g} GiB anonymous + streaming {args.stream_gib:g} GiB")
+            f"BE: {be_anon} anonymous + streaming {args.stream_gib:g} GiB")
         warm()
         loadgen_run(loadgen, urls, args.rate, 5)  # discarded: nginx's and the client's first requests
         for round_ in range(args.rounds):

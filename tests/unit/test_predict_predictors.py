@@ -272,3 +272,22 @@ def test_tidal_violation_rate_on_exchangeable_noise_stays_near_its_budget() -> N
         assert ev.result("tidal").reclaimed > 0.2
     assert sum(rates) / len(rates) <= 1.5 * Tidal().budget
     assert sum(rates) < sum(nsigma3) / 2
+
+
+def test_tidal_explains_the_headroom_form_when_it_is_the_choice() -> None:
+    # a daily cycle (synthetic, seed 0): by step 199 the usage-plus-a-share-of-the-requests form
+    # has the lowest predictions of the usable candidates
+    from tidal.predict.synthetic import GENERATORS
+    trace = GENERATORS["daily-cycle"](0)
+    h = NodeHistory(trace.series_ids, trace.step, start=trace.start)
+    for i in range(200):
+        h.append([u[i] for u in trace.usage], [r[i] for r in trace.request])
+    explained = Tidal().explain(h)
+    assert (explained["regime"], explained["rule"], explained["form"]) == ("calibrated", "requests", "headroom")
+    assert explained["baseCores"] == pytest.approx(h.current_request)
+    assert "Koordinator's rule with its threshold calibrated on this node" in explained["reason"]
+    share = explained["margin"]
+    assert 0 <= share < 1
+    # P = (usage now + share × requests) × the choice's own margin, never below the usage now
+    expected = (h.current_usage + share * h.current_request) * explained.get("choiceMargin", 1.0)
+    assert explained["cpuCores"] == pytest.approx(min(expected, h.current_request), abs=1e-3)

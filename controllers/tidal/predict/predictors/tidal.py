@@ -30,7 +30,14 @@ each the ⌈(n+1)(1−α)⌉-th smallest of the n scores of the last 14 days' el
 
 A ratio carries over when the level moves (day and night, pods leaving); an arrival adds cores,
 not a share of the level, which the additive reserve says. On a node where pods never arrive
-both come out alike. The peers' rules (``koordinator``, ``volcano``) are candidates too, *as
+both come out alike. A third form has no rule's base to scale:
+
+* ``requests/headroom``  P(t) = u(t) + m × R(t), m over the excesses (peak(s) − u(s)) / R(s):
+                     Koordinator's rule (usage + a share of the requests) with its share
+                     calibrated on this node instead of the fixed 35 %. Where usage is low and
+                     smooth a headroom above it beats any ratio of a peak (`tidal predict
+                     frontier`: on lenient Azure this form, fitted in hindsight, reclaims the
+                     most of the simple families). The peers' rules (``koordinator``, ``volcano``) are candidates too, *as
 their systems use them*, uncalibrated: each may be used while its realised violations on this
 node stay within α with a prior of one clean day (violations / (points + one day of points)
 ≤ α), so a rule that missed is dropped at once and one that never misses keeps its standing
@@ -108,13 +115,15 @@ from tidal.predict.predictors.base import Predictor
 from tidal.predict.series import NodeHistory
 from tidal.predict.windows import RollingMax, RollingSorted, RollingStats, linear_quantile
 
-__all__ = ["RULES", "PEER_RULES", "ShiftDetector", "Tidal"]
+__all__ = ["HEADROOM_RULES", "RULES", "PEER_RULES", "ShiftDetector", "Tidal"]
 
 #: Every rule, in report order; the peers' rules may be used before calibration.
 RULES = ("koordinator", "volcano", "nsigma", "level-2h", "level-30m", "recent-peak")
 PEER_RULES = ("koordinator", "volcano")
 #: Rules used only as they are, only while no rule is calibrated, once they have a record.
 WARMUP_RULES = ("rc-nsigma-max",)
+#: Rules used only in the ``headroom`` form (usage now + a calibrated share of the base).
+HEADROOM_RULES = ("requests",)
 
 WARMING_UP = "warming-up"
 CALIBRATED = "calibrated"
@@ -272,6 +281,14 @@ class Tidal(Predictor):
                         f"past ratios of the node's whole peak (arrivals included) to the base "
                         f"(level {e.alpha:.2%}); the lowest predictions of the usable rules "
                         f"over the window")
+                elif choice.kind == HEADROOM:
+                    out["reason"] = (
+                        f"the usage now + {max(0.0, c.value):.3f} × the requests ({base:.3f} cores), "
+                        f"{c.value:.3f} the {c.rank}-th smallest of {len(c)} past excesses of the "
+                        f"node's whole peak (arrivals included) over the usage at the decision "
+                        f"point, as shares of the requests (level {e.alpha:.2%}): Koordinator's rule "
+                        f"with its threshold calibrated on this node; the lowest predictions of "
+                        f"the usable rules over the window")
                 else:
                     pc = e.by_name[f"{choice.rule}/{PRESENT}"].calibration
                     out.update(presentMargin=round(pc.value, 4),
@@ -284,7 +301,7 @@ class Tidal(Predictor):
                         f"predictions of the usable rules over the window")
             if e.young_idle > 0:
                 out["youngPodsIdleRequestCores"] = round(e.young_idle, 4)
-        if choice.kind in (ALL, ARRIVALS) and e.choice_margin() > 1.0:
+        if choice.kind in CALIBRATED_KINDS and e.choice_margin() > 1.0:
             out["choiceMargin"] = round(e.choice_margin(), 4)
         if e.last_shift is not None:
             self._explain_shift(history, e, out)
@@ -313,7 +330,7 @@ class Tidal(Predictor):
             keep = ("historySteps", "stepSeconds", "targetViolationRate")
             choice = {k: out.pop(k) for k in list(out) if k not in keep}
             choice["cpuCores"] = round(min(history.bound(math.inf), e.chosen[-1] * (
-                e.choice_margin() if choice.get("form") in (ALL, ARRIVALS) else 1.0)), 4)
+                e.choice_margin() if choice.get("form") in CALIBRATED_KINDS else 1.0)), 4)
             out.update(regime=SHIFT, rule=g.rule, form=GUARD,
                        baseCores=round(e.bases[g.rule][-1], 4), margin=round(g.fixed, 4),
                        shift=shift, choice=choice,
@@ -362,6 +379,9 @@ def _ratio(peak: float, base: float) -> float:
 #: The kinds of candidate, in report order (see the module docstring); ``guard`` is the floor
 #: after a detected level shift (the recent peak × its margin on the pods present then).
 RAW, PRESENT, ALL, ARRIVALS, GUARD = "raw", "present", "all", "arrivals", "guard"
+#: ``headroom``: the usage now + the conformal margin × the rule's base (the requests)
+HEADROOM = "headroom"
+CALIBRATED_KINDS = (ALL, ARRIVALS, HEADROOM)
 
 
 class _Candidate:
@@ -401,6 +421,8 @@ class _Candidate:
             if present is None or math.isnan(present):
                 return None
             return max(present + max(0.0, m), u)
+        if self.kind == HEADROOM:
+            return u + max(0.0, m) * base
         return max(m * base, u)
 
     def push(self, p: float | None) -> None:
@@ -431,12 +453,13 @@ class _Engine:
         self.prior = history.steps(p.prior_seconds) if p.prior_seconds > 0 else 0
         self.alpha = p.target_rate(history.step)
         self.min_points = max(1, math.ceil(1.0 / self.alpha) - 1)
-        self.bases: dict[str, array] = {name: array("d") for name in RULES + WARMUP_RULES}
+        self.bases: dict[str, array] = {name: array("d") for name in RULES + WARMUP_RULES + HEADROOM_RULES}
         self.candidates = [_Candidate(name, RAW, self.cal) for name in PEER_RULES + WARMUP_RULES]
         self.warming = True  # no rule calibrated yet
         self.rc = [RollingSorted(history.steps(p.rc_window_seconds)) for _ in range(self.k)]
         self.candidates += [_Candidate(name, kind, self.cal)
                             for kind in (PRESENT, ALL, ARRIVALS) for name in RULES]
+        self.candidates += [_Candidate(name, HEADROOM, self.cal) for name in HEADROOM_RULES]
         self.by_name = {c.name: c for c in self.candidates}
         self.current: _Candidate | None = None
         self.fallback = False  # the current choice is `fall_back`'s
@@ -528,6 +551,7 @@ class _Engine:
         self.young_idle = young_idle
         self.recent.sync(total, s + 1)
         out["recent-peak"] = self.recent.maximum()
+        out["requests"] = r
         floor = p.level_floor_fraction * r
         return {k: max(v, floor) for k, v in out.items()}
 
@@ -553,7 +577,7 @@ class _Engine:
             choice = self.choose()
             self.fallback = choice is None
             choice = self.current = self.fall_back() if choice is None else choice
-            calibrated = choice.kind in (ALL, ARRIVALS)
+            calibrated = choice.kind in CALIBRATED_KINDS
             self.armed = calibrated
             # never below what is in use now, nor below the young pods' requests
             chosen = min(upper, max(choice.at[-1], u + self.young_idle))
@@ -626,6 +650,8 @@ class _Engine:
                     q = self.by_name[f"{c.rule}/{PRESENT}"].at[s]
                     if not math.isnan(q):
                         c.calibration.add(s, full - q)
+                elif c.kind == HEADROOM:
+                    c.calibration.add(s, _ratio(full - total[s], self.bases[c.rule][s]))
                 elif c.calibration is not None:
                     c.calibration.add(s, _ratio(full if c.kind == ALL else peak, self.bases[c.rule][s]))
                 # every candidate is judged as the benchmark judges it: arrivals count
@@ -681,7 +707,7 @@ class _Engine:
             if not self.usable(c):
                 continue
             cost = c.mean_cost()
-            if c.kind in (ALL, ARRIVALS):
+            if c.kind in CALIBRATED_KINDS:
                 cost *= margin
             key = (cost, i)
             if best is None or key < best[0]:

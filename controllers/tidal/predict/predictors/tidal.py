@@ -37,10 +37,11 @@ both come out alike. A third form has no rule's base to scale:
                      calibrated on this node instead of the fixed 35 %. Where usage is low and
                      smooth a headroom above it beats any ratio of a peak (`tidal predict
                      frontier`: on lenient Azure this form, fitted in hindsight, reclaims the
-                     most of the simple families). The peers' rules (``koordinator``, ``volcano``) are candidates too, *as
-their systems use them*, uncalibrated: each may be used while its realised violations on this
-node stay within α with a prior of one clean day (violations / (points + one day of points)
-≤ α), so a rule that missed is dropped at once and one that never misses keeps its standing
+                     most of the simple families).
+
+The peers' rules (``koordinator``, ``volcano``) are candidates too, *as their systems use
+them*, uncalibrated: each may be used while its realised violations on this node stay within α
+with a prior of one clean day (violations / (points + one day of points) ≤ α), so a rule that missed is dropped at once and one that never misses keeps its standing
 slack for arrivals. Nothing here is fitted to a trace; every constant is a peer's published
 default or derived from the violation budget and the horizon.
 
@@ -391,7 +392,9 @@ class _Candidate:
     on the peaks of the pods present at the decision point (an input of ``arrivals``, not a
     candidate itself). ``all``: base × the conformal margin on the node's whole peak, arrivals
     included. ``arrivals``: the ``present`` prediction plus the conformal (1 − α) quantile of
-    what the whole peak exceeded it by (never below 0).
+    what the whole peak exceeded it by (never below 0). ``headroom``: the usage now plus the
+    conformal margin (never below 0) on the whole peak's excesses over the usage, as shares of
+    the base (the requests).
     """
 
     def __init__(self, rule: str, kind: str, window: int) -> None:
@@ -675,8 +678,8 @@ class _Engine:
         return violations <= self.alpha * (points + self.prior)
 
     def usable(self, c: _Candidate) -> bool:
-        """May ``c`` be used now? A calibrated ``all`` or ``arrivals`` candidate may (its
-        margin covers the node's whole peak at level α) from one elapsed horizon of its
+        """May ``c`` be used now? A calibrated ``all``, ``arrivals`` or ``headroom`` candidate
+        may (its margin covers the node's whole peak at level α) from one elapsed horizon of its
         calibrated predictions; a peer's rule as it is may while its
         realised record on this node stays within α with a clean day's prior; ``present`` never
         (it is blind to arrivals, which the node is judged on)."""

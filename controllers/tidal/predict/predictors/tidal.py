@@ -41,8 +41,8 @@ both come out alike. A third form has no rule's base to scale:
 
 The peers' rules (``koordinator``, ``volcano``) are candidates too, *as their systems use
 them*, uncalibrated: each may be used while its realised violations on this node stay within α
-with a prior of one clean day (violations / (points + one day of points) ≤ α), so a rule that missed is dropped at once and one that never misses keeps its standing
-slack for arrivals. Nothing here is fitted to a trace; every constant is a peer's published
+with a prior of one clean day (violations / (points + one day of points) ≤ α), so a rule that
+missed is dropped at once and one that never misses keeps its standing slack for arrivals. Nothing here is fitted to a trace; every constant is a peer's published
 default or derived from the violation budget and the horizon.
 
 **Which candidate.** The one whose *realised* predictions were lowest on average over the

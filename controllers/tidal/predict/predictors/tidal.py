@@ -42,8 +42,9 @@ both come out alike. A third form has no rule's base to scale:
 The peers' rules (``koordinator``, ``volcano``) are candidates too, *as their systems use
 them*, uncalibrated: each may be used while its realised violations on this node stay within α
 with a prior of one clean day (violations / (points + one day of points) ≤ α), so a rule that
-missed is dropped at once and one that never misses keeps its standing slack for arrivals. Nothing here is fitted to a trace; every constant is a peer's published
-default or derived from the violation budget and the horizon.
+missed is dropped at once and one that never misses keeps its standing slack for arrivals.
+Nothing here is fitted to a trace; every constant is a peer's published default or derived from
+the violation budget and the horizon.
 
 **Which candidate.** The one whose *realised* predictions were lowest on average over the
 calibration window (the most reclaim), among those that may be used now (a calibrated one from

@@ -35,8 +35,11 @@ Pods are kubelet-style cgroups below a private cgroup root (tidal_dev.testing.lo
 Output: one JSON line per treatment and round, then the medians as the last line:
 ``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal_usage": R, "tidal": R, "background": B}``
 with R = ``{"p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1",
-"p99_vs_solo", "p99_vs_solo_min", "p99_vs_solo_max"}`` (medians; the ratio of each round to that
-round's solo, median and spread) and B what ran beside it.
+"ls_runqueue_delay_us", "ls_cpu_us_per_request", "steal_pct", "p99_vs_solo", "p99_vs_solo_min",
+"p99_vs_solo_max"}`` (medians; the ratio of each round to that round's solo, median and spread)
+and B what ran beside it. ``steal_pct`` is the share of CPU time the hypervisor took while the
+load ran (``/proc/stat``): stalls the guest's scheduler does not see, and no isolation inside the
+guest removes (``node_busy_pct`` counts it as busy).
 """
 from __future__ import annotations
 
@@ -82,6 +85,24 @@ def busy_cores(before, after) -> float:
 def proc_stat():
     from tidal.agent.collector.readers import read_proc_stat
     return read_proc_stat("/proc/stat")
+
+
+def steal_ticks(text: str) -> tuple[int, int]:
+    """(steal, total) clock ticks of ``/proc/stat``'s aggregate line: the time the hypervisor ran
+    something else while this machine's CPUs had work (user nice system idle iowait irq softirq
+    steal; guest time is inside user)."""
+    fields = text.split("\n", 1)[0].split()
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        raise ValueError(f"not /proc/stat's cpu line: {text[:80]!r}")
+    ticks = [int(x) for x in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Share of the interval's CPU time stolen by the hypervisor (%): a stall the guest's
+    scheduler cannot see (not in the run-queue delay), which no isolation inside it removes."""
+    total = after[1] - before[1]
+    return round(100.0 * max(0, after[0] - before[0]) / total, 2) if total > 0 else None
 
 
 def in_cgroups(dirs):
@@ -231,11 +252,13 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
     if settle:
         fixed_rate(loadgen, url, rate, settle, realtime_client)
     before = proc_stat()
+    stolen = steal_ticks(Path("/proc/stat").read_text())
     threads, ran = ls_threads(ls_dir)
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
     threads_after, ran_after = ls_threads(ls_dir)
     waited = runqueue_signal(threads, threads_after)
     busy = busy_cores(before, proc_stat())
+    stolen = steal_pct(stolen, steal_ticks(Path("/proc/stat").read_text()))
     return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
             "be_ops_per_s": round(stress.ops_per_s(), 1) if stress else 0.0,
@@ -244,7 +267,8 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
             # scheduling slice (the agent's signal) and time waited per second
             "ls_runqueue_delay_us": round(waited.delay_us or 0.0, 1) if waited else None,
             "ls_wait_ratio": round(waited.wait_ratio, 4) if waited else None,
-            "ls_cpu_us_per_request": cpu_us_per_request(ran, ran_after, result["ok_per_s"] * seconds)}
+            "ls_cpu_us_per_request": cpu_us_per_request(ran, ran_after, result["ok_per_s"] * seconds),
+            "steal_pct": stolen}
 
 
 AGENT_METRICS = {"tidal_be_cpu_quota_millicores": "be_quota_millicores_end",
@@ -267,8 +291,8 @@ def agent_metrics(port: int) -> dict:
 
 def median_of(runs: list[dict]) -> dict:
     keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us",
-            "ls_cpu_us_per_request")
-    return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
+            "ls_cpu_us_per_request", "steal_pct")
+    return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys if all(r.get(k) is not None for r in runs)}
 
 
 def vs_solo(runs: list[dict], solo: list[dict]) -> dict:

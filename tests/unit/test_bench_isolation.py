@@ -29,3 +29,21 @@ def test_median_of_rounds_carries_the_cpu_per_request():
             for p99, cpu in ((2, 40.0), (3, 60.0), (9, 45.0))]
     out = isolation.median_of(runs)
     assert out["p99_ms"] == 3 and out["ls_cpu_us_per_request"] == 45.0
+
+
+def test_steal_is_the_hypervisors_share_of_the_interval():
+    before = isolation.steal_ticks("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
+    after = isolation.steal_ticks("cpu  160 0 70 900 10 0 5 55 0 0\n")
+    assert before == (35, 1000) and after == (55, 1200)
+    assert isolation.steal_pct(before, after) == 10.0  # 20 of 200 ticks
+    assert isolation.steal_pct(after, after) is None
+    with pytest.raises(ValueError, match="cpu line"):
+        isolation.steal_ticks("intr 1 2 3\n")
+
+
+def test_median_of_rounds_leaves_out_a_figure_some_round_lacks():
+    runs = [{"p50_ms": 1, "p99_ms": 2, "achieved_rps": 500, "node_busy_pct": 90, "be_ops_per_s": 10,
+             "loadavg1": 1, "ls_runqueue_delay_us": delay, "ls_cpu_us_per_request": 40.0, "steal_pct": 0.5}
+            for delay in (50, None)]
+    out = isolation.median_of(runs)
+    assert "ls_runqueue_delay_us" not in out and out["steal_pct"] == 0.5

@@ -61,17 +61,18 @@ def test_signal_needs_two_readings():
 @pytest.mark.parametrize("steps", [
     # quiet: starts at the bound and follows it
     [((50, 2000), 2000), ((None, 1800), 1800), ((10, 1900), 1900)],
-    # BE's interference (gone with BE at its floor): halved each round down to the floor; the round
-    # at the floor measures 40 µs, so only the delay above that counts: grows back below half the
-    # target, held in the band, halved again above it (to the floor), where 60 µs is measured anew
-    [((900, 2000), 1000), ((900, 2000), 500), ((40, 2000), 600), ((199, 2000), 600), ((300, 2000), 500),
-     ((60, 2000), 600)],
+    # BE's interference (gone with BE at its floor): halved each round down to the floor, held
+    # there for three rounds that measure 40, 45 and 50 µs (median 45), so only the delay above
+    # that counts: grows back below half the target, held in the band, halved again above it (to
+    # the floor), where the last three rounds (45, 50, 60 µs) are fresh: grows back at once
+    [((900, 2000), 1000), ((900, 2000), 500), ((40, 2000), 500), ((45, 2000), 500), ((50, 2000), 600),
+     ((200, 2000), 600), ((300, 2000), 500), ((60, 2000), 600)],
     # not BE's doing: the delay stays as long with BE at its floor, so it is not counted against
-    # BE: the allowance grows back though the delay is above the target, until BE adds to it
-    # a second round at the floor (1150 µs) moves the floor's delay to the median of the two
-    # (1025 µs): 125 µs above it, in the band, held; a third at 1150 makes it 1150: grows again
-    [((900, 2000), 1000), ((900, 2000), 500), ((900, 2000), 600), ((950, 2000), 700), ((1200, 2000), 500),
-     ((1150, 2000), 500), ((1150, 2000), 600)],
+    # BE: the allowance grows back though the delay is above the target, until BE adds to it;
+    # then one round at the floor (1150 µs) leaves the median of the last three at 900 µs: 250 µs
+    # above it, held at the floor; a second makes it 1150: grows again
+    [((900, 2000), 1000), ((900, 2000), 500), ((900, 2000), 500), ((900, 2000), 500), ((900, 2000), 600),
+     ((950, 2000), 700), ((1200, 2000), 500), ((1150, 2000), 500), ((1150, 2000), 600)],
     # the bound falls under the allowance: the bound wins at once
     [((900, 2000), 1000), ((50, 800), 800), ((50, 2000), 900)],
     # no signal (no online thread ran) counts as no interference
@@ -98,11 +99,23 @@ def test_the_floor_delay_is_measured_at_the_floor_and_forgotten_when_stale():
     c = InterferenceController()
     step = lambda now, delay: c.step(now, delay, 2000, 500, 2.0, CONFIG)[0]  # noqa: E731
     assert (step(0, 900), step(1, 900), c.floor_delay_us) == (1000, 500, None)
-    assert (step(2, 900), c.floor_delay_us) == (600, 900)  # the round at the floor measured it
-    assert step(2 + FLOOR_DELAY_SECONDS, 1000) == 600       # 100 µs above it: in the band, held
-    assert step(3 + FLOOR_DELAY_SECONDS, 1000) == 500       # stale: the whole delay counts again
+    # held at the floor until FLOOR_ROUNDS rounds there measured what BE cannot remove
+    assert [step(2 + i, 900) for i in range(FLOOR_ROUNDS)] == [500] * (FLOOR_ROUNDS - 1) + [600]
+    assert c.floor_delay_us == 900
+    last = 1 + FLOOR_ROUNDS  # the last round at the floor
+    assert step(last + FLOOR_DELAY_SECONDS, 1000) == 600      # 100 µs above it: in the band, held
+    assert step(last + 1 + FLOOR_DELAY_SECONDS, 1000) == 500  # stale: the whole delay counts again
     assert c.floor_delay_us is None
-    assert (step(4 + FLOOR_DELAY_SECONDS, 1000), c.floor_delay_us) == (600, 1000)  # measured anew
+    again = [step(last + 2 + i + FLOOR_DELAY_SECONDS, 1000) for i in range(FLOOR_ROUNDS)]
+    assert (again, c.floor_delay_us) == ([500] * (FLOOR_ROUNDS - 1) + [600], 1000)  # measured anew
+
+
+def test_a_trip_to_the_floor_is_not_held_without_a_signal():
+    """An online service that ran no slice says nothing about BE: the floor is not held for it."""
+    c = InterferenceController()
+    step = lambda now, delay: c.step(now, delay, 2000, 500, 2.0, CONFIG)[0]  # noqa: E731
+    assert (step(0, 900), step(1, 900), step(2, None), step(3, None)) == (1000, 500, 600, 700)
+    assert c.floor_rounds == []
 
 
 def test_the_floor_delay_is_the_median_of_the_last_rounds_at_the_floor():
@@ -134,7 +147,8 @@ def test_controller_events_are_rate_limited_and_say_when_it_is_over():
     # the episode lasts (the allowance never back at the bound): repeated at most every 60 s
     assert reasons == [(0, "TidalBECPUThrottled"), (61, "TidalBECPUThrottled"), (121, "TidalBECPUThrottled")]
     assert "850 µs above the 50 µs they waited with BE at its floor" in messages[1]
-    assert c.throttles == 2 + 64  # 2000 → 1000 → 500, then 600 → 500 every other round
+    # 2000 → 1000 → 500, three rounds held at the floor, then 600 → 500 every other round
+    assert c.throttles == 2 + 63
     released = []
     for t in range(200, 230):
         _, events = c.step(float(t), 10, 2000, 500, 2.0, CONFIG)

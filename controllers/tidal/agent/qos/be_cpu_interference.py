@@ -28,8 +28,8 @@ bench-isolation's online server waited 125 µs per slice with no BE pod at all, 
 own control plane, and about 100 µs beside a BE hog under ``cpu.idle``). So the delay measured in
 the rounds during which BE was held at its floor stands for what BE cannot remove
 (``floorDelayMicroseconds``: the median of the last ``FLOOR_ROUNDS`` such rounds, so one round
-an online burst or a busy daemon made slow, or quiet, does not decide it), each round for
-``FLOOR_DELAY_SECONDS``; the controlled value is the delay *above* it
+an online burst or a busy daemon made slow, or quiet, does not decide it; a trip to the floor
+lasts until it has that many fresh ones), each round for ``FLOOR_DELAY_SECONDS``; the controlled value is the delay *above* it
 (``attributedDelayMicroseconds``; the whole delay while none is known or it is stale:
 the online service is protected first, and a delay above the target then takes BE to its floor
 and so measures it anew).
@@ -84,8 +84,8 @@ EVENT_INTERVAL_SECONDS = 60.0
 #: allowance); shorter bounds how long a stale, higher one could hide delay BE causes.
 FLOOR_DELAY_SECONDS = 120.0
 #: the floor's delay is the median of at most this many of the last rounds at the floor (fresh
-#: ones): one outlier among three does not move it, and a lasting change is followed within two
-#: trips to the floor
+#: ones), and a trip to the floor with fewer fresh ones lasts until it has measured them: one
+#: outlier among three does not move it, and a lasting change is followed within one trip
 FLOOR_ROUNDS = 3
 STATUS_KEY = "cpuInterference"
 
@@ -169,6 +169,10 @@ class InterferenceController:
         excess = self.attributed(now, delay_us, floor)
         current = bound if self.allowance is None else min(self.allowance, bound)
         target = config.target_delay_microseconds
+        # a trip to the floor lasts until it has measured FLOOR_ROUNDS rounds there: one round
+        # would make the floor's delay that round's, however slow or quiet it happened to be
+        measuring = (delay_us is not None and self.allowance is not None and self.allowance <= floor
+                     and len(self.floor_rounds) < FLOOR_ROUNDS)
         if excess is not None and excess > target:
             lowered = max(floor, current * (1 - config.decrease_percent / 100))
             if lowered < current:  # at the floor already: held there, not lowered again
@@ -183,6 +187,8 @@ class InterferenceController:
                     f"online tasks waited {delay_us:.0f} µs per scheduling slice on a run queue{beyond} "
                     f"(target {target} µs): BE CPU quota lowered to {current:.0f}m "
                     f"(suppression bound {bound:.0f}m, floor {floor:.0f}m)", warning=True))
+        elif measuring:
+            current = floor
         elif excess is None or excess < target / 2:
             current = min(bound, current + node_cpus * 1000 * config.increase_percent / 100)
         current = max(floor, min(bound, current))

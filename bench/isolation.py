@@ -33,13 +33,15 @@ machine it stands for clients on other machines, which a BE job here could not s
 Pods are kubelet-style cgroups below a private cgroup root (tidal_dev.testing.local_kubelet).
 
 Output: one JSON line per treatment and round, then the medians as the last line:
-``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal_usage": R, "tidal": R, "background": B}``
-with R = ``{"p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1",
+``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal_usage": R, "tidal": R, "background": B,
+"settings": S}`` with R = ``{"p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1",
 "ls_runqueue_delay_us", "ls_cpu_us_per_request", "steal_pct", "p99_vs_solo", "p99_vs_solo_min",
 "p99_vs_solo_max"}`` (medians; the ratio of each round to that round's solo, median and spread)
 and B what ran beside it. ``steal_pct`` is the share of CPU time the hypervisor took while the
 load ran (``/proc/stat``): stalls the guest's scheduler does not see, and no isolation inside the
-guest removes (``node_busy_pct`` counts it as busy).
+guest removes (``node_busy_pct`` counts it as busy). S says what the run was asked for:
+``--treatments`` runs a subset (solo always, first: the ratios' reference), and
+``--target-delay-us`` sets the policy's ``cpuInterference.targetDelayMicroseconds`` for ``tidal``.
 """
 from __future__ import annotations
 
@@ -302,6 +304,17 @@ def vs_solo(runs: list[dict], solo: list[dict]) -> dict:
             "p99_vs_solo_max": round(max(ratios), 3)}
 
 
+def treatment_list(text: str) -> tuple[str, ...]:
+    """``--treatments``: a comma-separated subset of TREATMENTS, run in TREATMENTS' order with solo
+    first whether named or not (every ratio divides by the same round's solo)."""
+    names = {t.strip() for t in text.split(",") if t.strip()}
+    unknown = sorted(names - set(TREATMENTS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown treatment(s) {', '.join(unknown)}; "
+                                         f"allowed: {', '.join(TREATMENTS)}")
+    return tuple(t for t in TREATMENTS if t in names or t == "solo")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=int, default=500, help="online requests per second")
@@ -321,6 +334,12 @@ def main() -> int:
                              "with a kubelet, an agent and other daemons")
     parser.add_argument("--background-rate", type=int, default=50,
                         help="API operations per second of the --background lab writer")
+    parser.add_argument("--treatments", type=treatment_list, default=TREATMENTS, metavar="T,T,...",
+                        help=f"the treatments to run, in this order (solo always runs first: the ratios' "
+                             f"reference); default all of {','.join(TREATMENTS)}")
+    parser.add_argument("--target-delay-us", type=int, default=None,
+                        help="the policy's beIsolation.cpuInterference.targetDelayMicroseconds for the tidal "
+                             "treatment (default: the policy's own default)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
@@ -352,7 +371,7 @@ def main() -> int:
     background = None
     background_report: dict = {"kind": "none"}
     node = "bench-node"
-    results: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
+    results: dict[str, list[dict]] = {t: [] for t in args.treatments}
     try:
         log(f"starting a private lab in {lab.dir}")
         lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
@@ -363,7 +382,10 @@ def main() -> int:
             custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", {
                 "apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy", "metadata": {"name": "default"},
                 "spec": {"evictionWatermarks": {"enabled": False},
-                         "beIsolation": {"cpuSuppression": {"thresholdPercent": args.suppression_percent}}}})
+                         "beIsolation": {
+                             "cpuSuppression": {"thresholdPercent": args.suppression_percent},
+                             **({"cpuInterference": {"targetDelayMicroseconds": args.target_delay_us}}
+                                if args.target_delay_us is not None else {})}}})
             capacity = {"cpu": str(CPUS), "memory": "24Gi", "pods": "110",
                         qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(8 << 30)}
             kwok_node(core, node, capacity, {qos.COLOCATION_NODE_LABEL: "true"})
@@ -398,7 +420,7 @@ def main() -> int:
             f"{args.rounds} rounds")
 
         for round_ in range(args.rounds):
-            for treatment in TREATMENTS:
+            for treatment in args.treatments:
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("2")
@@ -446,9 +468,12 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}
     log("p99 vs solo (median of rounds' ratios): "
-        + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in TREATMENTS))
-    below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
-    summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
+        + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in args.treatments))
+    if "tidal" in results and "k8s_default" in results:
+        below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
+        summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
+    summary["settings"] = {"treatments": list(args.treatments), "target_delay_us": args.target_delay_us,
+                           "suppression_percent": args.suppression_percent}
     summary["background"] = background_report
     print(json.dumps(summary))
     return 0

@@ -2,6 +2,7 @@
 """bench/isolation.py's pure parts: the online server's CPU time per request, the summary."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -47,3 +48,18 @@ def test_median_of_rounds_leaves_out_a_figure_some_round_lacks():
             for delay in (50, None)]
     out = isolation.median_of(runs)
     assert "ls_runqueue_delay_us" not in out and out["steal_pct"] == 0.5
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("tidal,k8s_default", ("solo", "k8s_default", "tidal")),
+    ("solo, tidal_usage", ("solo", "tidal_usage")),
+    (",".join(isolation.TREATMENTS), isolation.TREATMENTS),
+])
+def test_treatments_run_in_the_benchs_order_with_solo_first(text, expected):
+    assert isolation.treatment_list(text) == expected
+
+
+def test_an_unknown_treatment_is_refused_naming_it_and_the_allowed_ones():
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        isolation.treatment_list("tidal,koordinator")
+    assert "koordinator" in str(refused.value) and "k8s_default" in str(refused.value)

@@ -41,7 +41,7 @@ and B what ran beside it. ``steal_pct`` is the share of CPU time the hypervisor 
 load ran (``/proc/stat``): stalls the guest's scheduler does not see, and no isolation inside the
 guest removes (``node_busy_pct`` counts it as busy). S says what the run was asked for:
 ``--treatments`` runs a subset (solo always, first: the ratios' reference), and
-``--target-delay-us`` sets the policy's ``cpuInterference.targetDelayMicroseconds`` for ``tidal``.
+``--policy`` merges a patch into the Tidal treatments' ColocationPolicy spec.
 """
 from __future__ import annotations
 
@@ -315,6 +315,19 @@ def treatment_list(text: str) -> tuple[str, ...]:
     return tuple(t for t in TREATMENTS if t in names or t == "solo")
 
 
+def policy_patch(text: str) -> dict:
+    """``--policy``: a JSON object (a merge patch to the policy's spec); anything else is refused here,
+    before a lab is started. The fields themselves are the API server's to validate."""
+    try:
+        patch = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from None
+    if not isinstance(patch, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object (a merge patch to the policy's spec), "
+                                         f"not {type(patch).__name__}")
+    return patch
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=int, default=500, help="online requests per second")
@@ -337,9 +350,10 @@ def main() -> int:
     parser.add_argument("--treatments", type=treatment_list, default=TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run, in this order (solo always runs first: the ratios' "
                              f"reference); default all of {','.join(TREATMENTS)}")
-    parser.add_argument("--target-delay-us", type=int, default=None,
-                        help="the policy's beIsolation.cpuInterference.targetDelayMicroseconds for the tidal "
-                             "treatment (default: the policy's own default)")
+    parser.add_argument("--policy", type=policy_patch, default={}, metavar="JSON",
+                        help="a JSON merge patch to the ColocationPolicy spec of the Tidal treatments, e.g. "
+                             "'{\"beIsolation\": {\"cpuInterference\": {\"targetDelayMicroseconds\": 25}}}' "
+                             "(the API server validates it)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
@@ -382,10 +396,10 @@ def main() -> int:
             custom.create_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", {
                 "apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy", "metadata": {"name": "default"},
                 "spec": {"evictionWatermarks": {"enabled": False},
-                         "beIsolation": {
-                             "cpuSuppression": {"thresholdPercent": args.suppression_percent},
-                             **({"cpuInterference": {"targetDelayMicroseconds": args.target_delay_us}}
-                                if args.target_delay_us is not None else {})}}})
+                         "beIsolation": {"cpuSuppression": {"thresholdPercent": args.suppression_percent}}}})
+            if args.policy:
+                custom.patch_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
+                                                   {"spec": args.policy})
             capacity = {"cpu": str(CPUS), "memory": "24Gi", "pods": "110",
                         qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(8 << 30)}
             kwok_node(core, node, capacity, {qos.COLOCATION_NODE_LABEL: "true"})
@@ -472,8 +486,8 @@ def main() -> int:
     if "tidal" in results and "k8s_default" in results:
         below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
         summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
-    summary["settings"] = {"treatments": list(args.treatments), "target_delay_us": args.target_delay_us,
-                           "suppression_percent": args.suppression_percent}
+    summary["settings"] = {"treatments": list(args.treatments), "suppression_percent": args.suppression_percent,
+                           "policy": args.policy}
     summary["background"] = background_report
     print(json.dumps(summary))
     return 0

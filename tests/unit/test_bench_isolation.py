@@ -63,3 +63,14 @@ def test_an_unknown_treatment_is_refused_naming_it_and_the_allowed_ones():
     with pytest.raises(argparse.ArgumentTypeError) as refused:
         isolation.treatment_list("tidal,koordinator")
     assert "koordinator" in str(refused.value) and "k8s_default" in str(refused.value)
+
+
+def test_a_policy_patch_is_a_json_object():
+    patch = '{"beIsolation": {"cpuInterference": {"targetDelayMicroseconds": 25}}}'
+    assert isolation.policy_patch(patch) == {"beIsolation": {"cpuInterference": {"targetDelayMicroseconds": 25}}}
+
+
+@pytest.mark.parametrize("text, message", [("[1]", "must be a JSON object"), ("{beIsolation: 1}", "not valid JSON")])
+def test_a_policy_patch_that_is_not_a_json_object_is_refused(text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        isolation.policy_patch(text)

@@ -348,7 +348,7 @@ def main() -> int:
     parser.add_argument("--background-rate", type=int, default=50,
                         help="API operations per second of the --background lab writer")
     parser.add_argument("--treatments", type=treatment_list, default=TREATMENTS, metavar="T,T,...",
-                        help=f"the treatments to run, in this order (solo always runs first: the ratios' "
+                        help=f"the treatments to run, in the order below (solo always runs, first: the ratios' "
                              f"reference); default all of {','.join(TREATMENTS)}")
     parser.add_argument("--policy", type=policy_patch, default={}, metavar="JSON",
                         help="a JSON merge patch to the ColocationPolicy spec of the Tidal treatments, e.g. "

@@ -592,26 +592,28 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
     upgraded = current + "-upgrade"
     realnode.ctr(versions.bin_dir(), node, "images", "tag", "--force", current, upgraded)
     evictions = len(core.list_event_for_all_namespaces(field_selector="reason=Evicted").items)
-    # The module's last test: the site fixture's uninstall.yml follows, so the upgrade is not rolled
-    # back (another site.yml run, about 100 s of every lab run; the tag is the same image).
-    run = play("playbooks/site.yml", lab, 600, "-e", f"tidal_controllers_image={upgraded}")
-    assert run.returncode == 0, (run.stdout + run.stderr)[-15000:]
-    apps = client.AppsV1Api(core.api_client)
+    try:
+        run = play("playbooks/site.yml", lab, 600, "-e", f"tidal_controllers_image={upgraded}")
+        assert run.returncode == 0, (run.stdout + run.stderr)[-15000:]
+        apps = client.AppsV1Api(core.api_client)
 
-    def rolled():
-        images = {pod.metadata.name: [c.image for c in pod.spec.containers]
-                  for pod in core.list_namespaced_pod(NAMESPACE).items
-                  if pod.metadata.labels.get("app.kubernetes.io/part-of") == "tidal"
-                  and pod.metadata.deletion_timestamp is None}
-        return images if images and all(i == [upgraded] * len(i) for i in images.values()) else None
-    wait_for(rolled, 180, f"every Tidal pod on {upgraded}")
+        def rolled():
+            images = {pod.metadata.name: [c.image for c in pod.spec.containers]
+                      for pod in core.list_namespaced_pod(NAMESPACE).items
+                      if pod.metadata.labels.get("app.kubernetes.io/part-of") == "tidal"
+                      and pod.metadata.deletion_timestamp is None}
+            return images if images and all(i == [upgraded] * len(i) for i in images.values()) else None
+        wait_for(rolled, 180, f"every Tidal pod on {upgraded}")
 
-    def agent_ready():
-        status = apps.read_namespaced_daemon_set("tidal-agent", NAMESPACE).status
-        return status.updated_number_scheduled == status.number_ready == status.desired_number_scheduled == 1
-    wait_for(agent_ready, 120, "the upgraded agent ready")
-    # The originals are what the node had before Tidal: the upgraded agent holds the same ones
-    # (a lost journal would make it record its predecessor's values as originals).
-    wait_for(lambda: json.loads(journal.read_text()) == before, 30,
-             f"the agent's journal {before} kept across the upgrade")
-    assert len(core.list_event_for_all_namespaces(field_selector="reason=Evicted").items) == evictions
+        def agent_ready():
+            status = apps.read_namespaced_daemon_set("tidal-agent", NAMESPACE).status
+            return status.updated_number_scheduled == status.number_ready == status.desired_number_scheduled == 1
+        wait_for(agent_ready, 120, "the upgraded agent ready")
+        # The originals are what the node had before Tidal: the upgraded agent holds the same ones
+        # (a lost journal would make it record its predecessor's values as originals).
+        wait_for(lambda: json.loads(journal.read_text()) == before, 30,
+                 f"the agent's journal {before} kept across the upgrade")
+        assert len(core.list_event_for_all_namespaces(field_selector="reason=Evicted").items) == evictions
+    finally:
+        back = play("playbooks/site.yml", lab, 600)
+        assert back.returncode == 0, (back.stdout + back.stderr)[-15000:]

@@ -110,6 +110,12 @@ bench-isolation: venv debian-packages lab-build
 	$(MAKE) debian-packages DEBIAN_PACKAGES="nginx-light stress-ng"
 	$(BIN)/python bench/isolation.py $(BENCH_ARGS)
 
+# The scheduler's part of bench-isolation, with cgroups and two small C programs (gcc) only.
+.PHONY: bench-sched-probe
+bench-sched-probe: venv debian-packages
+	$(MAKE) debian-packages DEBIAN_PACKAGES=gcc
+	$(BIN)/python bench/sched_probe.py $(BENCH_ARGS)
+
 # An online service whose latency depends on memory (nginx serving a file set from page cache) next
 # to a memory-hungry BE job inside a 6 GiB memory budget standing for the node; ~10 min, and about
 # 11 GiB of scratch files under /var/tmp, deleted at the end.

@@ -107,6 +107,29 @@ def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     return round(100.0 * max(0, after[0] - before[0]) / total, 2) if total > 0 else None
 
 
+DAEMONS_CGROUPS = ("root", "system.slice")
+#: the cpu hierarchy's root cgroup (cgroup v1, which the bench's --daemons-cgroup needs)
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+
+
+def daemons_in_system_slice(kubelet, cgroups, pid: int | None = None) -> Path:
+    """``--daemons-cgroup system.slice``: the bench process (``pid``, default this one; and so every daemon it starts after
+    this: the lab, the background writer, the agent) moves to a ``system.slice`` cpu cgroup
+    beside ``kubepods`` below the bench's node cgroup, kubepods getting the kubelet's
+    ``cpu.shares`` for the node's CPUs: the two groups a systemd node's root has (user.slice
+    aside). Returns the slice's directory."""
+    from tidal.agent.collector.cgroups import PodQOSClass
+    kubepods = kubelet.qos_dirs(PodQOSClass.GUARANTEED)[0]
+    if not str(kubepods).startswith(str(CPU_ROOT) + "/"):
+        raise SystemExit(f"--daemons-cgroup system.slice needs the cgroup v1 cpu hierarchy at {CPU_ROOT}")
+    system_slice = cgroups.make(kubepods.parent / "system.slice")
+    cgroups.make(kubepods)
+    (kubepods / "cpu.shares").write_text(str(CPUS * 1024))
+    (system_slice / "cpu.shares").write_text("1024")
+    (system_slice / "cgroup.procs").write_text(str(pid or os.getpid()))
+    return system_slice
+
+
 def in_cgroups(dirs):
     """preexec_fn: the child joins the cgroups before it execs (its workers follow)."""
     def join():
@@ -214,11 +237,31 @@ def fixed_rate(loadgen: Path, url: str, rate: int, seconds: float, realtime_clie
     # server's delay, not the client's own starvation. The kernel's RT throttling (95 % of each
     # second) bounds it; it sleeps between sends anyway.
     prefix = ["chrt", "-f", "1"] if realtime_client else []
+    # in the root cpu cgroup: with the kernel's RT group scheduling a child group has no RT runtime
+    # (SCHED_FIFO is refused there), and the bench itself may run in --daemons-cgroup system.slice
     out = subprocess.run([*prefix, str(loadgen), "-url", url, "-rate", str(rate), "-duration", f"{seconds}s",
-                          "-warmup", "200"], capture_output=True, text=True, timeout=seconds + 120)
+                          "-warmup", "200"], capture_output=True, text=True, timeout=seconds + 120,
+                         preexec_fn=in_cgroups([CPU_ROOT]))
     if out.returncode != 0:
         raise SystemExit(f"loadgen failed: {out.stderr}")
     return json.loads(out.stdout)
+
+
+class WaitSampler:
+    """bench/wait_sampler.py at SCHED_FIFO 2 in the root cpu cgroup, over the measured seconds."""
+
+    def __init__(self, threads, seconds: float, workdir: Path) -> None:
+        self.out = workdir / f"waits-{secrets.token_hex(3)}.json"
+        self.proc = subprocess.Popen(
+            ["chrt", "-f", "2", sys.executable, str(Path(__file__).with_name("wait_sampler.py")), f"{seconds:g}",
+             ",".join(map(str, threads)), str(self.out)], preexec_fn=in_cgroups([CPU_ROOT]))
+
+    def result(self) -> tuple[float | None, int | None]:
+        """(longest wait of any thread in ms, waits over 5 ms in all); Nones if it failed."""
+        if self.proc.wait(timeout=60) != 0 or not self.out.exists():
+            return None, None
+        per_thread = json.loads(self.out.read_text()).values()
+        return max((w[0] for w in per_thread), default=0.0), sum(w[1] for w in per_thread)
 
 
 def ls_threads(ls_dir: Path):
@@ -244,7 +287,8 @@ def cpu_us_per_request(before: dict[int, int], after: dict[int, int], requests: 
     return round(ran / requests / 1000, 1) if requests > 0 else None
 
 
-def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path, settle: float = 0) -> dict:
+def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path, settle: float = 0,
+            longest_waits: bool = False) -> dict:
     """One treatment: the BE hog starts 2 s before the measured seconds, plus ``settle`` seconds
     during which the server already serves the same load (not measured): what the agent's
     run-queue signal reads while its controller settles."""
@@ -256,7 +300,9 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
     before = proc_stat()
     stolen = steal_ticks(Path("/proc/stat").read_text())
     threads, ran = ls_threads(ls_dir)
+    waits = WaitSampler(threads.threads, seconds, workdir) if longest_waits else None
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
+    longest_ms, long_waits = waits.result() if waits else (None, None)
     threads_after, ran_after = ls_threads(ls_dir)
     waited = runqueue_signal(threads, threads_after)
     busy = busy_cores(before, proc_stat())
@@ -270,6 +316,10 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
             "ls_runqueue_delay_us": round(waited.delay_us or 0.0, 1) if waited else None,
             "ls_wait_ratio": round(waited.wait_ratio, 4) if waited else None,
             "ls_cpu_us_per_request": cpu_us_per_request(ran, ran_after, result["ok_per_s"] * seconds),
+            # --longest-waits: the longest single run-queue wait of a server thread
+            # (bench/wait_sampler.py) and how many lasted over 5 ms: the stalls a p99 feels and
+            # the mean per slice hides
+            **({"ls_longest_wait_ms": longest_ms, "ls_waits_over_5ms": long_waits} if waits else {}),
             "steal_pct": stolen}
 
 
@@ -293,7 +343,7 @@ def agent_metrics(port: int) -> dict:
 
 def median_of(runs: list[dict]) -> dict:
     keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us",
-            "ls_cpu_us_per_request", "steal_pct")
+            "ls_cpu_us_per_request", "steal_pct", "ls_longest_wait_ms", "ls_waits_over_5ms")
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys if all(r.get(k) is not None for r in runs)}
 
 
@@ -345,6 +395,16 @@ def main() -> int:
     parser.add_argument("--background", choices=("none", "lab"), default="none",
                         help="lab: run beside a busy lab control plane (bench/lab_background.py), as a node "
                              "with a kubelet, an agent and other daemons")
+    parser.add_argument("--daemons-cgroup", choices=DAEMONS_CGROUPS, default="root",
+                        help="where the node's daemons (the lab, the --background writer, the agent, the bench) "
+                             "run on the cpu hierarchy: root = loose tasks in the root cgroup, each thread an "
+                             "entity of its own beside the pods' one group; system.slice = as on a systemd node, "
+                             "one group (cpu.shares 1024) beside kubepods (cpu.shares = the node's CPUs x 1024, "
+                             "as the kubelet sets it) below the bench's node cgroup")
+    parser.add_argument("--longest-waits", action="store_true",
+                        help="also measure each round's longest single run-queue wait of a server thread "
+                             "(ls_longest_wait_ms, ls_waits_over_5ms; bench/wait_sampler.py, which reads the "
+                             "threads' schedstat every millisecond at SCHED_FIFO: it costs a few %% of a CPU)")
     parser.add_argument("--background-rate", type=int, default=50,
                         help="API operations per second of the --background lab writer")
     parser.add_argument("--treatments", type=treatment_list, default=TREATMENTS, metavar="T,T,...",
@@ -387,6 +447,9 @@ def main() -> int:
     node = "bench-node"
     results: dict[str, list[dict]] = {t: [] for t in args.treatments}
     try:
+        if args.daemons_cgroup == "system.slice":
+            system_slice = daemons_in_system_slice(kubelet, cgroups)
+            log(f"daemons in {system_slice}, beside kubepods (cpu.shares {CPUS * 1024})")
         log(f"starting a private lab in {lab.dir}")
         lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
         with lab.api_client() as api:
@@ -457,7 +520,8 @@ def main() -> int:
                         time.sleep(0.2)
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo",
-                            web_dirs[0], args.agent_settle if treatment in ("tidal", "tidal_usage") else 0)
+                            web_dirs[0], args.agent_settle if treatment in ("tidal", "tidal_usage") else 0,
+                            args.longest_waits)
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")
@@ -478,6 +542,8 @@ def main() -> int:
         if nginx is not None:
             nginx.stop()
         lab.down(wipe=True)
+        if args.daemons_cgroup == "system.slice":
+            (CPU_ROOT / "cgroup.procs").write_text(str(os.getpid()))  # out of system.slice, so it can go
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}
@@ -487,7 +553,7 @@ def main() -> int:
         below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
         summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
     summary["settings"] = {"treatments": list(args.treatments), "suppression_percent": args.suppression_percent,
-                           "policy": args.policy}
+                           "policy": args.policy, "daemons_cgroup": args.daemons_cgroup}
     summary["background"] = background_report
     print(json.dumps(summary))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,3 +75,34 @@ def test_a_policy_patch_is_a_json_object():
 def test_a_policy_patch_that_is_not_a_json_object_is_refused(text, message):
     with pytest.raises(argparse.ArgumentTypeError, match=message):
         isolation.policy_patch(text)
+
+
+def test_the_daemons_go_to_a_system_slice_beside_kubepods_with_the_kubelets_shares(hierarchy, real, tmp_path):
+    """``--daemons-cgroup system.slice`` on this machine's cgroups: the process moves to a
+    ``system.slice`` beside ``kubepods`` (both below the bench's node cgroup), with the shares a
+    systemd node and the kubelet give them; its children follow it there."""
+    from tidal_dev.testing.local_kubelet import LocalKubelet
+    if not isolation.CPU_ROOT.joinpath("cpu.shares").exists():
+        pytest.skip(f"no cgroup v1 cpu hierarchy at {isolation.CPU_ROOT}")
+    kubelet = LocalKubelet(real)
+    daemon = subprocess.Popen(["sleep", "60"])
+    try:
+        system_slice = isolation.daemons_in_system_slice(kubelet, real, pid=daemon.pid)
+        kubepods = system_slice.parent / "kubepods"
+        assert (kubepods / "cpu.shares").read_text().strip() == str(isolation.CPUS * 1024)
+        assert (system_slice / "cpu.shares").read_text().strip() == "1024"
+        cpu_line = next(line for line in Path(f"/proc/{daemon.pid}/cgroup").read_text().splitlines()
+                        if ":cpu," in line or line.split(":")[1] == "cpu")
+        assert cpu_line.endswith("/system.slice") and real.name in cpu_line
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_the_longest_wait_is_the_largest_increase_between_readings():
+    import wait_sampler
+    readings = [{1: 0, 2: 100}, {1: 200_000, 2: 100}, {1: 200_000, 2: 120_000_100, 3: 5},
+                {1: 6_200_000, 2: 120_000_200, 3: 10}, {1: 6_200_000, 2: None}]
+    # thread 1: waits of 0.2 ms and 6 ms; thread 2: one of 120 ms; thread 3 appeared late; a gone
+    # thread's reading (None) counts nothing
+    assert wait_sampler.longest_waits(readings) == {1: (6_000_000, 1), 2: (120_000_000, 1), 3: (5, 0)}

@@ -7,6 +7,7 @@ processes as the containers (tidal_dev.testing.local_kubelet). The agent then ru
 """
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 import urllib.request
@@ -32,8 +33,9 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
         lab, core, namespace, node, kubelet, policy, tmp_path):
     # Suppression's own quota is checked: the run-queue delay control (which may only lower it,
     # when the machine keeps the LS task waiting) is off here; its tests are
-    # test_qos_be_cpu_interference*.py and bench-isolation.
-    policy({"beIsolation": {"cpuInterference": {"enabled": False}}})
+    # test_qos_be_cpu_interference*.py and bench-isolation. The usage outside the pods (the lab's
+    # control plane beside them on the same cores) is left out first, then counted.
+    policy({"beIsolation": {"cpuInterference": {"enabled": False}}, "overselling": {"includeSystemUsage": False}})
     web_pod = kubelet.run_pod(core, namespace, _pod(node, "web", "LS", {"cpu": "500m", "memory": "256Mi"}))
     be_pod_ = kubelet.run_pod(core, namespace, _be(node, "batch", 500))
     web_uid, web_class, web = web_pod.uid, web_pod.qos_class, web_pod.dirs
@@ -63,6 +65,17 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
                  10, "suppression quota at CPUs x 65 % minus the idle LS pod's usage")
         # ... and what the process gets: its 500 m quota, not a whole CPU
         assert _cpu_cores(be) < 0.55
+        # With the usage outside the pods counted (includeSystemUsage, the default), suppression
+        # leaves it to the system: a process busy outside every pod lowers the BE quota.
+        held = int(_read(be_parent / "cpu.cfs_quota_us"))
+        daemon = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            policy({"beIsolation": {"cpuInterference": {"enabled": False}}})
+            wait_for(lambda: int(_read(be_parent / "cpu.cfs_quota_us")) <= held - 30_000, 15,
+                     f"suppression quota below {held} by the busy process's usage (log {log})")
+        finally:
+            daemon.kill()
+            daemon.wait()
         # the online pod is never touched
         assert _read(cpu / kubelet.layout.pod_relpath(web_uid, web_class) / "cpu.shares") == "1024"
 

@@ -390,12 +390,37 @@ def test_the_node_round_sends_the_event_exports_the_metrics_and_keeps_the_status
     assert (event["kind"], event["name"], event["reason"], event["warning"]) == \
         ("Node", "n1", "TidalBECPUThrottled", True)
     value = registry_.get_sample_value
-    assert value("tidal_be_cpu_quota_millicores", {"node": "n1"}) == 650
+    # the bound: 2 CPUs × 65 % − the 200m used outside the pods (node 1000m − pods 800m:
+    # includeSystemUsage, the default) = 1100m; halved by the delay above the target
+    assert value("tidal_be_cpu_quota_millicores", {"node": "n1"}) == 550
     assert value("tidal_online_runqueue_delay_microseconds", {"node": "n1"}) == 500
     assert value("tidal_be_cpu_interference_throttles_total", {"node": "n1"}) == 1
-    assert node_qos.feature_status["cpuInterference"]["beCPUAllowanceMillicores"] == 650
-    assert (besteffort / "cpu.cfs_quota_us").read_text() == "65000"
+    assert node_qos.feature_status["cpuInterference"]["beCPUAllowanceMillicores"] == 550
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == "55000"
     node_qos.observe_policy({"metadata": {"resourceVersion": "2"},
                              "spec": {"beIsolation": {"cpuInterference": {"enabled": False}}}})
     node_qos.round(Sample(), [LS, BE])
     assert node_qos.feature_status == {"cpuInterference": None}  # removed from the status by the merge patch
+
+
+@pytest.mark.parametrize("include, bound", [(True, 1100), (False, 1300)])
+def test_the_round_counts_system_usage_in_the_bound_as_the_policy_says(tmp_path, include, bound):
+    """overselling.includeSystemUsage (default on): the 200m used outside the pods (node 1000m −
+    pods 800m) are left to the system; off, only online usage counts (2 CPUs × 65 %)."""
+    from tidal.agent.qos.node_qos import NodeQoS
+    from tidal.api import qos
+
+    tree = Tree(tmp_path)
+    besteffort = tmp_path / "cpu/kubepods/besteffort"
+    besteffort.mkdir(parents=True)
+    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
+        (besteffort / f).write_text(v)
+    feature = BECPUInterference(Options(proc_root=tree.proc))
+    node_qos = NodeQoS("n1", tree.layout, QoSEngine(tmp_path / "j.json", features=[feature]), {"schedstat": True},
+                       node_cpus=2, clock=lambda: 100.0)
+    node_qos.observe_policy({"metadata": {"resourceVersion": "1"},
+                             "spec": {"overselling": {"includeSystemUsage": include}}})
+    node_qos.observe_node({"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: "true"}}})
+    node_qos.round(Sample(), [LS, BE])
+    assert node_qos.feature_status["cpuInterference"]["boundMillicores"] == bound
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == str(bound * 100)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from tidal.agent.qos.be_batch_resources import (
     shares_to_weight,
 )
 from tidal.agent.qos.be_cpu_priority import BECPUPriority
-from tidal.agent.qos.be_cpu_suppression import BECPUSuppression, suppressed_millicores
+from tidal.agent.qos.be_cpu_suppression import BECPUSuppression, bound_millicores, suppressed_millicores
 from tidal.agent.qos.strategy import (
     CgroupWrite,
     ContainerState,
@@ -177,6 +178,20 @@ def test_be_batch_resources_without_a_request_sets_no_limit():
 )
 def test_suppressed_millicores(cpus, online, threshold, floor, allowed):
     assert suppressed_millicores(cpus, online, threshold, floor) == allowed
+
+
+@pytest.mark.parametrize(
+    "online, system, allowed",
+    [
+        (2000, 0, 3200),     # includeSystemUsage off (or nothing outside the pods): 5.2 CPUs − 2 online
+        (2000, 1500, 1700),  # daemons using 1.5 CPUs leave BE that much less
+        (2000, 4000, 500),   # a node busy with its own daemons: the floor
+    ],
+)
+def test_the_suppression_bound_leaves_system_usage_to_the_system(online, system, allowed):
+    s = dataclasses.replace(state(V1, online=online), system_usage_millicores=system)
+    assert bound_millicores(s, 0.65, 500) == allowed
+    assert BECPUSuppression(0.65, 500).allowed_millicores(s) == allowed
 
 
 @pytest.mark.parametrize(

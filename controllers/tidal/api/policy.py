@@ -319,7 +319,9 @@ class Switch:
 @dataclass(frozen=True)
 class CPUSuppression:
     """BE CPU suppression: a quota on the parent cgroup of all BE pods, recomputed every second
-    as ``node CPUs x thresholdPercent / 100 - online usage``, never below ``floorMillicores``."""
+    as ``node CPUs x thresholdPercent / 100 - online usage - system usage``, never below
+    ``floorMillicores`` (system usage: the node's outside the pods, while
+    ``overselling.includeSystemUsage``)."""
 
     enabled: bool = _boolean(
         "enabled", True, "Cap BE pods together at what online pods leave under the threshold."
@@ -464,9 +466,9 @@ class Overselling:
         "includeSystemUsage",
         True,
         "Count the node's usage outside the pods (system daemons, kubelet, runtime, kernel): the "
-        "part beyond the kubelet's reservation is subtracted from batch resources, and eviction "
-        "watermarks compare node usage. When false, only pods' usage counts for both, as Volcano's "
-        "agent with --include-system-usage=false.",
+        "part beyond the kubelet's reservation is subtracted from batch resources, BE CPU suppression "
+        "leaves all of it to the system, and eviction watermarks compare node usage. When false, only "
+        "pods' usage counts for all three, as Volcano's agent with --include-system-usage=false.",
     )
     be_uses_batch_resources: bool = _boolean(
         "beUsesBatchResources",

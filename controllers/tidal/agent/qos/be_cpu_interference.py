@@ -36,7 +36,7 @@ and so measures it anew).
 
 Controller (pure, :class:`InterferenceController`, multiplicative decrease / additive
 increase): the BE allowance starts at the suppression bound
-``max(floor, node CPUs × threshold − online usage)`` and every round
+``max(floor, node CPUs × threshold − online usage − system usage)`` and every round
 
 * attributed delay above ``targetDelayMicroseconds``: allowance × (1 − ``decreasePercent`` /
   100), never below the suppression floor — the online service is protected first;
@@ -68,7 +68,7 @@ from tidal.api.policy import CPUInterference as CPUInterferenceConfig
 from tidal.api.qos import QoSLevel
 
 from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
-from .be_cpu_suppression import suppressed_millicores
+from .be_cpu_suppression import bound_millicores
 from .feature import DEFAULT_OPTIONS, EMPTY, Context, Counter, Gauge, NodeEvent, Options, Plan, StatusPart
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
@@ -322,8 +322,7 @@ class BECPUInterference:
         state = ctx.state
         suppression = state.policy.be_isolation.cpu_suppression
         config = state.policy.be_isolation.cpu_interference
-        bound = suppressed_millicores(state.node_cpus, state.online_usage_millicores,
-                                      suppression.threshold_percent / 100, suppression.floor_millicores)
+        bound = bound_millicores(state, suppression.threshold_percent / 100, suppression.floor_millicores)
         sig: Signal | None = ctx.observed.get(self.name)
         delay = sig.delay_us if sig is not None else None
         before = self.controller.throttles

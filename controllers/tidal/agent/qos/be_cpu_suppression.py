@@ -11,10 +11,14 @@ nature.)
 
 The quota, recomputed every round (the agent runs it every second)::
 
-    allowed = max(floor, node CPUs × threshold − online usage)
+    allowed = max(floor, node CPUs × threshold − online usage − system usage)
 
 with ``threshold`` a fraction (default 0.65) and ``floor`` in millicores (default 500 = 0.5 CPU)
 so BE pods are never frozen entirely. v1: ``cpu.cfs_quota_us`` (period 100000); v2: ``cpu.max``.
+System usage is the node's usage outside the pods (daemons, kubelet, runtime, kernel), counted
+while ``overselling.includeSystemUsage`` is on (the default; Koordinator's suppression subtracts
+it too): a node busy with its own daemons leaves BE less, so the online pods keep the idle CPU
+time they wake up into (measured: docs/benchmarks.md, Isolation).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
 from .feature import StrategyFeature
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
-__all__ = ["feature", "BECPUSuppression", "suppressed_millicores"]
+__all__ = ["feature", "BECPUSuppression", "bound_millicores", "suppressed_millicores"]
 
 
 def suppressed_millicores(
@@ -33,6 +37,13 @@ def suppressed_millicores(
 ) -> int:
     allowed = node_cpus * 1000 * threshold - online_millicores
     return max(int(floor_millicores), int(allowed))
+
+
+def bound_millicores(state: NodeState, threshold: float, floor_millicores: int) -> int:
+    """This round's suppression quota: what online usage and system usage (0 unless
+    ``overselling.includeSystemUsage``) leave under the threshold, at least the floor."""
+    return suppressed_millicores(state.node_cpus, state.online_usage_millicores + state.system_usage_millicores,
+                                 threshold, floor_millicores)
 
 
 class BECPUSuppression:
@@ -48,9 +59,7 @@ class BECPUSuppression:
         self.floor_millicores = floor_millicores
 
     def allowed_millicores(self, state: NodeState) -> int:
-        return suppressed_millicores(
-            state.node_cpus, state.online_usage_millicores, self.threshold, self.floor_millicores
-        )
+        return bound_millicores(state, self.threshold, self.floor_millicores)
 
     def plan(self, state: NodeState) -> list[CgroupWrite]:
         path = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tidal.agent.collector.cgroups import CgroupLayout
-from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler
+from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler, system_usage
 from tidal.metrics import NodeMetrics
 from tidal.api.node_mode import NodeMode, eviction_allowed, node_mode, requests_percent
 from tidal.api.policy import ColocationPolicy, PolicyValidationError
@@ -388,8 +388,10 @@ class NodeQoS:
         if self.evictions is not None and self._work is not None and (self._unsettled or not self._resumed):
             self._resume_evictions()
         online = sum(sampler.level_current(level)[0] for level in ONLINE_LEVELS)
+        system = (system_usage(sampler.node_cpu_millicores, sampler.pods_cpu_millicores) or 0.0
+                  if self.policy.overselling.include_system_usage else 0.0)
         state = NodeState(pods=tuple(self._states.values()), node_cpus=self.node_cpus,
-                          online_usage_millicores=online, policy=self.policy,
+                          online_usage_millicores=online, system_usage_millicores=system, policy=self.policy,
                           capabilities=self.capabilities, layout=self.layout,
                           cpu_controller_root=self.cpu_controller_root)
         enabled = self.enabled
@@ -499,10 +501,9 @@ class NodeQoS:
         if any(g.metric == "be_cpu_quota" for g in gauges):
             pass  # the interference control's allowance (below suppression's bound)
         elif enabled and suppression.enabled:
-            from .be_cpu_suppression import suppressed_millicores
-            m.be_cpu_quota.labels(n).set(suppressed_millicores(
-                state.node_cpus, state.online_usage_millicores, suppression.threshold_percent / 100,
-                suppression.floor_millicores))
+            from .be_cpu_suppression import bound_millicores
+            m.be_cpu_quota.labels(n).set(bound_millicores(state, suppression.threshold_percent / 100,
+                                                          suppression.floor_millicores))
         else:
             m.be_cpu_quota.labels(n).set(0)
 

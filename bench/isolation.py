@@ -113,9 +113,9 @@ CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 
 
 def daemons_in_system_slice(kubelet, cgroups, pid: int | None = None) -> Path:
-    """``--daemons-cgroup system.slice``: the bench process (``pid``, default this one; and so every daemon it starts after
-    this: the lab, the background writer, the agent) moves to a ``system.slice`` cpu cgroup
-    beside ``kubepods`` below the bench's node cgroup, kubepods getting the kubelet's
+    """``--daemons-cgroup system.slice``: the bench process (``pid``, default this one; and so
+    every daemon it starts after this: the lab, the background writer, the agent) moves to a
+    ``system.slice`` cpu cgroup beside ``kubepods`` below the bench's node cgroup, kubepods getting the kubelet's
     ``cpu.shares`` for the node's CPUs: the two groups a systemd node's root has (user.slice
     aside). Returns the slice's directory."""
     from tidal.agent.collector.cgroups import PodQOSClass

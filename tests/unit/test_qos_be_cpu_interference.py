@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.collector.sampler import system_usage
 from tidal.agent.qos import registry
 from tidal.agent.qos.be_cpu_interference import (
     FLOOR_DELAY_SECONDS,
@@ -331,6 +332,10 @@ class Sample:
 
     node_cpu_millicores, node_memory_bytes, node_memory_total_bytes = 1000.0, 100, 1000
     pods_cpu_millicores, pods_memory_bytes = 800.0, 100
+
+    @property
+    def system_cpu_millicores(self):
+        return system_usage(self.node_cpu_millicores, self.pods_cpu_millicores)
 
     def level_current(self, level):
         return 0.0, 0.0

@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.collector.sampler import system_usage
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.node_qos import NodeQoS
 from tidal.agent.qos.strategy import ContainerState, PodState
@@ -20,6 +21,10 @@ class Sample:
 
     node_cpu_millicores, node_memory_bytes, node_memory_total_bytes = 1000.0, 700 * MiB, 1000 * MiB
     pods_cpu_millicores, pods_memory_bytes = 800.0, 600 * MiB
+
+    @property
+    def system_cpu_millicores(self):
+        return system_usage(self.node_cpu_millicores, self.pods_cpu_millicores)
 
     def level_current(self, level):
         return 0.0, 0.0

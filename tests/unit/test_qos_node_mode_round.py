@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.collector.sampler import system_usage
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.node_qos import NodeQoS, mode_status, node_allocatable, node_requests_percent
 from tidal.agent.qos.strategy import PodState
@@ -26,6 +27,10 @@ class Sample:
 
     node_cpu_millicores, node_memory_bytes, node_memory_total_bytes = 3600.0, 1.6 * GiB, 16 * GiB
     pods_cpu_millicores, pods_memory_bytes = 3000.0, 1 * GiB
+
+    @property
+    def system_cpu_millicores(self):
+        return system_usage(self.node_cpu_millicores, self.pods_cpu_millicores)
 
     def level_current(self, level):
         return 0.0, 0.0

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tidal.agent.collector.cgroups import CgroupLayout
-from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler, system_usage
+from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler
 from tidal.metrics import NodeMetrics
 from tidal.api.node_mode import NodeMode, eviction_allowed, node_mode, requests_percent
 from tidal.api.policy import ColocationPolicy, PolicyValidationError
@@ -388,8 +388,7 @@ class NodeQoS:
         if self.evictions is not None and self._work is not None and (self._unsettled or not self._resumed):
             self._resume_evictions()
         online = sum(sampler.level_current(level)[0] for level in ONLINE_LEVELS)
-        system = (system_usage(sampler.node_cpu_millicores, sampler.pods_cpu_millicores) or 0.0
-                  if self.policy.overselling.include_system_usage else 0.0)
+        system = (sampler.system_cpu_millicores or 0.0) if self.policy.overselling.include_system_usage else 0.0
         state = NodeState(pods=tuple(self._states.values()), node_cpus=self.node_cpus,
                           online_usage_millicores=online, system_usage_millicores=system, policy=self.policy,
                           capabilities=self.capabilities, layout=self.layout,

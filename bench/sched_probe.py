@@ -38,7 +38,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+from isolation import CPU_ROOT, in_cgroups
+
 SOURCES = Path(__file__).resolve().with_name("sched_probe")
 TREATMENTS = ("none", "shares2", "pod_idle", "parent_idle", "pod_idle_quota", "outside_kubepods")
 DAEMONS = {"slice": ("system.slice", 2, ("3000", "2000")), "root": (None, 8, ("500", "4000"))}
@@ -88,9 +89,7 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def spawn(argv: list[str], cgroup: Path) -> subprocess.Popen:
-    def join() -> None:
-        (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-    return subprocess.Popen(argv, preexec_fn=join)
+    return subprocess.Popen(argv, preexec_fn=in_cgroups([cgroup]))
 
 
 def medians(rows: list[dict], nones: list[dict]) -> dict:
@@ -140,8 +139,8 @@ def main() -> int:
                     be0, d0 = cpu_seconds([h.pid for h in hogs]), cpu_seconds([d.pid for d in daemons])
                     t0 = os.times().elapsed
                     probe = subprocess.run([str(tools["probe"]), f"{args.seconds:g}", "1000", "200"],
-                                           preexec_fn=lambda: (node / "kubepods/burstable/ls/cgroup.procs")
-                                           .write_text(str(os.getpid())), capture_output=True, text=True, check=True)
+                                           preexec_fn=in_cgroups([node / "kubepods/burstable/ls"]),
+                                           capture_output=True, text=True, check=True)
                     wall = os.times().elapsed - t0
                     be_cpus = (cpu_seconds([h.pid for h in hogs]) - be0) / wall
                     daemons_cpus = (cpu_seconds([d.pid for d in daemons]) - d0) / wall

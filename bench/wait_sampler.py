@@ -19,13 +19,15 @@ import sys
 import time
 from pathlib import Path
 
+from tidal.agent.qos.be_cpu_interference import parse_schedstat
+
 LONG_WAIT_NS = 5_000_000
 
 
 def read_waited(tid: int) -> int | None:
     try:
-        return int(Path(f"/proc/{tid}/schedstat").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
+        return parse_schedstat(Path(f"/proc/{tid}/schedstat").read_text())[1]
+    except (OSError, ValueError):
         return None
 
 
@@ -45,16 +47,12 @@ def longest_waits(readings: list[dict[int, int | None]]) -> dict[int, tuple[int,
 
 def main() -> int:
     seconds, tids, out = float(sys.argv[1]), [int(t) for t in sys.argv[2].split(",") if t], Path(sys.argv[3])
-    prev = {tid: read_waited(tid) for tid in tids}
-    result: dict[int, tuple[int, int]] = {}
+    readings = [{tid: read_waited(tid) for tid in tids}]
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(0.001)
-        now = {tid: read_waited(tid) for tid in tids}
-        for tid, (longest, long_waits) in longest_waits([prev, now]).items():
-            before = result.get(tid, (0, 0))
-            result[tid] = (max(before[0], longest), before[1] + long_waits)
-        prev = now
+        readings.append({tid: read_waited(tid) for tid in tids})
+    result = longest_waits(readings)
     out.write_text(json.dumps({str(tid): [round(ns / 1e6, 2), n] for tid, (ns, n) in result.items()}))
     return 0
 

@@ -36,6 +36,8 @@ class NodeMetrics:
     online_runqueue_delay: Gauge  # tidal_online_runqueue_delay_microseconds{node} mean per slice
     online_runqueue_wait: Gauge   # tidal_online_runqueue_wait_ratio{node} Σ waited / wall time
     be_cpu_throttles: Counter     # tidal_be_cpu_interference_throttles_total{node}
+    #: online wake-up slice: online pods whose threads ask for it
+    online_sched_slice_pods: Gauge  # tidal_online_sched_slice_pods{node}
     #: pressure stall information, some avg10 in percent
     psi: Gauge             # tidal_psi_some_avg10_percent{node,resource}
     #: cgroup writes the QoS engine made (changed values only) and failures
@@ -88,6 +90,10 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
         be_cpu_throttles=Counter(
             "tidal_be_cpu_interference_throttles",
             "Times the BE CPU quota was lowered because online threads waited on a run queue",
+            ["node"], registry=r),
+        online_sched_slice_pods=Gauge(
+            "tidal_online_sched_slice_pods",
+            "Online pods whose threads ask for the short scheduling slice (features.onlineSchedSlice)",
             ["node"], registry=r),
         psi=Gauge("tidal_psi_some_avg10_percent", "Pressure stall information, some avg10",
                   ["node", "resource"], registry=r),

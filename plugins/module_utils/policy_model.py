@@ -69,6 +69,7 @@ __all__ = [
     "PSIInterference",
     "NUMAAffinity",
     "EgressBandwidth",
+    "OnlineSchedSlice",
     "Features",
     "ColocationPolicy",
     "field_specs",
@@ -752,6 +753,30 @@ class EgressBandwidth:
 
 
 @dataclass(frozen=True)
+class OnlineSchedSlice:
+    """A short EEVDF slice for the threads of online (HLS and LS) pods (Linux >= 6.12): a thread
+    that wakes for a request preempts a daemon or BE task running with the default slice instead
+    of waiting for it. Shares and quotas are unchanged: online pods get their CPU sooner, not
+    more of it."""
+
+    enabled: bool = _boolean(
+        "enabled", False, "Give online pods' threads a short scheduling slice (sched_setattr "
+        "sched_runtime; SCHED_OTHER and SCHED_BATCH threads only). Nodes whose kernel keeps no custom "
+        "slice (before Linux 6.12) report it and are left alone."
+    )
+    slice_microseconds: int = _integer(
+        "sliceMicroseconds",
+        default=100,
+        minimum=100,
+        maximum=100000,
+        description="The slice online threads ask for, in microseconds (the kernel's range: 100 to "
+        "100000; its default is 750 x (1 + log2 CPUs)). Shorter: earlier wake-ups, more preemption.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
 class Features:
     """Advanced node-level QoS features, each with its own switch."""
 
@@ -792,6 +817,11 @@ class Features:
         "egressBandwidth",
         EgressBandwidth,
         "Caps BE pods' egress bandwidth, tighter while online egress is high.",
+    )
+    online_sched_slice: OnlineSchedSlice = _object(
+        "onlineSchedSlice",
+        OnlineSchedSlice,
+        "A short scheduling slice for online pods' threads, so they run soon after they wake.",
     )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tidal.api import qos
 from tidal.agent.collector.cgroups import PodQOSClass
+from tidal.agent.executor import sched
 from tidal_dev.lab import processes
 from tidal_dev.lab.ports import free_port
 from tidal_dev.lab.pytest_plugin import wait_for
@@ -35,14 +36,18 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
     # when the machine keeps the LS task waiting) is off here; its tests are
     # test_qos_be_cpu_interference*.py and bench-isolation. The usage outside the pods (the lab's
     # control plane beside them on the same cores) is left out first, then counted.
-    policy({"beIsolation": {"cpuInterference": {"enabled": False}}, "overselling": {"includeSystemUsage": False}})
+    slice_on = {"onlineSchedSlice": {"enabled": True}}
+    policy({"beIsolation": {"cpuInterference": {"enabled": False}}, "overselling": {"includeSystemUsage": False},
+            "features": slice_on})
     web_pod = kubelet.run_pod(core, namespace, _pod(node, "web", "LS", {"cpu": "500m", "memory": "256Mi"}))
     be_pod_ = kubelet.run_pod(core, namespace, _be(node, "batch", 500))
     web_uid, web_class, web = web_pod.uid, web_pod.qos_class, web_pod.dirs
     be_uid, be_class, be = be_pod_.uid, be_pod_.qos_class, be_pod_.dirs
     assert (web_class, be_class) == (PodQOSClass.BURSTABLE, PodQOSClass.BEST_EFFORT)
-    kubelet.idle(web)
-    kubelet.spin(be)
+    web_process = kubelet.idle(web)
+    be_process = kubelet.spin(be)
+    slices, why_not = sched.probe()
+    base_slice = sched.get_attr(web_process.pid).runtime_ns
     cpu = kubelet.cpu_root
     be_pod = cpu / kubelet.layout.pod_relpath(be_uid, be_class)
     be_parent = cpu / kubelet.layout.qos_relpath(PodQOSClass.BEST_EFFORT)
@@ -70,19 +75,26 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
         held = int(_read(be_parent / "cpu.cfs_quota_us"))
         daemon = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
-            policy({"beIsolation": {"cpuInterference": {"enabled": False}}})
+            policy({"beIsolation": {"cpuInterference": {"enabled": False}}, "features": slice_on})
             wait_for(lambda: int(_read(be_parent / "cpu.cfs_quota_us")) <= held - 30_000, 15,
                      f"suppression quota below {held} by the busy process's usage (log {log})")
         finally:
             daemon.kill()
             daemon.wait()
-        # the online pod is never touched
+        # the online pod's cgroups are never touched; its threads ask for the short wake-up slice
+        # (features.onlineSchedSlice, switched on here), BE's keep theirs
         assert _read(cpu / kubelet.layout.pod_relpath(web_uid, web_class) / "cpu.shares") == "1024"
+        if slices:
+            wait_for(lambda: sched.get_attr(web_process.pid).runtime_ns == 100_000, 10,
+                     f"the LS pod's thread at a 100 µs slice (log {log})")
+            assert sched.get_attr(be_process.pid).runtime_ns == base_slice
+        else:
+            print(f"online wake-up slice not checked: {why_not}")
 
         # A policy change applies within 5 s, without a restart.
         policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 30, "floorMillicores": 200},
                                 "cpuPriority": {"enabled": False}},
-                "features": {"cacheLimits": {"enabled": True}}})
+                "features": {"cacheLimits": {"enabled": True}, **slice_on}})
         wait_for(lambda: int(_read(be_parent / "cpu.cfs_quota_us")) <= CPUS * 30_000, 5, "suppression at 30 %")
         wait_for(lambda: _read(be_pod / "cpu.idle") == originals[be_pod / "cpu.idle"], 5,
                  "cpu.idle restored when the strategy is switched off")
@@ -105,12 +117,16 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert f'tidal_agent_cgroup_writes_total{{node="{node}",strategy="be-batch-resources"}}' in metrics
         assert f'tidal_be_cpu_quota_millicores{{node="{node}"}}' in metrics
+        if slices:
+            assert f'tidal_online_sched_slice_pods{{node="{node}"}} 1.0' in metrics
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).status == 200
 
         # Colocation switched off for the node: every value the agent changed goes back.
         core.patch_node(node, {"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: None}}})
         wait_for(lambda: all(_read(p) == v for p, v in originals.items()), 10,
                  f"original values restored: {originals}")
+        wait_for(lambda: sched.get_attr(web_process.pid).runtime_ns == base_slice, 10,
+                 "the LS pod's thread has its own slice back")
         assert processes.alive(agent)
     finally:
         processes.stop(agent)

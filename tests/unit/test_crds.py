@@ -182,6 +182,7 @@ def test_node_profile_status_holds_what_the_agent_and_the_master_report() -> Non
         "perQoS",
         "predictions",
         "cpuInterference",
+        "onlineSchedSlice",
         "oversell",
         "capabilities",
         "conditions",

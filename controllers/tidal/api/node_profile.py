@@ -212,6 +212,11 @@ class NodeProfileStatus:
         "cpuSuppression's quota that bounds it (boundMillicores), throttled (allowance below the "
         "bound) and problem (why the delay cannot be measured).",
     )
+    online_sched_slice: dict[str, Any] | None = prop(
+        "onlineSchedSlice",
+        "Online wake-up slice (features.onlineSchedSlice) while it runs: sliceMicroseconds and the "
+        "number of online pods whose threads ask for it (pods).",
+    )
     oversell: dict[str, Any] | None = prop(
         "oversell",
         "Written by the oversell master only: the batch resources it computed for this node, "

@@ -8,7 +8,9 @@ Features plan intents (:class:`~tidal.agent.qos.feature.Plan`); the executor car
   (``qos-journal.json``), only differing values written; and write-only requests
   (``memory.reclaim``);
 * :mod:`.resctrl`: the agent's resctrl groups (``tidal-*`` only), their schemata and members;
-* :mod:`.tc`: BE pods' egress shaping (``tfb*`` IFB devices and their veths' ingress qdisc).
+* :mod:`.tc`: BE pods' egress shaping (``tfb*`` IFB devices and their veths' ingress qdisc);
+* :mod:`.sched`: online pods' threads' scheduling slice (``sched_setattr``), originals kept in
+  memory.
 
 It reads only what it needs to write correctly (current values, existing groups and devices).
 """
@@ -20,10 +22,12 @@ from pathlib import Path
 
 from .cgroupfs import ApplyResult, CgroupTrigger, CgroupWrite, RestoreJournal, apply, restore, trigger
 from .resctrl import ResctrlExecutor, ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups
+from .sched import SchedExecutor, ThreadSlices, ThreadSlicesReset
 from .tc import TcExecutor, TcShaper, TcShapeOnly, TcUnshapeAll
 
 RESCTRL = (ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups)
 TC = (TcShapeOnly, TcUnshapeAll)
+SCHED = (ThreadSlices, ThreadSlicesReset)
 
 __all__ = ["Executor", "Outcome"]
 
@@ -69,10 +73,11 @@ class Executor:
 
     def __init__(self, journal_path: Path | str, *, legacy: Iterable[Path | str] = (),
                  verify_every: int = 5, resctrl_remove: Callable[[Path], None] = Path.rmdir,
-                 shaper: TcShaper | None = None) -> None:
+                 shaper: TcShaper | None = None, sched: SchedExecutor | None = None) -> None:
         self.journal = RestoreJournal(journal_path, legacy)
         self.resctrl = ResctrlExecutor(resctrl_remove)
         self.tc = TcExecutor(shaper)
+        self.sched = sched or SchedExecutor()
         self.verify_every = verify_every
         self.known: dict[str, str] = {}
         self._rounds = 0
@@ -99,7 +104,7 @@ class Executor:
         return out
 
     def _other(self, intents: Sequence[object], roots: Sequence[Path], out: Outcome) -> None:
-        unknown = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL, *TC))]
+        unknown = [i for i in intents if not isinstance(i, (CgroupTrigger, *RESCTRL, *TC, *SCHED))]
         if unknown:  # before anything is done
             raise TypeError(f"no executor for {unknown[0]!r}")
         requests = [i for i in intents if isinstance(i, CgroupTrigger)]
@@ -107,7 +112,7 @@ class Executor:
             done, problems = trigger(requests, roots)
             out.done.update(r.key for r in done)
             out.problems += [(CgroupTrigger.__module__, *p) for p in problems]
-        for kinds, executor in ((RESCTRL, self.resctrl), (TC, self.tc)):
+        for kinds, executor in ((RESCTRL, self.resctrl), (TC, self.tc), (SCHED, self.sched)):
             mine = [i for i in intents if isinstance(i, kinds)]
             if mine:
                 problems: list[tuple[str, str]] = []

@@ -5,17 +5,20 @@ The result is shaped for ``NodeProfile.status.capabilities``: a list of ``{name,
 reason}``. Names are stable (the contract with the manager and the console):
 
 ``kernel``, ``cgroup``, ``cgroup.driver``, ``cpu.idle``, ``cpu.cfs_burst``, ``schedstat``, ``psi``, ``psi.cgroup``, ``resctrl.l3``,
-``resctrl.mba``, ``numa``, ``memory.reclaim``, ``tc``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``.
+``resctrl.mba``, ``numa``, ``memory.reclaim``, ``tc``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``,
+``sched.slice``.
 
 Parsing is pure (``parse_*``); :func:`probe` only checks that files exist and reads small ones,
-under three roots that tests point at recorded trees.
+under three roots that tests point at recorded trees; ``sched.slice`` is asked of the running
+kernel (a system call on a thread of its own, :func:`tidal.agent.executor.sched.probe`), which
+tests may replace.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from tidal.agent.collector.cgroups import (
     detect_driver,
     detect_hierarchy,
 )
+from tidal.agent.executor import sched
 
 from .strategy import cpu_controller_root
 
@@ -60,6 +64,7 @@ CAPABILITY_NAMES = (
     "tc",
     "openeuler.cpu.qos_level",
     "openeuler.memory.qos_level",
+    "sched.slice",
 )
 CPU_IDLE_MIN_KERNEL = (5, 15)
 
@@ -138,6 +143,7 @@ def probe(
     proc_root: Path | str = "/proc",
     sys_root: Path | str = "/sys",
     kubelet_root: str = "/",
+    sched_slice: Callable[[], tuple[bool, str]] = sched.probe,
 ) -> list[Capability]:
     cgroup_root, proc_root, sys_root = Path(cgroup_root), Path(proc_root), Path(sys_root)
     caps: list[Capability] = []
@@ -280,6 +286,9 @@ def probe(
         "openeuler.memory.qos_level", memory_root, ["memory.qos_level"],
         "no memory.qos_level: not an openEuler kernel",
     )
+    supported, reason = sched_slice()
+    caps.append(Capability("sched.slice", supported, reason or "sched_setattr sched_runtime: a custom EEVDF "
+                                                                  "slice per SCHED_OTHER thread"))
     return caps
 
 

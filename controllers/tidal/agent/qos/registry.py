@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from . import (
     be_batch_resources, be_cpu_interference, be_cpu_priority, be_cpu_suppression, cpu_burst,
-    egress_bandwidth, kernel_qos_level, memory_reclaim, numa_affinity, psi_interference, resctrl,
+    egress_bandwidth, kernel_qos_level, memory_reclaim, numa_affinity, online_sched_slice, psi_interference,
+    resctrl,
 )
 from .feature import DEFAULT_OPTIONS, Feature, Options
 
@@ -29,6 +30,7 @@ def features(options: Options = DEFAULT_OPTIONS) -> list[Feature]:
         resctrl.CacheLimitsFeature(options),
         egress_bandwidth.EgressBandwidthFeature(options),
         psi_interference.PSIInterference(options),
+        online_sched_slice.OnlineSchedSlice(),
     ]
 
 #: journals of agents before the executor (merged into the one journal on start)

@@ -14,6 +14,7 @@ const SECTIONS = [
   ["spec.features.numaAffinity", "NUMA affinity"],
   ["spec.features.egressBandwidth", "Egress bandwidth"],
   ["spec.features.kernelQoSLevel", "Kernel QoS level (openEuler cpu / memory.qos_level)"],
+  ["spec.features.onlineSchedSlice", "Online wake-up slice (EEVDF sched_runtime)"],
 ];
 
 function capabilityChips(node) {

@@ -1,0 +1,255 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Threads' scheduling attributes: the EEVDF slice of online pods' threads.
+
+Since Linux 6.12 a SCHED_OTHER or SCHED_BATCH thread may ask for its own slice
+(``sched_attr.sched_runtime``, 0.1–100 ms; 0 means the kernel's base slice). A shorter slice
+gives the thread an earlier virtual deadline: on wake-up it runs before a task of the default
+slice that has not used up its own (the kernel's PREEMPT_SHORT), and its cgroup's entity takes
+the shortest slice of what it holds, so this counts against the node's daemons and BE pods
+alike. CPU shares are untouched: a slice moves latency, not bandwidth.
+
+:class:`ThreadSlices`: every thread listed in ``thread_files`` (a cgroup's ``tasks`` or
+``cgroup.threads``) runs with ``slice_us``. Threads of another policy (real-time, deadline,
+SCHED_IDLE) are left alone; nice and reset-on-fork are kept. A thread's original slice is kept
+in memory the first time it is changed, and :class:`ThreadSlicesReset` puts every one back that
+is still at the slice given (a slice the application chose since is its own), and also resets
+threads of its ``thread_files`` still at its ``slice_us`` (what an earlier agent set before it
+was restarted). New threads inherit the slice of the thread that created them; each
+thread is looked at once while it lives (its TID remembered), so a steady pod costs one read of
+its thread lists per round.
+
+The system calls go through libc's ``syscall()`` (Python's ``os`` has neither
+``sched_setattr`` nor ``sched_getattr``); :func:`probe` tells whether the kernel keeps a custom
+slice (the capability ``sched.slice``).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import platform
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SLICE_MAX_US", "SLICE_MIN_US", "SchedAttr", "SchedExecutor", "ThreadSlices", "ThreadSlicesReset",
+           "get_attr", "probe", "set_slice"]
+
+log = logging.getLogger(__name__)
+
+#: the kernel's bounds for a custom slice (kernel/sched/syscalls.c clamps to them)
+SLICE_MIN_US = 100
+SLICE_MAX_US = 100_000
+#: (sched_setattr, sched_getattr) by machine
+_SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "ppc64le": (355, 356), "s390x": (345, 346)}
+SCHED_OTHER, SCHED_BATCH = 0, 3
+FAIR = (SCHED_OTHER, SCHED_BATCH)
+SCHED_FLAG_RESET_ON_FORK = 0x01
+#: struct sched_attr up to sched_period (SCHED_ATTR_SIZE_VER0): size, policy, flags, nice,
+#: priority, runtime, deadline, period
+_ATTR = struct.Struct("=IIQiIQQQ")
+
+
+@dataclass(frozen=True)
+class SchedAttr:
+    policy: int
+    flags: int
+    nice: int
+    #: for SCHED_OTHER/SCHED_BATCH threads on Linux >= 6.12: the thread's slice, custom or the base one
+    runtime_ns: int
+
+
+class SchedError(OSError):
+    pass
+
+
+def _syscall(index: int) -> tuple[ctypes.CDLL, int]:
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        raise SchedError(errno.ENOSYS, f"sched_setattr: unknown system call number on {platform.machine()}")
+    return ctypes.CDLL(None, use_errno=True), numbers[index]
+
+
+def get_attr(tid: int) -> SchedAttr:
+    """The thread's scheduling attributes (``tid`` 0: the calling thread)."""
+    libc, number = _syscall(1)
+    buf = ctypes.create_string_buffer(_ATTR.size)
+    if libc.syscall(number, ctypes.c_int(tid), buf, ctypes.c_uint(_ATTR.size), ctypes.c_uint(0)) != 0:
+        code = ctypes.get_errno()
+        raise SchedError(code, f"sched_getattr({tid}): {os.strerror(code)}")
+    _, policy, flags, nice, _, runtime, _, _ = _ATTR.unpack(buf.raw)
+    return SchedAttr(policy, flags, nice, runtime)
+
+
+def set_slice(tid: int, attr: SchedAttr, slice_ns: int) -> None:
+    """The thread's slice to ``slice_ns`` (0: the kernel's base slice), its policy, nice and
+    reset-on-fork as ``attr`` says (what :func:`get_attr` read)."""
+    libc, number = _syscall(0)
+    raw = _ATTR.pack(_ATTR.size, attr.policy, attr.flags & SCHED_FLAG_RESET_ON_FORK, attr.nice, 0, slice_ns, 0, 0)
+    buf = ctypes.create_string_buffer(raw, _ATTR.size)
+    if libc.syscall(number, ctypes.c_int(tid), buf, ctypes.c_uint(0)) != 0:
+        code = ctypes.get_errno()
+        raise SchedError(code, f"sched_setattr({tid}): {os.strerror(code)}")
+
+
+def probe() -> tuple[bool, str]:
+    """Does this kernel keep a custom slice for a SCHED_OTHER thread? Tried on a thread of its
+    own (a short-lived one, so the agent's threads keep theirs); the reason when it does not."""
+    import threading
+    out: list[tuple[bool, str]] = []
+
+    def attempt() -> None:
+        try:
+            attr = get_attr(0)
+            if attr.policy not in FAIR:
+                out.append((False, "the agent's own threads are not SCHED_OTHER: cannot tell"))
+                return
+            want = 300_000 if attr.runtime_ns != 300_000 else 400_000
+            set_slice(0, attr, want)
+            got = get_attr(0).runtime_ns
+            out.append((True, "") if got == want else
+                       (False, "the kernel ignores sched_attr.sched_runtime for SCHED_OTHER threads "
+                               "(custom EEVDF slices need Linux 6.12 or later)"))
+        except OSError as err:
+            out.append((False, str(err)))
+
+    thread = threading.Thread(target=attempt, name="tidal-sched-probe")
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+@dataclass(frozen=True)
+class ThreadSlices:
+    """Every SCHED_OTHER/SCHED_BATCH thread listed in ``thread_files`` runs with ``slice_us``."""
+
+    thread_files: tuple[Path, ...]
+    slice_us: int
+
+    @property
+    def key(self) -> str:
+        return f"sched-slice:{self.thread_files[0].parent if self.thread_files else ''}"
+
+
+@dataclass(frozen=True)
+class ThreadSlicesReset:
+    """Every thread whose slice the executor changed has its original back; so has every thread
+    of ``thread_files`` found at ``slice_us`` (set by an earlier agent)."""
+
+    thread_files: tuple[Path, ...] = ()
+    slice_us: int = 0
+
+    @property
+    def key(self) -> str:
+        return "sched-slice:reset"
+
+
+def _tids(files: Sequence[Path]) -> list[int]:
+    out = []
+    for file in files:
+        try:
+            out += [int(t) for t in file.read_text().split()]
+        except (OSError, ValueError):
+            continue  # the container went meanwhile
+    return out
+
+
+class SchedExecutor:
+    """Carries out :class:`ThreadSlices` and :class:`ThreadSlicesReset`; ``get``/``put`` are the
+    system calls (tests pass fakes beside the real-thread tests)."""
+
+    def __init__(self, get=get_attr, put=set_slice) -> None:
+        self.get = get
+        self.put = put
+        #: TID -> the slice it was found with (ns), for threads changed by this executor
+        self.originals: dict[int, int] = {}
+        #: TID -> the slice (ns) this executor last saw it at
+        self.seen: dict[int, int] = {}
+        #: TIDs a reset already looked at
+        self.swept: set[int] = set()
+        self.base_ns: int | None = None
+        self.changed = 0
+
+    def _base(self) -> int:
+        """The kernel's base slice: what this agent's own main thread runs with."""
+        if self.base_ns is None:
+            try:
+                self.base_ns = self.get(os.getpid()).runtime_ns
+            except OSError:
+                self.base_ns = 0
+        return self.base_ns
+
+    def execute(self, intents: Sequence[object], done: set[str], problems: list[tuple[str, str]]) -> None:
+        live: set[int] = set()
+        for intent in intents:
+            if isinstance(intent, ThreadSlices):
+                tids = _tids(intent.thread_files)
+                live.update(tids)
+                before = self.changed
+                if self._apply(tids, intent.slice_us * 1000, problems):
+                    done.add(intent.key)
+                if self.changed > before:
+                    log.info("%d thread(s) listed in %s now run with a %d µs slice", self.changed - before,
+                             intent.thread_files[0].parent, intent.slice_us)
+            elif isinstance(intent, ThreadSlicesReset):
+                if self._reset(intent, problems):
+                    done.add(intent.key)
+        if any(isinstance(i, ThreadSlices) for i in intents):
+            for tid in [t for t in self.seen if t not in live]:
+                del self.seen[tid]  # gone (or moved out of the online pods): a reused TID is looked at again
+                self.originals.pop(tid, None)
+
+    def _apply(self, tids: Sequence[int], slice_ns: int, problems: list[tuple[str, str]]) -> bool:
+        ok = True
+        for tid in tids:
+            if self.seen.get(tid) == slice_ns:
+                continue
+            try:
+                attr = self.get(tid)
+                if attr.policy in FAIR and attr.runtime_ns != slice_ns:
+                    self.originals.setdefault(tid, attr.runtime_ns)
+                    self.put(tid, attr, slice_ns)
+                    self.changed += 1
+                self.seen[tid] = slice_ns  # a thread of another policy: looked at once
+            except OSError as err:
+                if err.errno != errno.ESRCH:  # exited meanwhile: nothing to do
+                    problems.append((f"/proc/{tid}", str(err)))
+                    ok = False
+        return ok
+
+    def _reset(self, intent: ThreadSlicesReset, problems: list[tuple[str, str]]) -> bool:
+        base = self._base()
+        targets = dict(self.originals)
+        if intent.thread_files and intent.slice_us:
+            listed = _tids(intent.thread_files)
+            for tid in listed:
+                if tid not in self.swept:  # each thread once: a switched-off feature costs no system call
+                    targets.setdefault(tid, base)
+            self.swept = set(listed)
+        if not targets:
+            return True
+        before = self.changed
+        ok = True
+        for tid, original in targets.items():
+            try:
+                attr = self.get(tid)
+                current = attr.runtime_ns
+                # only a thread still at the slice this agent (or an earlier one) gave it: a slice
+                # the application chose since is its own
+                ours = self.seen.get(tid) if tid in self.originals else intent.slice_us * 1000
+                if attr.policy in FAIR and current == ours:
+                    if current != original:
+                        self.put(tid, attr, 0 if original == base else original)
+                        self.changed += 1
+            except OSError as err:
+                if err.errno != errno.ESRCH:
+                    problems.append((f"/proc/{tid}", str(err)))
+                    ok = False
+                    continue
+            self.originals.pop(tid, None)
+            self.seen.pop(tid, None)
+        if self.changed > before:
+            log.info("%d online thread(s) have their scheduling slice back", self.changed - before)
+        return ok

@@ -13,7 +13,9 @@ reference):
                     control off (``beIsolation.cpuInterference.enabled: false``): the quota
                     follows node usage only, as before issue 14;
 * ``tidal``         the same with the policy's defaults: the BE quota also follows the online
-                    threads' run-queue delay (``beIsolation.cpuInterference``).
+                    threads' run-queue delay (``beIsolation.cpuInterference``);
+* ``tidal_slice``   (only when named in ``--treatments``) ``tidal`` with the online wake-up slice
+                    on (``features.onlineSchedSlice``: the server's threads ask for a 100 µs slice).
 
 Both Tidal treatments run against a private lab where a kwok node stands for this machine and
 the pods are bound to it. The agent starts with each Tidal treatment, so there the server serves
@@ -62,7 +64,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal")
+TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice")
+#: what a run measures unless --treatments says otherwise
+DEFAULT_TREATMENTS = TREATMENTS[:-1]
+#: the treatments that run the agent
+TIDAL = ("tidal_usage", "tidal", "tidal_slice")
 CPUS = os.cpu_count() or 1
 
 
@@ -407,9 +413,9 @@ def main() -> int:
                              "threads' schedstat every millisecond at SCHED_FIFO: it costs a few %% of a CPU)")
     parser.add_argument("--background-rate", type=int, default=50,
                         help="API operations per second of the --background lab writer")
-    parser.add_argument("--treatments", type=treatment_list, default=TREATMENTS, metavar="T,T,...",
+    parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run, in the order below (solo always runs, first: the ratios' "
-                             f"reference); default all of {','.join(TREATMENTS)}")
+                             f"reference); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice")
     parser.add_argument("--policy", type=policy_patch, default={}, metavar="JSON",
                         help="a JSON merge patch to the ColocationPolicy spec of the Tidal treatments, e.g. "
                              "'{\"beIsolation\": {\"cpuInterference\": {\"targetDelayMicroseconds\": 25}}}' "
@@ -501,11 +507,15 @@ def main() -> int:
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("2")
-                if treatment in ("tidal", "tidal_usage"):
+                if treatment in TIDAL:
+                    # the --policy patch's slice switch holds unless this is the treatment that turns it on
+                    slice_on = treatment == "tidal_slice" or bool(
+                        args.policy.get("features", {}).get("onlineSchedSlice", {}).get("enabled", False))
                     with lab.api_client() as api:
                         client.CustomObjectsApi(api).patch_cluster_custom_object(
                             qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
-                            {"spec": {"beIsolation": {"cpuInterference": {"enabled": treatment == "tidal"}}}})
+                            {"spec": {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"}},
+                                      "features": {"onlineSchedSlice": {"enabled": slice_on}}}})
                     agent = processes.start("agent", [
                         str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
                         "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
@@ -520,18 +530,24 @@ def main() -> int:
                         time.sleep(0.2)
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo",
-                            web_dirs[0], args.agent_settle if treatment in ("tidal", "tidal_usage") else 0,
+                            web_dirs[0], args.agent_settle if treatment in TIDAL else 0,
                             args.longest_waits)
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")
-                if treatment in ("tidal", "tidal_usage"):
+                if treatment in TIDAL:
                     r.update(agent_metrics(metrics_port))
                     processes.stop(agent)
                     agent = None
                     subprocess.run([str(Path(sys.executable).with_name("tidal-agent")), "restore", "--node", node,
                                     "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
                                    check=True, capture_output=True)
+                    if slice_on:  # restore put the server's threads' own slice back (the agent's journal)
+                        from tidal.agent.executor.sched import get_attr
+                        left = [t for t in (web_dirs[0] / "tasks").read_text().split()
+                                if get_attr(int(t)).runtime_ns == 100_000]
+                        if left:
+                            raise SystemExit(f"tidal-agent restore left server threads {left} at the 100 µs slice")
                 results[treatment].append(r)
                 print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
     finally:

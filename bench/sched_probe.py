@@ -21,6 +21,9 @@ Treatments, interleaved in every round: ``none`` (no BE: the baseline, the daemo
 (Tidal: cpu.idle on the BE pod); ``parent_idle`` (cpu.idle on the besteffort parent too, which the
 kubelet refuses at start); ``pod_idle_quota`` (``pod_idle`` with the parent's quota at 0.2 CPU:
 suppression holding BE at a floor); ``outside_kubepods`` (BE in an idle group beside kubepods).
+``--slice-us N`` adds ``none_slice``, ``shares2_slice`` and ``pod_idle_slice``: the same with the
+online task asking for an N µs EEVDF slice (what ``features.onlineSchedSlice`` gives online pods'
+threads; Linux >= 6.12).
 Each line: the probe's lateness, the CPUs BE and the daemons got. The last line (JSON): per
 treatment the medians over rounds and ``p99_vs_none``, the median of each round's p99 over the
 same round's ``none``. Needs root, cgroup v1's cpu hierarchy with ``cpu.idle``, and gcc.
@@ -64,8 +67,20 @@ def build(workdir: Path) -> dict[str, Path]:
     return out
 
 
+#: the treatments --slice-us adds (the online task with a short slice)
+SLICED = ("none", "shares2", "pod_idle")
+
+
+def treatments(slice_us: int) -> tuple[str, ...]:
+    """Every treatment of a run (pure): with a slice, each of SLICED followed by its sliced twin."""
+    if not slice_us:
+        return TREATMENTS
+    return tuple(x for t in TREATMENTS for x in ((t, f"{t}_slice") if t in SLICED else (t,)))
+
+
 def set_treatment(node: Path, name: str) -> str | None:
     """Writes the treatment's cpu files (after undoing the last one); returns where BE runs."""
+    name = name.removesuffix("_slice")
     be = node / "kubepods/besteffort"
     (be / "cpu.cfs_quota_us").write_text("-1")
     for d in (be, be / "be", node / "beroot"):
@@ -106,9 +121,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10, help="the probe's measured seconds per treatment")
+    parser.add_argument("--slice-us", type=int, default=0,
+                        help="also run none, shares2 and pod_idle with the online task at this EEVDF slice (µs, "
+                             "100-100000; 0: not)")
     parser.add_argument("--daemons", choices=sorted(DAEMONS), default="slice",
                         help="where the daemons' hogs run: slice (system.slice beside kubepods), root (loose)")
     args = parser.parse_args()
+    if args.slice_us and not 100 <= args.slice_us <= 100_000:
+        parser.error(f"--slice-us {args.slice_us}: the kernel's range is 100 to 100000")
     if os.geteuid() != 0:
         raise SystemExit("bench-sched-probe needs root: it creates cgroups and moves processes into them")
     if not (CPU_ROOT / "cpu.idle").exists():
@@ -118,7 +138,8 @@ def main() -> int:
     node = CPU_ROOT / f"tidal-sched-probe-{secrets.token_hex(4)}"
     created: list[Path] = []
     daemons: list[subprocess.Popen] = []
-    results: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
+    names = treatments(args.slice_us)
+    results: dict[str, list[dict]] = {t: [] for t in names}
     cpus = os.cpu_count() or 1
     try:
         for rel, shares in {"": 1024, **LAYOUT}.items():
@@ -129,16 +150,17 @@ def main() -> int:
         where, count, hog_args = DAEMONS[args.daemons]
         daemons = [spawn([str(tools["hog"]), *hog_args], node / where if where else CPU_ROOT) for _ in range(count)]
         log(f"{count} daemon hogs in {node / where if where else CPU_ROOT}; {args.rounds} rounds of "
-            f"{len(TREATMENTS)} treatments, {args.seconds:g} s each")
+            f"{len(names)} treatments, {args.seconds:g} s each")
         for round_ in range(args.rounds):
-            for name in TREATMENTS:
+            for name in names:
                 where_be = set_treatment(node, name)
                 hogs = [spawn([str(tools["hog"]), "1000000", "0"], node / where_be) for _ in range(cpus)] \
                     if where_be else []
                 try:
                     be0, d0 = cpu_seconds([h.pid for h in hogs]), cpu_seconds([d.pid for d in daemons])
                     t0 = os.times().elapsed
-                    probe = subprocess.run([str(tools["probe"]), f"{args.seconds:g}", "1000", "200"],
+                    probe = subprocess.run([str(tools["probe"]), f"{args.seconds:g}", "1000", "200",
+                                            str(args.slice_us if name.endswith("_slice") else 0)],
                                            preexec_fn=in_cgroups([node / "kubepods/burstable/ls"]),
                                            capture_output=True, text=True, check=True)
                     wall = os.times().elapsed - t0
@@ -163,8 +185,8 @@ def main() -> int:
             d.rmdir()
         shutil.rmtree(workdir, ignore_errors=True)
     summary = {name: medians(rows, results["none"]) for name, rows in results.items()}
-    summary["settings"] = {"daemons": args.daemons, "rounds": args.rounds, "seconds": args.seconds,
-                           "kernel": os.uname().release}
+    summary["settings"] = {"daemons": args.daemons, "slice_us": args.slice_us, "rounds": args.rounds,
+                           "seconds": args.seconds, "kernel": os.uname().release}
     print(json.dumps(summary))
     return 0
 

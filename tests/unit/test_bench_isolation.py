@@ -60,6 +60,11 @@ def test_treatments_run_in_the_benchs_order_with_solo_first(text, expected):
     assert isolation.treatment_list(text) == expected
 
 
+def test_the_slice_treatment_runs_only_when_named():
+    assert "tidal_slice" not in isolation.DEFAULT_TREATMENTS
+    assert isolation.treatment_list("k8s_default,tidal,tidal_slice") == ("solo", "k8s_default", "tidal", "tidal_slice")
+
+
 def test_an_unknown_treatment_is_refused_naming_it_and_the_allowed_ones():
     with pytest.raises(argparse.ArgumentTypeError) as refused:
         isolation.treatment_list("tidal,koordinator")
@@ -106,3 +111,14 @@ def test_the_longest_wait_is_the_largest_increase_between_readings():
     # thread 1: waits of 0.2 ms and 6 ms; thread 2: one of 120 ms; thread 3 appeared late; a gone
     # thread's reading (None) counts nothing
     assert wait_sampler.longest_waits(readings) == {1: (6_000_000, 1), 2: (120_000_000, 1), 3: (5, 0)}
+
+
+@pytest.mark.parametrize("slice_us, expected", [
+    (0, ("none", "shares2", "pod_idle", "parent_idle", "pod_idle_quota", "outside_kubepods")),
+    (100, ("none", "none_slice", "shares2", "shares2_slice", "pod_idle", "pod_idle_slice", "parent_idle",
+           "pod_idle_quota", "outside_kubepods")),
+])
+def test_the_sched_probe_adds_a_sliced_twin_after_each_of_three_treatments(slice_us, expected):
+    import sched_probe
+    assert sched_probe.treatments(slice_us) == expected
+

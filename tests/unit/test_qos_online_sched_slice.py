@@ -15,7 +15,8 @@ import pytest
 
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
 from tidal.agent.executor import Executor
-from tidal.agent.executor.sched import SchedAttr, SchedExecutor, ThreadSlices, ThreadSlicesReset, get_attr, probe
+from tidal.agent.executor.sched import (Given, SchedAttr, SchedExecutor, ThreadSlices, ThreadSlicesReset, get_attr,
+                                        probe, start_time)
 from tidal.agent.qos.feature import Context, Gauge, StatusPart, run_alone
 from tidal.agent.qos.online_sched_slice import OnlineSchedSlice, online_thread_files
 from tidal.agent.qos.policy_status import unsupported_features
@@ -127,13 +128,23 @@ BASE = 1_400_000
 
 
 class Kernel:
-    """Threads' attributes; ``gone``: exited threads (ESRCH), ``refused``: EPERM on set."""
+    """Threads' attributes; ``gone``: exited threads (ESRCH), ``refused``: EPERM on set;
+    ``starts``: start times (default 7)."""
 
-    def __init__(self, threads: dict[int, SchedAttr], gone=(), refused=()) -> None:
+    def __init__(self, threads: dict[int, SchedAttr], gone=(), refused=(), starts=None) -> None:
         self.threads = threads
         self.gone, self.refused = set(gone), set(refused)
+        self.starts = starts or {}
         self.gets: list[int] = []
         self.sets: list[tuple[int, int]] = []
+
+    def executor(self, journal: Path | None = None) -> SchedExecutor:
+        executor = SchedExecutor(self.get, self.put, self.start, journal)
+        executor.base_ns = BASE
+        return executor
+
+    def start(self, tid: int) -> int | None:
+        return None if tid in self.gone else self.starts.get(tid, 7)
 
     def get(self, tid: int) -> SchedAttr:
         self.gets.append(tid)
@@ -162,7 +173,7 @@ def _tasks(tmp_path: Path, *tids: int, name="c1") -> Path:
 def test_fair_threads_get_the_slice_others_are_left_alone(tmp_path) -> None:
     kernel = Kernel({11: _fair(nice=5), 12: _fair(policy=3), 13: _fair(policy=1), 14: _fair(policy=5),
                      15: _fair(100_000), 16: _fair(2_000_000)})
-    executor = SchedExecutor(kernel.get, kernel.put)
+    executor = kernel.executor()
     done, problems = set(), []
     intent = ThreadSlices((_tasks(tmp_path, 11, 12, 13, 14, 15, 16),), 100)
     executor.execute([intent], done, problems)
@@ -171,12 +182,13 @@ def test_fair_threads_get_the_slice_others_are_left_alone(tmp_path) -> None:
     assert kernel.sets == [(11, 100_000), (12, 100_000), (16, 100_000)]
     assert kernel.threads[11].nice == 5
     assert (done, problems, executor.changed) == ({intent.key}, [], 3)
-    assert executor.originals == {11: BASE, 12: BASE, 16: 2_000_000}
+    assert executor.originals == {11: Given(7, BASE, 100_000), 12: Given(7, BASE, 100_000),
+                                  16: Given(7, 2_000_000, 100_000)}
 
 
 def test_each_thread_is_looked_at_once_and_forgotten_when_it_goes(tmp_path) -> None:
     kernel = Kernel({11: _fair(), 12: _fair(), 13: _fair()})
-    executor = SchedExecutor(kernel.get, kernel.put)
+    executor = kernel.executor()
     tasks = _tasks(tmp_path, 11, 12)
     executor.execute([ThreadSlices((tasks,), 100)], set(), [])
     kernel.gets.clear()
@@ -189,7 +201,7 @@ def test_each_thread_is_looked_at_once_and_forgotten_when_it_goes(tmp_path) -> N
 
 def test_an_exited_thread_is_no_problem_a_refused_one_is(tmp_path) -> None:
     kernel = Kernel({11: _fair(), 12: _fair(), 13: _fair()}, gone={11}, refused={12})
-    executor = SchedExecutor(kernel.get, kernel.put)
+    executor = kernel.executor()
     done, problems = set(), []
     intent = ThreadSlices((_tasks(tmp_path, 11, 12, 13), tmp_path / "gone" / "tasks"), 100)
     executor.execute([intent], done, problems)
@@ -199,8 +211,7 @@ def test_an_exited_thread_is_no_problem_a_refused_one_is(tmp_path) -> None:
 
 def test_the_reset_puts_back_each_original_the_base_one_as_0(tmp_path) -> None:
     kernel = Kernel({11: _fair(), 12: _fair(3_000_000), 13: _fair()})
-    executor = SchedExecutor(kernel.get, kernel.put)
-    executor.base_ns = BASE
+    executor = kernel.executor()
     tasks = _tasks(tmp_path, 11, 12, 13)
     executor.execute([ThreadSlices((tasks,), 100)], set(), [])
     kernel.threads[13] = _fair(500_000)  # the application changed its own slice since
@@ -217,8 +228,7 @@ def test_the_reset_puts_back_each_original_the_base_one_as_0(tmp_path) -> None:
 
 def test_a_restarted_agents_reset_finds_the_threads_an_earlier_one_changed(tmp_path) -> None:
     kernel = Kernel({11: _fair(100_000), 12: _fair(), 13: _fair(300_000), 14: _fair(100_000, policy=1)})
-    executor = SchedExecutor(kernel.get, kernel.put)
-    executor.base_ns = BASE
+    executor = kernel.executor()
     tasks = _tasks(tmp_path, 11, 12, 13, 14)
     executor.execute([ThreadSlicesReset((tasks,), 100)], set(), [])
     assert kernel.sets == [(11, 0)]  # at the policy's slice: the earlier agent's doing
@@ -229,14 +239,55 @@ def test_a_restarted_agents_reset_finds_the_threads_an_earlier_one_changed(tmp_p
 
 def test_the_node_executor_routes_slices_to_the_sched_executor(tmp_path) -> None:
     kernel = Kernel({11: _fair()})
-    sched = SchedExecutor(kernel.get, kernel.put)
-    sched.base_ns = BASE
-    executor = Executor(tmp_path / "journal.json", sched=sched)
+    executor = Executor(tmp_path / "journal.json", sched=kernel.executor())
     intent = ThreadSlices((_tasks(tmp_path, 11),), 200)
     out = executor.execute([], [intent], [tmp_path])
     assert out.done == {intent.key} and kernel.sets == [(11, 200_000)]
     out = executor.undo([ThreadSlicesReset()], [tmp_path])
     assert out.done == {"sched-slice:reset"} and kernel.sets[-1] == (11, 0)
+
+
+def test_the_journal_lets_a_new_agent_put_back_what_an_earlier_one_changed(tmp_path) -> None:
+    kernel = Kernel({11: _fair(), 12: _fair(3_000_000), 13: _fair()}, starts={13: 9})
+    journal = tmp_path / "sched-journal.json"
+    kernel.executor(journal).execute([ThreadSlices((_tasks(tmp_path, 11, 12, 13),), 100)], set(), [])
+    assert journal.exists()
+    kernel.starts[13] = 10  # 13 exited and its TID went to a new thread, which happens to be at 100 µs
+    kernel.threads[13] = _fair(100_000)
+    kernel.sets.clear()
+    restore = kernel.executor(journal)  # tidal-agent restore: no pods, only the journal
+    restore.execute([ThreadSlicesReset()], set(), [])
+    assert kernel.sets == [(11, 0), (12, 3_000_000)]
+    assert restore.originals == {} and '"threads": {}' in journal.read_text()
+
+
+def test_the_journal_keeps_only_threads_that_are_still_listed(tmp_path) -> None:
+    kernel = Kernel({11: _fair(), 12: _fair()})
+    journal = tmp_path / "sched-journal.json"
+    kernel.executor(journal).execute([ThreadSlices((_tasks(tmp_path, 11, 12),), 100)], set(), [])
+    again = kernel.executor(journal)  # restarted after thread 12 exited
+    assert set(again.originals) == {11, 12}
+    again.execute([ThreadSlices((_tasks(tmp_path, 11),), 100)], set(), [])
+    assert set(again.originals) == {11} and '"12"' not in journal.read_text()
+
+
+def test_an_unreadable_journal_is_reported_and_nothing_is_taken_from_it(tmp_path, caplog) -> None:
+    journal = tmp_path / "sched-journal.json"
+    journal.write_text('{"threads": {"11": [7, "x"]}}')
+    kernel = Kernel({11: _fair(100_000)})
+    executor = kernel.executor(journal)
+    assert executor.originals == {} and "unreadable" in caplog.text
+    executor.execute([ThreadSlicesReset()], set(), [])
+    assert kernel.sets == []
+
+
+def test_a_new_agent_keeps_the_journalled_original_when_it_changes_the_slice_again(tmp_path) -> None:
+    kernel = Kernel({11: _fair(2_000_000)})
+    journal = tmp_path / "sched-journal.json"
+    kernel.executor(journal).execute([ThreadSlices((_tasks(tmp_path, 11),), 100)], set(), [])
+    again = kernel.executor(journal)  # restarted, with the policy's slice now 300 µs
+    again.execute([ThreadSlices((_tasks(tmp_path, 11),), 300)], set(), [])
+    assert again.originals == {11: Given(7, 2_000_000, 300_000)}
 
 
 # -- the real system calls, on threads of this process ------------------------------------------
@@ -261,11 +312,17 @@ def test_real_threads_get_the_slice_and_have_theirs_back(tmp_path) -> None:
         (tid,) = tids
         base = get_attr(tid).runtime_ns
         assert base > 0
-        executor = SchedExecutor()
+        assert start_time(tid) is not None
+        journal = tmp_path / "sched-journal.json"
+        executor = SchedExecutor(journal=journal)
         done: set[str] = set()
         executor.execute([ThreadSlices((_tasks(tmp_path, tid),), 250)], done, [])
         assert get_attr(tid).runtime_ns == 250_000 and executor.changed == 1
-        # a new agent (nothing in memory) switched off: the thread at the policy's slice goes back
+        # tidal-agent restore (a new process: only the journal) puts the thread's own slice back
+        SchedExecutor(journal=journal).execute([ThreadSlicesReset()], done, [])
+        assert get_attr(tid).runtime_ns == base
+        # a new agent without a journal, switched off: a thread at the policy's slice goes back too
+        SchedExecutor().execute([ThreadSlices((_tasks(tmp_path, tid),), 250)], done, [])
         SchedExecutor().execute([ThreadSlicesReset((_tasks(tmp_path, tid),), 250)], done, [])
         assert get_attr(tid).runtime_ns == base
     finally:

@@ -9,8 +9,8 @@ Features plan intents (:class:`~tidal.agent.qos.feature.Plan`); the executor car
   (``memory.reclaim``);
 * :mod:`.resctrl`: the agent's resctrl groups (``tidal-*`` only), their schemata and members;
 * :mod:`.tc`: BE pods' egress shaping (``tfb*`` IFB devices and their veths' ingress qdisc);
-* :mod:`.sched`: online pods' threads' scheduling slice (``sched_setattr``), originals kept in
-  memory.
+* :mod:`.sched`: online pods' threads' scheduling slice (``sched_setattr``), originals in
+  ``sched-journal.json`` beside the cgroup journal.
 
 It reads only what it needs to write correctly (current values, existing groups and devices).
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .cgroupfs import ApplyResult, CgroupTrigger, CgroupWrite, RestoreJournal, apply, restore, trigger
 from .resctrl import ResctrlExecutor, ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups
+from .sched import JOURNAL_NAME as SCHED_JOURNAL_NAME
 from .sched import SchedExecutor, ThreadSlices, ThreadSlicesReset
 from .tc import TcExecutor, TcShaper, TcShapeOnly, TcUnshapeAll
 
@@ -77,7 +78,7 @@ class Executor:
         self.journal = RestoreJournal(journal_path, legacy)
         self.resctrl = ResctrlExecutor(resctrl_remove)
         self.tc = TcExecutor(shaper)
-        self.sched = sched or SchedExecutor()
+        self.sched = sched or SchedExecutor(journal=Path(journal_path).with_name(SCHED_JOURNAL_NAME))
         self.verify_every = verify_every
         self.known: dict[str, str] = {}
         self._rounds = 0

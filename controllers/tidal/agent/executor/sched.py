@@ -10,13 +10,14 @@ alike. CPU shares are untouched: a slice moves latency, not bandwidth.
 
 :class:`ThreadSlices`: every thread listed in ``thread_files`` (a cgroup's ``tasks`` or
 ``cgroup.threads``) runs with ``slice_us``. Threads of another policy (real-time, deadline,
-SCHED_IDLE) are left alone; nice and reset-on-fork are kept. A thread's original slice is kept
-in memory the first time it is changed, and :class:`ThreadSlicesReset` puts every one back that
-is still at the slice given (a slice the application chose since is its own), and also resets
-threads of its ``thread_files`` still at its ``slice_us`` (what an earlier agent set before it
-was restarted). New threads inherit the slice of the thread that created them; each
-thread is looked at once while it lives (its TID remembered), so a steady pod costs one read of
-its thread lists per round.
+SCHED_IDLE) are left alone; nice and reset-on-fork are kept. A thread's original slice is
+journalled the first time it is changed (``sched-journal.json``, with the thread's start time, so
+a reused TID is not taken for it), and :class:`ThreadSlicesReset` puts every one back that is
+still at the slice given (a slice the application chose since is its own) — also in a new agent
+and in ``tidal-agent restore`` — and resets threads of its ``thread_files`` still at its
+``slice_us`` (what an agent whose journal was lost had set). New threads inherit the slice of the
+thread that created them; each thread is looked at once while it lives (its TID remembered), so a
+steady pod costs one read of its thread lists per round.
 
 The system calls go through libc's ``syscall()`` (Python's ``os`` has neither
 ``sched_setattr`` nor ``sched_getattr``); :func:`probe` tells whether the kernel keeps a custom
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import logging
 import os
 import platform
@@ -34,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SLICE_MAX_US", "SLICE_MIN_US", "SchedAttr", "SchedExecutor", "ThreadSlices", "ThreadSlicesReset",
-           "get_attr", "probe", "set_slice"]
+__all__ = ["JOURNAL_NAME", "SLICE_MAX_US", "SLICE_MIN_US", "Given", "SchedAttr", "SchedExecutor", "ThreadSlices",
+           "ThreadSlicesReset", "get_attr", "probe", "set_slice", "start_time"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ SLICE_MAX_US = 100_000
 #: (sched_setattr, sched_getattr) by machine
 _SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "ppc64le": (355, 356), "s390x": (345, 346)}
 SCHED_OTHER, SCHED_BATCH = 0, 3
+#: beside the cgroup journal (``qos-journal.json``) in the agent's state directory
+JOURNAL_NAME = "sched-journal.json"
 FAIR = (SCHED_OTHER, SCHED_BATCH)
 SCHED_FLAG_RESET_ON_FORK = 0x01
 #: struct sched_attr up to sched_period (SCHED_ATTR_SIZE_VER0): size, policy, flags, nice,
@@ -156,21 +160,68 @@ def _tids(files: Sequence[Path]) -> list[int]:
     return out
 
 
-class SchedExecutor:
-    """Carries out :class:`ThreadSlices` and :class:`ThreadSlicesReset`; ``get``/``put`` are the
-    system calls (tests pass fakes beside the real-thread tests)."""
+@dataclass(frozen=True)
+class Given:
+    """A thread whose slice the executor changed: which thread (its start time, so a reused TID
+    is not taken for it), the slice it had, the slice it was given (ns)."""
 
-    def __init__(self, get=get_attr, put=set_slice) -> None:
+    start: int | None
+    original_ns: int
+    given_ns: int
+
+
+def start_time(tid: int, proc_root: Path = Path("/proc")) -> int | None:
+    """The thread's start time (clock ticks after boot: ``stat`` field 22), None when it is gone."""
+    try:
+        text = (proc_root / str(tid) / "stat").read_text()
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class SchedExecutor:
+    """Carries out :class:`ThreadSlices` and :class:`ThreadSlicesReset`; ``get``, ``put`` and
+    ``start`` are the system calls and the ``/proc`` read (tests pass fakes beside the
+    real-thread tests). With ``journal`` (``sched-journal.json`` beside the cgroup journal),
+    what it changed outlives the agent: a new agent, or ``tidal-agent restore``, puts it back."""
+
+    def __init__(self, get=get_attr, put=set_slice, start=start_time, journal: Path | None = None) -> None:
         self.get = get
         self.put = put
-        #: TID -> the slice it was found with (ns), for threads changed by this executor
-        self.originals: dict[int, int] = {}
+        self.start = start
+        self.journal = journal
+        #: threads changed by this executor (or an earlier one, from the journal)
+        self.originals: dict[int, Given] = self._load()
         #: TID -> the slice (ns) this executor last saw it at
         self.seen: dict[int, int] = {}
         #: TIDs a reset already looked at
         self.swept: set[int] = set()
         self.base_ns: int | None = None
         self.changed = 0
+
+    def _load(self) -> dict[int, Given]:
+        if self.journal is None or not self.journal.exists():
+            return {}
+        try:
+            data = json.loads(self.journal.read_text())
+            return {int(tid): Given(start, int(original), int(given))
+                    for tid, (start, original, given) in data["threads"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            log.warning("%s unreadable (%s): threads an earlier agent gave a slice are reset only while they "
+                        "are still at the policy's slice", self.journal, err)
+            return {}
+
+    def _save(self, before: dict[int, Given]) -> None:
+        if self.journal is None or self.originals == before:
+            return
+        data = {"version": 1, "threads": {str(t): [g.start, g.original_ns, g.given_ns]
+                                          for t, g in sorted(self.originals.items())}}
+        tmp = self.journal.with_name(self.journal.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.journal)
+        except OSError as err:
+            log.warning("%s not written (%s): an agent restart forgets which threads it changed", self.journal, err)
 
     def _base(self) -> int:
         """The kernel's base slice: what this agent's own main thread runs with."""
@@ -182,24 +233,29 @@ class SchedExecutor:
         return self.base_ns
 
     def execute(self, intents: Sequence[object], done: set[str], problems: list[tuple[str, str]]) -> None:
+        before = dict(self.originals)
         live: set[int] = set()
         for intent in intents:
             if isinstance(intent, ThreadSlices):
                 tids = _tids(intent.thread_files)
                 live.update(tids)
-                before = self.changed
+                changed = self.changed
                 if self._apply(tids, intent.slice_us * 1000, problems):
                     done.add(intent.key)
-                if self.changed > before:
-                    log.info("%d thread(s) listed in %s now run with a %d µs slice", self.changed - before,
+                if self.changed > changed:
+                    log.info("%d thread(s) listed in %s now run with a %d µs slice", self.changed - changed,
                              intent.thread_files[0].parent, intent.slice_us)
             elif isinstance(intent, ThreadSlicesReset):
                 if self._reset(intent, problems):
                     done.add(intent.key)
         if any(isinstance(i, ThreadSlices) for i in intents):
+            # gone (or moved out of the online pods): a reused TID is looked at again, and the
+            # journal keeps only threads that are still there (also those an earlier agent changed)
             for tid in [t for t in self.seen if t not in live]:
-                del self.seen[tid]  # gone (or moved out of the online pods): a reused TID is looked at again
-                self.originals.pop(tid, None)
+                del self.seen[tid]
+            for tid in [t for t in self.originals if t not in live]:
+                del self.originals[tid]
+        self._save(before)
 
     def _apply(self, tids: Sequence[int], slice_ns: int, problems: list[tuple[str, str]]) -> bool:
         ok = True
@@ -209,8 +265,11 @@ class SchedExecutor:
             try:
                 attr = self.get(tid)
                 if attr.policy in FAIR and attr.runtime_ns != slice_ns:
-                    self.originals.setdefault(tid, attr.runtime_ns)
+                    known = self.originals.get(tid)
+                    start = self.start(tid)
+                    original = known.original_ns if known and known.start == start else attr.runtime_ns
                     self.put(tid, attr, slice_ns)
+                    self.originals[tid] = Given(start, original, slice_ns)
                     self.changed += 1
                 self.seen[tid] = slice_ns  # a thread of another policy: looked at once
             except OSError as err:
@@ -226,22 +285,20 @@ class SchedExecutor:
             listed = _tids(intent.thread_files)
             for tid in listed:
                 if tid not in self.swept:  # each thread once: a switched-off feature costs no system call
-                    targets.setdefault(tid, base)
+                    targets.setdefault(tid, Given(None, base, intent.slice_us * 1000))
             self.swept = set(listed)
         if not targets:
             return True
-        before = self.changed
+        changed = self.changed
         ok = True
-        for tid, original in targets.items():
+        for tid, given in targets.items():
             try:
-                attr = self.get(tid)
-                current = attr.runtime_ns
-                # only a thread still at the slice this agent (or an earlier one) gave it: a slice
-                # the application chose since is its own
-                ours = self.seen.get(tid) if tid in self.originals else intent.slice_us * 1000
-                if attr.policy in FAIR and current == ours:
-                    if current != original:
-                        self.put(tid, attr, 0 if original == base else original)
+                # only the same thread (a reused TID is another), still at the slice it was given:
+                # a slice the application chose since is its own
+                if given.start is None or self.start(tid) == given.start:
+                    attr = self.get(tid)
+                    if attr.policy in FAIR and attr.runtime_ns == given.given_ns != given.original_ns:
+                        self.put(tid, attr, 0 if given.original_ns == base else given.original_ns)
                         self.changed += 1
             except OSError as err:
                 if err.errno != errno.ESRCH:
@@ -250,6 +307,6 @@ class SchedExecutor:
                     continue
             self.originals.pop(tid, None)
             self.seen.pop(tid, None)
-        if self.changed > before:
-            log.info("%d online thread(s) have their scheduling slice back", self.changed - before)
+        if self.changed > changed:
+            log.info("%d online thread(s) have their scheduling slice back", self.changed - changed)
         return ok

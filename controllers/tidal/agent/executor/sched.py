@@ -3,10 +3,11 @@
 
 Since Linux 6.12 a SCHED_OTHER or SCHED_BATCH thread may ask for its own slice
 (``sched_attr.sched_runtime``, 0.1–100 ms; 0 means the kernel's base slice). A shorter slice
-gives the thread an earlier virtual deadline: on wake-up it runs before a task of the default
-slice that has not used up its own (the kernel's PREEMPT_SHORT), and its cgroup's entity takes
-the shortest slice of what it holds, so this counts against the node's daemons and BE pods
-alike. CPU shares are untouched: a slice moves latency, not bandwidth.
+gives the thread an earlier virtual deadline: on wake-up it may preempt a task of the default
+slice that has not used up its own (the kernel's PREEMPT_SHORT, only while the waking entity has
+not run ahead of its share), and its cgroup's entity takes the shortest slice of what it holds.
+CPU shares are untouched: a slice moves latency, not bandwidth. What it measured to be worth:
+docs/node-engine.md, "Online wake-up slice".
 
 :class:`ThreadSlices`: every thread listed in ``thread_files`` (a cgroup's ``tasks`` or
 ``cgroup.threads``) runs with ``slice_us``. Threads of another policy (real-time, deadline,
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import json
 import logging
 import os
@@ -69,6 +71,7 @@ class SchedError(OSError):
     pass
 
 
+@functools.cache
 def _syscall(index: int) -> tuple[ctypes.CDLL, int]:
     numbers = _SYSCALLS.get(platform.machine())
     if numbers is None:
@@ -273,7 +276,9 @@ class SchedExecutor:
                     self.changed += 1
                 self.seen[tid] = slice_ns  # a thread of another policy: looked at once
             except OSError as err:
-                if err.errno != errno.ESRCH:  # exited meanwhile: nothing to do
+                # exited meanwhile: nothing to do; a refusal (EPERM: no CAP_SYS_NICE) is not
+                # remembered, so it is tried again, and reported, every round while it lasts
+                if err.errno != errno.ESRCH:
                     problems.append((f"/proc/{tid}", str(err)))
                     ok = False
         return ok

@@ -172,6 +172,10 @@ def test_sampler_node_memory_is_the_node_cgroups_limit_and_working_set(hierarchy
     print(f"\nnode cgroup {node}: {sampler.node_memory_bytes / MiB:.1f} of {sampler.node_memory_total_bytes / MiB:.0f} MiB"
           f" used (working set now {working_set / MiB:.1f} MiB)")
     assert sampler.node_memory_total_bytes == 512 * MiB
-    # the touched 100 MiB and the interpreter, not the file's page cache
-    assert 95 * MiB <= sampler.node_memory_bytes <= 140 * MiB
+    # the touched 100 MiB and the interpreter, not the file's page cache — as far as the kernel
+    # has it on the inactive list: freshly written pages sometimes land on the active one (seen
+    # once in a full unit run: 173 MiB), and the working set counts those, as the kubelet's does
+    stat = parse_flat_keyed((node / "memory.stat").read_text(), "memory.stat")
+    active_file = stat["total_active_file" if hierarchy.version is CgroupVersion.V1 else "active_file"]
+    assert 95 * MiB <= sampler.node_memory_bytes <= 140 * MiB + active_file
     assert abs(sampler.node_memory_bytes - working_set) <= 8 * MiB

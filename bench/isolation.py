@@ -509,8 +509,8 @@ def main() -> int:
                         f.write_text("2")
                 if treatment in TIDAL:
                     # the --policy patch's slice switch holds unless this is the treatment that turns it on
-                    slice_on = treatment == "tidal_slice" or bool(
-                        args.policy.get("features", {}).get("onlineSchedSlice", {}).get("enabled", False))
+                    asked = args.policy.get("features", {}).get("onlineSchedSlice", {})
+                    slice_on = treatment == "tidal_slice" or bool(asked.get("enabled", False))
                     with lab.api_client() as api:
                         client.CustomObjectsApi(api).patch_cluster_custom_object(
                             qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
@@ -544,10 +544,11 @@ def main() -> int:
                                    check=True, capture_output=True)
                     if slice_on:  # restore put the server's threads' own slice back (the agent's journal)
                         from tidal.agent.executor.sched import get_attr
+                        given = asked.get("sliceMicroseconds", 100)
                         left = [t for t in (web_dirs[0] / "tasks").read_text().split()
-                                if get_attr(int(t)).runtime_ns == 100_000]
+                                if get_attr(int(t)).runtime_ns == given * 1000]
                         if left:
-                            raise SystemExit(f"tidal-agent restore left server threads {left} at the 100 µs slice")
+                            raise SystemExit(f"tidal-agent restore left server threads {left} at the {given} µs slice")
                 results[treatment].append(r)
                 print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
     finally:

@@ -398,9 +398,11 @@ def _node(core):
 
 
 def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, site, core):
-    """Webhook, agent, oversell leader, Volcano, NRI, static CPU manager, watermark eviction
-    and colocation off: every step done by the in-cluster controllers on the real node."""
+    """Webhook, agent, oversell leader, Volcano, NRI, static CPU manager, watermark eviction,
+    the online wake-up slice and colocation off: every step done by the in-cluster controllers on
+    the real node."""
     from kubernetes import client
+    from tidal.agent.executor import sched
     from tidal_dev.lab.pytest_plugin import wait_for
 
     assert site.returncode == 0
@@ -417,7 +419,9 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
         "overselling": {"predictor": "max", "windowSeconds": 60, "ratioPercent": 100, "safetyMarginPercent": 0,
                         "includeSystemUsage": False},
         "evictionWatermarks": {"cpu": {"highPercent": 75, "lowPercent": 40}, "dwellSeconds": 3,
-                               "cooldownSeconds": 2}}})
+                               "cooldownSeconds": 2},
+        "features": {"onlineSchedSlice": {"enabled": True}}}})
+    slices, why_not = sched.probe()
     namespace = f"chain-{os.getpid()}"
     core.create_namespace({"metadata": {"name": namespace}})
     wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
@@ -469,7 +473,14 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
         web = _pod("web", image, "LS", {"requests": {"cpu": "100m", "memory": "64Mi"},
                                          "limits": {"cpu": "2", "memory": "128Mi"}}, spin)
         core.create_namespaced_pod(namespace, web)
-        wait_for(_running(core, namespace, "web"), 120, "LS spinner Running")
+        web_pod = wait_for(_running(core, namespace, "web"), 120, "LS spinner Running")
+        if slices:  # the agent (SYS_NICE, RuntimeDefault seccomp) gave the online pod's threads, of
+            # the image's user 65532, the short slice
+            tasks = _container_cgroup(web_pod, "cpu") / "tasks"
+            wait_for(lambda: {sched.get_attr(int(t)).runtime_ns for t in _read(tasks).split()} == {100_000}, 30,
+                     f"the LS pod's threads at a 100 µs slice ({tasks})")
+        else:
+            print(f"online wake-up slice not checked: {why_not}")
         wait_for(lambda: any(t.key == "colocation.tidal.io/offline-evicting" for t in _node(core).spec.taints or []),
                  90, "offline-evicting taint on the hot node")
         wait_for(_gone(core, namespace, "transcode"), 90, "BE pod evicted and stopped by the kubelet")

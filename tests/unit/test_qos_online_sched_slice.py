@@ -233,8 +233,11 @@ def test_a_restarted_agents_reset_finds_the_threads_an_earlier_one_changed(tmp_p
     executor.execute([ThreadSlicesReset((tasks,), 100)], set(), [])
     assert kernel.sets == [(11, 0)]  # at the policy's slice: the earlier agent's doing
     kernel.gets.clear()
+    kernel.threads[15] = _fair(100_000)
+    tasks.write_text("11\n12\n13\n14\n15\n")
     executor.execute([ThreadSlicesReset((tasks,), 100)], set(), [])
-    assert kernel.gets == []  # each thread is swept once: a switched-off feature costs no system call
+    # swept once, when the agent starts: a switched-off feature then costs no read, no system call
+    assert kernel.gets == [] and kernel.sets == [(11, 0)]
 
 
 def test_the_node_executor_routes_slices_to_the_sched_executor(tmp_path) -> None:

@@ -15,8 +15,8 @@ SCHED_IDLE) are left alone; nice and reset-on-fork are kept. A thread's original
 journalled the first time it is changed (``sched-journal.json``, with the thread's start time, so
 a reused TID is not taken for it), and :class:`ThreadSlicesReset` puts every one back that is
 still at the slice given (a slice the application chose since is its own) — also in a new agent
-and in ``tidal-agent restore`` — and resets threads of its ``thread_files`` still at its
-``slice_us`` (what an agent whose journal was lost had set). New threads inherit the slice of the
+and in ``tidal-agent restore`` — and, once per executor, resets threads of its ``thread_files``
+still at its ``slice_us`` (what an agent whose journal was lost had set). New threads inherit the slice of the
 thread that created them; each thread is looked at once while it lives (its TID remembered), so a
 steady pod costs one read of its thread lists per round.
 
@@ -197,8 +197,9 @@ class SchedExecutor:
         self.originals: dict[int, Given] = self._load()
         #: TID -> the slice (ns) this executor last saw it at
         self.seen: dict[int, int] = {}
-        #: TIDs a reset already looked at
-        self.swept: set[int] = set()
+        #: a reset looked at the threads of its thread lists already (once per executor: what an
+        #: earlier agent left is there when this one starts; later threads inherit from reset ones)
+        self.swept = False
         self.base_ns: int | None = None
         self.changed = 0
 
@@ -286,12 +287,11 @@ class SchedExecutor:
     def _reset(self, intent: ThreadSlicesReset, problems: list[tuple[str, str]]) -> bool:
         base = self._base()
         targets = dict(self.originals)
-        if intent.thread_files and intent.slice_us:
-            listed = _tids(intent.thread_files)
-            for tid in listed:
-                if tid not in self.swept:  # each thread once: a switched-off feature costs no system call
-                    targets.setdefault(tid, Given(None, base, intent.slice_us * 1000))
-            self.swept = set(listed)
+        if intent.thread_files and intent.slice_us and not self.swept:
+            # once: afterwards a switched-off feature costs no read and no system call
+            for tid in _tids(intent.thread_files):
+                targets.setdefault(tid, Given(None, base, intent.slice_us * 1000))
+            self.swept = True
         if not targets:
             return True
         changed = self.changed

@@ -432,6 +432,7 @@ def main() -> int:
 
     from tidal.api import qos
     from tidal.agent.collector.cgroups import PodQOSClass
+    from tidal.agent.executor.sched import get_attr
     from tidal.crds import crd_manifests
     from tidal_dev.lab import processes
     from tidal_dev.lab.apply import create_or_replace_all
@@ -543,7 +544,6 @@ def main() -> int:
                                     "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
                                    check=True, capture_output=True)
                     if slice_on:  # restore put the server's threads' own slice back (the agent's journal)
-                        from tidal.agent.executor.sched import get_attr
                         given = asked.get("sliceMicroseconds", 100)
                         left = [t for t in (web_dirs[0] / "tasks").read_text().split()
                                 if get_attr(int(t)).runtime_ns == given * 1000]

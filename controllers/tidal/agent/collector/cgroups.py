@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -277,6 +277,18 @@ class CgroupLayout:
         return container_cgroup_relpath(
             uid, qos_class, container_id, self.driver, self.kubelet_root
         )
+
+    @property
+    def threads_file(self) -> str:
+        """The file listing a cgroup's threads: ``tasks`` on v1, ``cgroup.threads`` on v2."""
+        return "tasks" if self.version is CgroupVersion.V1 else "cgroup.threads"
+
+    def container_thread_files(
+        self, uid: str, qos_class: PodQOSClass, container_ids: Iterable[str | ContainerID]
+    ) -> tuple[Path, ...]:
+        """The thread lists of a pod's containers (cpu hierarchy)."""
+        return tuple(self.cpu_dir(self.container_relpath(uid, qos_class, c)) / self.threads_file
+                     for c in container_ids)
 
 
 # --- Discovery (looks at the given root) ------------------------------------------------------

@@ -34,6 +34,7 @@ import logging
 import os
 import platform
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,6 @@ def set_slice(tid: int, attr: SchedAttr, slice_ns: int) -> None:
 def probe() -> tuple[bool, str]:
     """Does this kernel keep a custom slice for a SCHED_OTHER thread? Tried on a thread of its
     own (a short-lived one, so the agent's threads keep theirs); the reason when it does not."""
-    import threading
     out: list[tuple[bool, str]] = []
 
     def attempt() -> None:

@@ -64,8 +64,8 @@ from pathlib import Path
 from statistics import median
 
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
+from tidal.agent.collector.sampler import ONLINE_LEVELS
 from tidal.api.policy import CPUInterference as CPUInterferenceConfig
-from tidal.api.qos import QoSLevel
 
 from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
 from .be_cpu_suppression import bound_millicores
@@ -76,7 +76,7 @@ __all__ = ["EVENT_INTERVAL_SECONDS", "FLOOR_DELAY_SECONDS", "FLOOR_ROUNDS", "MAX
            "InterferenceController", "RunQueueReader", "RunQueueSample", "Signal", "parse_schedstat", "sampled",
            "signal"]
 
-ONLINE = (QoSLevel.HLS, QoSLevel.LS)
+ONLINE = ONLINE_LEVELS  # the online QoS levels, as the sampler counts them
 #: a throttling episode's Event is repeated at most this often while it lasts
 EVENT_INTERVAL_SECONDS = 60.0
 #: how long the delay measured with BE at its floor stands for what BE cannot remove. Longer
@@ -221,8 +221,7 @@ def _read_small(path) -> bytes:
         os.close(fd)
 
 
-def _task_files(directory: Path, version: CgroupVersion) -> list[Path]:
-    name = "tasks" if version is CgroupVersion.V1 else "cgroup.threads"
+def _task_files(directory: Path, name: str) -> list[Path]:
     out = []
     for root, _dirs, files in os.walk(directory):
         if name in files:
@@ -265,7 +264,7 @@ class RunQueueReader:
         key = (online, state.layout, state.cpu_controller_root)
         if self._dirs is None or self._dirs[0] != key:
             files = [_task_files(cpu_dir(state, state.layout.pod_relpath(pod.uid, pod.qos_class)),
-                                 state.layout.version) for pod in online]
+                                 state.layout.threads_file) for pod in online]
             self._dirs = (key, files)
         return self._dirs[1]
 

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tidal.agent.collector.cgroups import CgroupLayout
+from tidal.agent.collector.sampler import ONLINE_LEVELS
 from tidal.api import qos
 from tidal.agent.executor import Outcome
 from tidal.agent.executor.tc import (  # noqa: F401  (re-exported)
@@ -77,7 +78,7 @@ __all__ = [
     "node_bandwidth_mbps", "parse_link_peers", "pod_rates_mbps",
 ]
 
-ONLINE = (QoSLevel.HLS, QoSLevel.LS)
+ONLINE = ONLINE_LEVELS  # the online QoS levels, as the sampler counts them
 
 
 def be_cap_mbps(node_mbps: float, config: EgressBandwidth, online_mbps: float) -> float:

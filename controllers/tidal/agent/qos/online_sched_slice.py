@@ -20,9 +20,8 @@ pods still at the policy's slice (an earlier agent's, before a restart).
 """
 from __future__ import annotations
 
-from tidal.agent.collector.cgroups import CgroupVersion
+from tidal.agent.collector.sampler import ONLINE_LEVELS
 from tidal.agent.executor.sched import ThreadSlices, ThreadSlicesReset
-from tidal.api.qos import QoSLevel
 
 from .feature import EMPTY, Context, Gauge, Plan, StatusPart
 from .strategy import NodeState
@@ -30,19 +29,15 @@ from .strategy import NodeState
 __all__ = ["CAPABILITY", "OnlineSchedSlice", "online_thread_files"]
 
 CAPABILITY = "sched.slice"
-ONLINE = (QoSLevel.HLS, QoSLevel.LS)
 
 
 def online_thread_files(state: NodeState) -> dict[str, tuple]:
     """Per online pod (``namespace/name``): its containers' thread lists."""
-    layout = state.layout
-    threads = "tasks" if layout.version is CgroupVersion.V1 else "cgroup.threads"
     out = {}
     for pod in state.pods:
-        if pod.tidal_level in ONLINE and pod.containers and not pod.terminating:
-            out[f"{pod.namespace}/{pod.name}"] = tuple(
-                layout.cpu_dir(layout.container_relpath(pod.uid, pod.qos_class, c.id)) / threads
-                for c in pod.containers)
+        if pod.tidal_level in ONLINE_LEVELS and pod.containers and not pod.terminating:
+            out[f"{pod.namespace}/{pod.name}"] = state.layout.container_thread_files(
+                pod.uid, pod.qos_class, (c.id for c in pod.containers))
     return out
 
 

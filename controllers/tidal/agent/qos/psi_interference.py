@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
+from tidal.agent.collector.sampler import ONLINE_LEVELS
 from tidal.api.policy import PSIInterference as PSIInterferenceConfig
-from tidal.api.qos import QoSLevel
 
 from .eviction import Action, Candidate, Decision
 from .feature import DEFAULT_OPTIONS, EMPTY, Context, Gauge, Options, Plan
@@ -56,7 +56,7 @@ __all__ = ["NODE_RECLAIM_WINDOW_SECONDS", "NODE_SCOPE", "NodeReclaim", "PSIDecis
            "parse_some_avg10", "read_node_reclaim_count"]
 
 NODE_SCOPE = "node"
-ONLINE = (QoSLevel.HLS, QoSLevel.LS)
+ONLINE = ONLINE_LEVELS  # the online QoS levels, as the sampler counts them
 
 
 #: node-scope memory pressure counts while the node reclaimed this recently (avg10's window)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion
+from tidal.agent.collector.cgroups import CgroupLayout
 from tidal.agent.executor.resctrl import ResctrlExecutor, ResctrlGroup, ResctrlMembers, ResctrlRemoveGroups
 from tidal.agent.executor.resctrl import remove_groups as _remove_groups
 from tidal.api.policy import CacheLimits, ColocationPolicy
@@ -135,13 +135,10 @@ class CacheLimitsFeature:
         config = ctx.policy.features.cache_limits
         writes: list = [ResctrlGroup(self.root, name, lines, GROUP_PREFIX) for name, lines in
                         desired_groups(config, info, root_schemata, online_percent, l3, mba).items()]
-        layout = state.layout
-        threads = "tasks" if layout.version is CgroupVersion.V1 else "cgroup.threads"
         for pod in state.pods:
             name = group_for(pod)
             if name is not None and pod.containers:
-                files = tuple(layout.cpu_dir(layout.container_relpath(pod.uid, pod.qos_class, c.id)) / threads
-                              for c in pod.containers)
+                files = state.layout.container_thread_files(pod.uid, pod.qos_class, (c.id for c in pod.containers))
                 writes.append(ResctrlMembers(self.root, name, files, GROUP_PREFIX))
         return Plan(tuple(writes))
 

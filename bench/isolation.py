@@ -15,7 +15,10 @@ reference):
 * ``tidal``         the same with the policy's defaults: the BE quota also follows the online
                     threads' run-queue delay (``beIsolation.cpuInterference``);
 * ``tidal_slice``   (only when named in ``--treatments``) ``tidal`` with the online wake-up slice
-                    on (``features.onlineSchedSlice``: the server's threads ask for a 100 µs slice).
+                    on (``features.onlineSchedSlice``: the server's threads ask for a 100 µs slice);
+* ``solo_again``    (only when named) ``solo`` once more, last in each round: an A/A control. Its
+                    ratio to solo is what the machine's noise alone makes of a treatment that
+                    changes nothing, i.e. the smallest difference this run can resolve.
 
 Both Tidal treatments run against a private lab where a kwok node stands for this machine and
 the pods are bound to it. The agent starts with each Tidal treatment, so there the server serves
@@ -64,9 +67,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice")
+TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "solo_again")
 #: what a run measures unless --treatments says otherwise
-DEFAULT_TREATMENTS = TREATMENTS[:-1]
+DEFAULT_TREATMENTS = TREATMENTS[:-2]
+#: the treatments without a BE job: solo, and its repeat at the end of each round (the A/A control)
+SOLO = ("solo", "solo_again")
 #: the treatments that run the agent
 TIDAL = ("tidal_usage", "tidal", "tidal_slice")
 CPUS = os.cpu_count() or 1
@@ -415,7 +420,8 @@ def main() -> int:
                         help="API operations per second of the --background lab writer")
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run, in the order below (solo always runs, first: the ratios' "
-                             f"reference); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice")
+                             f"reference); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice and "
+                             f"solo_again (solo repeated last in each round: the noise floor)")
     parser.add_argument("--policy", type=policy_patch, default={}, metavar="JSON",
                         help="a JSON merge patch to the ColocationPolicy spec of the Tidal treatments, e.g. "
                              "'{\"beIsolation\": {\"cpuInterference\": {\"targetDelayMicroseconds\": 25}}}' "
@@ -530,7 +536,7 @@ def main() -> int:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
                 r = measure(loadgen, url, args.rate, args.seconds,
-                            None if treatment == "solo" else be_dirs, workdir, args.client_scheduling == "fifo",
+                            None if treatment in SOLO else be_dirs, workdir, args.client_scheduling == "fifo",
                             web_dirs[0], args.agent_settle if treatment in TIDAL else 0,
                             args.longest_waits)
                 if treatment == "k8s_default":

@@ -136,14 +136,24 @@ bench-policy: venv debian-packages lab-build
 # strict and lenient, Alibaba 2018 strict, converted into a temporary directory (one trace = one
 # node) and evaluated per node and pooled over them; ~10 s. PREDICT_TRACES: where the traces are.
 PREDICT_TRACES ?= $(or $(TIDAL_TRACES_DIR),../shared/data/traces)
-.PHONY: bench-predict
-bench-predict: venv
-	@set -eo pipefail; t="$(abspath $(PREDICT_TRACES))"; tidal="$(CURDIR)/$(BIN)/tidal"; \
+# the three converted traces in a temporary directory, the recipe's working directory
+define PREDICT_CONVERTED
+	set -eo pipefail; t="$(abspath $(PREDICT_TRACES))"; tidal="$(CURDIR)/$(BIN)/tidal"; \
 	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; cd "$$d"; \
 	$$tidal predict convert-azure --cpu "$$t/azure2019_20vms_cpu_5min.csv.gz" --meta "$$t/azure2019_20vms_meta.csv" --variant strict -o azure_strict.csv; \
 	$$tidal predict convert-azure --cpu "$$t/azure2019_20vms_cpu_5min.csv.gz" --meta "$$t/azure2019_20vms_meta.csv" --variant lenient -o azure_lenient.csv; \
-	$$tidal predict convert-alibaba --usage "$$t/alibaba2018_machine_usage_head_16machines.csv.gz" --meta "$$t/alibaba2018_machine_meta_full.csv.gz" --variant strict -o alibaba_strict.csv; \
+	$$tidal predict convert-alibaba --usage "$$t/alibaba2018_machine_usage_head_16machines.csv.gz" --meta "$$t/alibaba2018_machine_meta_full.csv.gz" --variant strict -o alibaba_strict.csv
+endef
+.PHONY: bench-predict bench-predict-bound
+bench-predict: venv
+	@$(PREDICT_CONVERTED); \
 	$$tidal predict evaluate --trace . --json $(BENCH_ARGS) | "$(CURDIR)/$(BIN)/python" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))'
+
+# Issue 18: what a linear model of the rules' statistics could reclaim, fitted in hindsight
+# (bench/predict_bound.py), on the same three traces; ~1 min.
+bench-predict-bound: venv
+	@$(PREDICT_CONVERTED); \
+	"$(CURDIR)/$(BIN)/python" "$(CURDIR)/bench/predict_bound.py" --trace . $(BENCH_ARGS)
 
 # Advanced node features on this machine's cgroups (root): CPU burst latency, PSI reaction time.
 .PHONY: bench-burst bench-psi

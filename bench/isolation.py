@@ -2,7 +2,8 @@
 
 One run measures five treatments on this machine, interleaved over several rounds (the machine
 is shared and noisy: medians per treatment, and the solo figures of the same run are the
-reference):
+reference); by default the order turns by one place each round (``--order rotate``), so that no
+treatment always runs right after the same one:
 
 * ``solo``          the online server alone;
 * ``no_isolation``  plus a BE "pod" burning every CPU (stress-ng), with default cgroup weights;
@@ -44,7 +45,9 @@ Output: one JSON line per treatment and round, then the medians as the last line
 "p99_vs_solo_max"}`` (medians; the ratio of each round to that round's solo, median and spread)
 and B what ran beside it. ``steal_pct`` is the share of CPU time the hypervisor took while the
 load ran (``/proc/stat``): stalls the guest's scheduler does not see, and no isolation inside the
-guest removes (``node_busy_pct`` counts it as busy). S says what the run was asked for:
+guest removes (``node_busy_pct`` counts it as busy). The Tidal treatments also carry
+``agent_cpu_pct``: the agent's own CPU time over the settle and measured seconds, in % of one CPU
+(a cost the other treatments do not carry). S says what the run was asked for:
 ``--treatments`` runs a subset (solo always, first: the ratios' reference), and
 ``--policy`` merges a patch into the Tidal treatments' ColocationPolicy spec.
 """
@@ -354,7 +357,7 @@ def agent_metrics(port: int) -> dict:
 
 def median_of(runs: list[dict]) -> dict:
     keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us",
-            "ls_cpu_us_per_request", "steal_pct", "ls_longest_wait_ms", "ls_waits_over_5ms")
+            "ls_cpu_us_per_request", "steal_pct", "ls_longest_wait_ms", "ls_waits_over_5ms", "agent_cpu_pct")
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys if all(r.get(k) is not None for r in runs)}
 
 
@@ -366,14 +369,32 @@ def vs_solo(runs: list[dict], solo: list[dict]) -> dict:
 
 
 def treatment_list(text: str) -> tuple[str, ...]:
-    """``--treatments``: a comma-separated subset of TREATMENTS, run in TREATMENTS' order with solo
-    first whether named or not (every ratio divides by the same round's solo)."""
+    """``--treatments``: a comma-separated subset of TREATMENTS, listed in TREATMENTS' order with solo
+    first whether named or not (every ratio divides by the same round's solo; ``--order`` turns the
+    list each round)."""
     names = {t.strip() for t in text.split(",") if t.strip()}
     unknown = sorted(names - set(TREATMENTS))
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown treatment(s) {', '.join(unknown)}; "
                                          f"allowed: {', '.join(TREATMENTS)}")
     return tuple(t for t in TREATMENTS if t in names or t == "solo")
+
+
+ORDERS = ("rotate", "fixed")
+
+
+def round_order(treatments: tuple[str, ...], round_: int, order: str) -> tuple[str, ...]:
+    """The treatments of round ``round_`` (from 0). ``fixed``: as listed, every round. ``rotate``:
+    the list turned by one place each round, so that over as many rounds as treatments each one
+    runs once in every position. A treatment leaves the machine changed for the next one (the
+    node's daemons work off what they could not do beside a BE job that took every idle cycle):
+    in a fixed order that carry-over always lands on the same treatment."""
+    if order == "fixed":
+        return treatments
+    if order != "rotate":
+        raise ValueError(f"unknown order {order!r}; allowed: {', '.join(ORDERS)}")
+    k = round_ % len(treatments)
+    return treatments[k:] + treatments[:k]
 
 
 def policy_patch(text: str) -> dict:
@@ -419,9 +440,13 @@ def main() -> int:
     parser.add_argument("--background-rate", type=int, default=50,
                         help="API operations per second of the --background lab writer")
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
-                        help=f"the treatments to run, in the order below (solo always runs, first: the ratios' "
-                             f"reference); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice and "
+                        help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
+                             f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice and "
                              f"solo_again (solo repeated last in each round: the noise floor)")
+    parser.add_argument("--order", choices=ORDERS, default="rotate",
+                        help="the treatments' order within a round: rotate (default; turned by one place each "
+                             "round, so no treatment always follows the same one) or fixed (as listed, solo first; "
+                             "every figure before 2026-11-29)")
     parser.add_argument("--policy", type=policy_patch, default={}, metavar="JSON",
                         help="a JSON merge patch to the ColocationPolicy spec of the Tidal treatments, e.g. "
                              "'{\"beIsolation\": {\"cpuInterference\": {\"targetDelayMicroseconds\": 25}}}' "
@@ -434,6 +459,7 @@ def main() -> int:
             raise SystemExit(f"{tool} is missing: run it through `make bench-isolation`, which installs it")
 
     from admission import build_loadgen
+    from agent import cpu_seconds
     from kubernetes import client
 
     from tidal.api import qos
@@ -510,7 +536,7 @@ def main() -> int:
             f"{args.rounds} rounds")
 
         for round_ in range(args.rounds):
-            for treatment in args.treatments:
+            for treatment in round_order(args.treatments, round_, args.order):
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("2")
@@ -535,6 +561,7 @@ def main() -> int:
                         if time.monotonic() > deadline:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
+                agent_cpu = (cpu_seconds(agent.pid), time.monotonic()) if treatment in TIDAL else None
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment in SOLO else be_dirs, workdir, args.client_scheduling == "fifo",
                             web_dirs[0], args.agent_settle if treatment in TIDAL else 0,
@@ -544,6 +571,9 @@ def main() -> int:
                         f.write_text("1024")
                 if treatment in TIDAL:
                     r.update(agent_metrics(metrics_port))
+                    # the agent's own CPU over the settle and measured seconds, in % of one CPU
+                    r["agent_cpu_pct"] = round(100 * (cpu_seconds(agent.pid) - agent_cpu[0])
+                                               / (time.monotonic() - agent_cpu[1]), 2)
                     processes.stop(agent)
                     agent = None
                     subprocess.run([str(Path(sys.executable).with_name("tidal-agent")), "restore", "--node", node,
@@ -575,7 +605,8 @@ def main() -> int:
     if "tidal" in results and "k8s_default" in results:
         below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
         summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
-    summary["settings"] = {"treatments": list(args.treatments), "suppression_percent": args.suppression_percent,
+    summary["settings"] = {"treatments": list(args.treatments), "order": args.order,
+                           "suppression_percent": args.suppression_percent,
                            "policy": args.policy, "daemons_cgroup": args.daemons_cgroup}
     summary["background"] = background_report
     print(json.dumps(summary))

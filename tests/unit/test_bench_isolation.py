@@ -128,3 +128,27 @@ def test_the_sched_probe_adds_a_sliced_twin_after_each_of_three_treatments(slice
     import sched_probe
     assert sched_probe.treatments(slice_us) == expected
 
+
+
+@pytest.mark.parametrize("round_, order, expected", [
+    (0, "fixed", ("solo", "k8s_default", "tidal")),
+    (4, "fixed", ("solo", "k8s_default", "tidal")),
+    (0, "rotate", ("solo", "k8s_default", "tidal")),
+    (1, "rotate", ("k8s_default", "tidal", "solo")),
+    (2, "rotate", ("tidal", "solo", "k8s_default")),
+    (3, "rotate", ("solo", "k8s_default", "tidal")),
+])
+def test_the_order_turns_by_one_place_each_round(round_, order, expected):
+    assert isolation.round_order(("solo", "k8s_default", "tidal"), round_, order) == expected
+
+
+def test_rotated_over_as_many_rounds_as_treatments_each_runs_once_in_every_position():
+    treatments = isolation.treatment_list("k8s_default,tidal,solo_again")
+    rounds = [isolation.round_order(treatments, r, "rotate") for r in range(len(treatments))]
+    for position in range(len(treatments)):
+        assert sorted(r[position] for r in rounds) == sorted(treatments)
+
+
+def test_an_unknown_order_is_refused_naming_the_allowed_ones():
+    with pytest.raises(ValueError, match="allowed: rotate, fixed"):
+        isolation.round_order(("solo",), 0, "shuffle")

@@ -12,8 +12,10 @@ from tidal.agent.qos import registry
 from tidal.agent.qos.be_cpu_interference import (
     FLOOR_DELAY_SECONDS,
     FLOOR_ROUNDS,
+    TIDS_REREAD_ROUNDS,
     BECPUInterference,
     InterferenceController,
+    RunQueueReader,
     RunQueueSample,
     parse_schedstat,
     signal,
@@ -227,6 +229,32 @@ def test_feature_lowers_the_quota_reports_and_raises_it_again(tmp_path):
     assert quota == "75000" and plan.effects == ()
     quota, _ = round_(3, online=900)  # online usage rises: the bound (1300 − 900 = 400 → floor 500) wins
     assert quota == "50000"
+
+
+def test_the_thread_lists_are_read_again_every_few_rounds_on_a_gone_thread_and_new_pods(tmp_path):
+    tree = Tree(tmp_path)
+    reader = RunQueueReader(proc_root=tree.proc)
+    tasks = tree.root / "cpu" / tree.layout.container_relpath(LS.uid, LS.qos_class, "containerd://c1") / "tasks"
+    state = tree.state()
+    assert set(reader.read(state).threads) == {101, 102}
+    tasks.write_text("101\n102\n103\n")  # a new thread: seen within TIDS_REREAD_ROUNDS reads
+    tree.set(103, 0, 0)
+    seen = [103 in reader.read(state).threads for _ in range(TIDS_REREAD_ROUNDS)]
+    assert seen == [False] * (TIDS_REREAD_ROUNDS - 1) + [True]
+    tasks.write_text("101\n103\n")  # 102 exits: its read fails, the lists are read again next round
+    (tree.proc / "102" / "schedstat").unlink()
+    assert set(reader.read(state).threads) == {101, 103}
+    tasks.write_text("101\n103\n104\n")
+    tree.set(104, 0, 0)
+    assert set(reader.read(state).threads) == {101, 103, 104}
+    # another online pod: its threads at once
+    other = PodState("ls-2", PodQOSClass.BURSTABLE, QoSLevel.LS, (ContainerState("containerd://c3"),), "ns", "api")
+    container = tree.root / "cpu" / tree.layout.container_relpath(other.uid, other.qos_class, "containerd://c3")
+    container.mkdir(parents=True)
+    (container / "tasks").write_text("201\n")
+    tree.set(201, 0, 0)
+    two_pods = NodeState((LS, other, BE), 2.0, 0.0, ColocationPolicy(), {"schedstat": True}, tree.layout)
+    assert 201 in reader.read(two_pods).threads
 
 
 def test_feature_without_schedstat_follows_the_bound_and_says_why(tmp_path):

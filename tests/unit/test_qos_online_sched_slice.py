@@ -98,6 +98,18 @@ def test_off_unsupported_or_off_the_label(on, capabilities, node_enabled, expect
         assert reset.slice_us == 100 and [f.name for f in reset.thread_files] == ["tasks"]
 
 
+def test_switched_off_the_undo_lists_the_online_threads_once_then_only_resets_its_own() -> None:
+    feature, off = OnlineSchedSlice(), _policy(on=False)
+    # no online pod yet: nothing listed, so the first pods to come are still listed
+    (empty,) = feature.undo(_ctx([_pod("batch", QoSLevel.BE, PodQOSClass.BEST_EFFORT)], off)).writes
+    assert empty.thread_files == ()
+    (first,) = feature.undo(_ctx([_pod("web", QoSLevel.LS)], off)).writes
+    assert [f.name for f in first.thread_files] == ["tasks"]
+    # the executor sweeps once; later rounds put back only what this agent changed
+    (later,) = feature.undo(_ctx([_pod("web", QoSLevel.LS), _pod("api", QoSLevel.LS)], off)).writes
+    assert later.thread_files == () and later.key == first.key
+
+
 def test_restore_without_a_node_state_puts_back_what_this_agent_changed() -> None:
     plan = OnlineSchedSlice().undo(Context(None, False))  # type: ignore[arg-type]
     assert plan.writes == (ThreadSlicesReset(),)

@@ -234,6 +234,9 @@ def _task_files(directory: Path, name: str) -> list[Path]:
 #: bookkeeping: 512 threads a round cost the agent 0.6 % of a core (make bench-agent), 128 keep
 #: it near 0.15 %
 MAX_THREADS = 128
+#: reads of the online threads' schedstat between two reads of their thread lists (the lists
+#: change with the pods, which re-read them at once, and with threads coming and going)
+TIDS_REREAD_ROUNDS = 5
 #: threads per pod always read (a pod with many threads does not crowd out the others)
 MIN_THREADS_PER_POD = 2
 
@@ -256,6 +259,11 @@ class RunQueueReader:
     proc_root: Path = Path("/proc")
     clock_ns: object = None
     _dirs: tuple[object, list[list[Path]]] | None = field(default=None, repr=False)
+    #: the online pods' thread ids as last read, and the reads since: the thread lists are read
+    #: again every TIDS_REREAD_ROUNDS reads, when the pods change, or when a thread has gone
+    #: (opening the v1 ``tasks`` files every round was a seventh of the agent's CPU)
+    _tids: list[list[int]] | None = field(default=None, repr=False)
+    _tids_age: int = field(default=0, repr=False)
 
     def task_files(self, state: NodeState) -> list[list[Path]]:
         """Per online pod, the ``tasks`` / ``cgroup.threads`` files below its cpu cgroup; the
@@ -268,29 +276,41 @@ class RunQueueReader:
             self._dirs = (key, files)
         return self._dirs[1]
 
-    def read(self, state: NodeState) -> RunQueueSample:
-        import time
-        at = (self.clock_ns or time.monotonic_ns)()  # type: ignore[operator]
+    def thread_ids(self, state: NodeState) -> list[list[int]]:
+        """Per online pod, its threads' ids: read again every ``TIDS_REREAD_ROUNDS`` calls, and
+        whenever the pods changed or the last read found a thread or container gone."""
+        dirs = self._dirs
+        files = self.task_files(state)
+        if self._tids is not None and self._dirs is dirs and self._tids_age < TIDS_REREAD_ROUNDS:
+            self._tids_age += 1
+            return self._tids
         per_pod: list[list[int]] = []
         stale = False
-        for files in self.task_files(state):
+        for pod_files in files:
             tids: list[int] = []
-            for tasks in files:
+            for tasks in pod_files:
                 try:
                     tids += map(int, _read_small(tasks).split())
                 except OSError:
                     stale = True  # container gone: walk again next round
             per_pod.append(tids)
+        self._tids, self._tids_age = per_pod, 1
+        if stale:
+            self._dirs = None
+        return per_pod
+
+    def read(self, state: NodeState) -> RunQueueSample:
+        import time
+        at = (self.clock_ns or time.monotonic_ns)()  # type: ignore[operator]
         threads: dict[int, tuple[int, int]] = {}
         proc = str(self.proc_root)
-        for tid in sampled(per_pod):
+        for tid in sampled(self.thread_ids(state)):
             try:
                 _, wait_ns, count = parse_schedstat(_read_small(f"{proc}/{tid}/schedstat"))
             except (OSError, ValueError):
-                continue  # thread exited
+                self._tids = None  # thread exited: read the lists again next round
+                continue
             threads[tid] = (wait_ns, count)
-        if stale:
-            self._dirs = None
         return RunQueueSample(at, threads)
 
 

@@ -17,7 +17,7 @@ treatment always runs right after the same one:
                     threads' run-queue delay (``beIsolation.cpuInterference``);
 * ``tidal_slice``   (only when named in ``--treatments``) ``tidal`` with the online wake-up slice
                     on (``features.onlineSchedSlice``: the server's threads ask for a 100 µs slice);
-* ``solo_again``    (only when named) ``solo`` once more, last in each round: an A/A control. Its
+* ``solo_again``    (only when named) ``solo`` once more in each round: an A/A control. Its
                     ratio to solo is what the machine's noise alone makes of a treatment that
                     changes nothing, i.e. the smallest difference this run can resolve.
 
@@ -48,7 +48,7 @@ load ran (``/proc/stat``): stalls the guest's scheduler does not see, and no iso
 guest removes (``node_busy_pct`` counts it as busy). The Tidal treatments also carry
 ``agent_cpu_pct``: the agent's own CPU time over the settle and measured seconds, in % of one CPU
 (a cost the other treatments do not carry). S says what the run was asked for:
-``--treatments`` runs a subset (solo always, first: the ratios' reference), and
+``--treatments`` runs a subset (solo always: the ratios' reference), ``--order`` their order, and
 ``--policy`` merges a patch into the Tidal treatments' ColocationPolicy spec.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "solo_again")
 #: what a run measures unless --treatments says otherwise
 DEFAULT_TREATMENTS = TREATMENTS[:-2]
-#: the treatments without a BE job: solo, and its repeat at the end of each round (the A/A control)
+#: the treatments without a BE job: solo, and its repeat in each round (the A/A control)
 SOLO = ("solo", "solo_again")
 #: the treatments that run the agent
 TIDAL = ("tidal_usage", "tidal", "tidal_slice")
@@ -442,7 +442,7 @@ def main() -> int:
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice and "
-                             f"solo_again (solo repeated last in each round: the noise floor)")
+                             f"solo_again (solo once more in each round: the noise floor)")
     parser.add_argument("--order", choices=ORDERS, default="rotate",
                         help="the treatments' order within a round: rotate (default; turned by one place each "
                              "round, so no treatment always follows the same one) or fixed (as listed, solo first; "

@@ -65,7 +65,7 @@ def test_the_slice_treatment_runs_only_when_named():
     assert isolation.treatment_list("k8s_default,tidal,tidal_slice") == ("solo", "k8s_default", "tidal", "tidal_slice")
 
 
-def test_the_a_a_control_runs_only_when_named_last_in_the_round_and_without_a_be_job():
+def test_the_a_a_control_runs_only_when_named_listed_last_and_without_a_be_job():
     assert "solo_again" not in isolation.DEFAULT_TREATMENTS
     assert isolation.treatment_list("solo_again,tidal") == ("solo", "tidal", "solo_again")
     assert set(isolation.SOLO) == {"solo", "solo_again"} and not set(isolation.SOLO) & set(isolation.TIDAL)

@@ -41,7 +41,7 @@ from scipy.optimize import linprog
 
 from tidal.predict.cli import parse_budget, parse_duration, trace_files
 from tidal.predict.evaluate import DEFAULT_BUDGET, decision_range, window_steps
-from tidal.predict.frontier import FAMILIES, frontier, hindsight
+from tidal.predict.frontier import FAMILIES, frontier, hindsight, scored
 from tidal.predict.predictors.oracle import future_max
 from tidal.predict.series import Trace, read_trace
 
@@ -66,12 +66,15 @@ def pod_sums(usage: list[list[float]], step: int, stat: str, hours: float) -> np
     return total
 
 
-def features(trace: Trace, horizon_seconds: int) -> tuple[np.ndarray, list[str]]:
-    """One row per step: a constant, every frontier family's series and the pods' sums."""
+def features(trace: Trace, horizon_seconds: int) -> tuple[np.ndarray, list[str], dict[str, tuple[np.ndarray, ...]]]:
+    """One row per step: a constant, every frontier family's series and the pods' sums; and each
+    family's (a, b) series by name."""
     u, r, step = trace.total_usage, trace.total_request, trace.step
     cols, names = [np.ones(len(u))], ["constant"]
+    series = {}
     for fam in FAMILIES:
         a, b = fam.series(u, r, step, horizon_seconds)
+        series[fam.name] = (np.asarray(a, dtype=float), np.asarray(b, dtype=float))
         if any(a):
             cols.append(np.asarray(a, dtype=float))
             names.append(f"{fam.name} (offset)")
@@ -80,7 +83,7 @@ def features(trace: Trace, horizon_seconds: int) -> tuple[np.ndarray, list[str]]
     for stat, hours in POD_STATS:
         cols.append(pod_sums(trace.usage, step, stat, hours))
         names.append(f"Σ pods' {stat} {hours:g}h")
-    return np.column_stack(cols), names
+    return np.column_stack(cols), names, series
 
 
 def quantile_regression(x: np.ndarray, y: np.ndarray, tau: float) -> np.ndarray:
@@ -103,10 +106,9 @@ def scaled(pred: np.ndarray, peak: np.ndarray, requests: np.ndarray, upper: np.n
 
 
 def applied(p: np.ndarray, peak: np.ndarray, requests: np.ndarray, upper: np.ndarray) -> dict:
-    """Reclaimed and violation rate of predictions ``p`` (clamped as every predictor's is)."""
-    p = np.minimum(upper, np.maximum(p, 0.0))
-    return {"reclaimed": round(float(np.maximum(0.0, requests - p).sum() / requests.sum()), 4),
-            "violation_60m": round(float(np.mean(peak > p + 1e-9 * np.maximum(1.0, p))), 4)}
+    """Reclaimed and violation rate of predictions ``p``, scored as the frontier scores."""
+    reclaimed, violation = scored(list(p), list(peak), list(requests), list(upper))
+    return {"reclaimed": round(reclaimed, 4), "violation_60m": round(violation, 4)}
 
 
 def bound(trace: Trace, *, tau: float, horizon_seconds: int, warmup_seconds: int, budget: float) -> dict:
@@ -120,7 +122,7 @@ def bound(trace: Trace, *, tau: float, horizon_seconds: int, warmup_seconds: int
     def gap(x: float) -> float | None:
         return round((x - lo) / (hi - lo), 3) if lo is not None and hi > lo else None
 
-    x_all, names = features(trace, horizon_seconds)
+    x_all, names, family_series = features(trace, horizon_seconds)
     sl = slice(first, last + 1)
     x = x_all[sl]
     u = np.asarray(trace.total_usage, dtype=float)
@@ -147,8 +149,7 @@ def bound(trace: Trace, *, tau: float, horizon_seconds: int, warmup_seconds: int
     split = {"linear": applied((k1 or 0.0) * pred1[second_half], peak[second_half], requests[second_half],
                                upper[second_half]) if k1 is not None else None, "families": {}}
     for fam in FAMILIES:
-        a, b = (np.asarray(s, dtype=float)[sl] for s in fam.series(trace.total_usage, trace.total_request,
-                                                                    trace.step, horizon_seconds))
+        a, b = (s[sl] for s in family_series[fam.name])
         kf, _, _ = hindsight(list(a[first_half]), list(b[first_half]), list(peak[first_half]),
                              list(requests[first_half]), list(upper[first_half]), budget)
         if kf is not None:

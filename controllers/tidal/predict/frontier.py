@@ -16,7 +16,7 @@ model of the series) is not bounded by them.
 
     tidal predict frontier --trace FILE|DIR [--horizon 60m] [--warmup 1d] [--budget 1%] [--json]
 
-Pure functions (`hindsight`, the family series) and one adapter (`frontier`, which also runs the
+Pure functions (`hindsight`, `scored`, the family series) and one adapter (`frontier`, which also runs the
 peers and the oracle through `evaluate` for the baseline and the gap).
 """
 
@@ -32,7 +32,7 @@ from tidal.predict.predictors.oracle import future_max
 from tidal.predict.series import Trace
 from tidal.predict.windows import RollingMax, RollingStats
 
-__all__ = ["FAMILIES", "Family", "FrontierRow", "FrontierResult", "frontier", "hindsight"]
+__all__ = ["FAMILIES", "Family", "FrontierRow", "FrontierResult", "frontier", "hindsight", "scored"]
 
 Series = tuple[list[float], list[float]]  # (a, b): P = a + k × b at every step
 
@@ -121,14 +121,22 @@ def hindsight(a: Sequence[float], b: Sequence[float], peak: Sequence[float], req
     k = need[n - 1 - allowed] if allowed < n else -math.inf
     if k == math.inf:
         return None, 0.0, sum(p > u for p, u in zip(peak, upper, strict=True)) / n
+    return (k, *scored([ai + k * bi if bi > 0 else ai for ai, bi in zip(a, b, strict=True)],
+                       peak, requests, upper))
+
+
+def scored(predictions: Sequence[float], peak: Sequence[float], requests: Sequence[float],
+           upper: Sequence[float]) -> tuple[float, float]:
+    """(reclaimed, violation rate) of ``predictions``, each clamped to [0, upper] as every
+    predictor's is (pure)."""
     free = total = 0.0
     missed = 0
-    for ai, bi, pi, ri, ui in zip(a, b, peak, requests, upper, strict=True):
-        p = min(ui, max(0.0, ai + k * bi if bi > 0 else ai))
+    for pred, pi, ri, ui in zip(predictions, peak, requests, upper, strict=True):
+        p = min(ui, max(0.0, pred))
         free += max(0.0, ri - p)
         total += ri
         missed += pi > p + 1e-9 * max(1.0, p)  # a point whose need is k itself is met (float rounding)
-    return k, (free / total if total > 0 else 0.0), missed / n
+    return (free / total if total > 0 else 0.0), missed / len(peak)
 
 
 @dataclass(frozen=True)

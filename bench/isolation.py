@@ -22,10 +22,12 @@ treatment always runs right after the same one:
                     changes nothing, i.e. the smallest difference this run can resolve.
 
 Both Tidal treatments run against a private lab where a kwok node stands for this machine and
-the pods are bound to it. The agent starts with each Tidal treatment, so there the server serves
-the same load beside the BE hog for ``--agent-settle`` seconds (20) before the measured ones (the
-controller's steady state, as on a node whose agent has run for a while); the BE hog starts 2 s
-before in every treatment.
+the pods are bound to it. The agent starts with each Tidal treatment. In every treatment with a
+BE hog the server serves the same load beside it for ``--agent-settle`` seconds (20) before the
+measured ones: the agent's controller reaches its steady state (as on a node whose agent has run
+for a while), and every treatment has the hog beside the server for the same time before it is
+measured (until 2026-11-29 only the Tidal treatments had the settle, the others 2 s); the BE hog
+starts 2 s before the settle.
 
 ``--background lab`` runs the bench beside the load of a node's daemons (bench/lab_background.py:
 the lab's control plane under a stream of API writes, outside every pod cgroup) for the whole
@@ -416,9 +418,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=12, help="measured seconds per treatment")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--agent-settle", type=float, default=20,
-                        help="seconds the server serves beside the BE hog and a just started agent before the "
-                             "measured ones: its controller's steady state (the allowance moves 5 %% of the CPUs "
-                             "a round)")
+                        help="seconds the server serves beside the BE hog (and a just started agent) before the "
+                             "measured ones, in every treatment with a BE hog: the agent's controller's steady "
+                             "state (the allowance moves 5 %% of the CPUs a round), the same exposure for all")
     parser.add_argument("--suppression-percent", type=int, default=100,
                         help="the policy's beIsolation.cpuSuppression.thresholdPercent for the tidal run")
     parser.add_argument("--client-scheduling", choices=("fifo", "normal"), default="fifo",
@@ -564,7 +566,7 @@ def main() -> int:
                 agent_cpu = (cpu_seconds(agent.pid), time.monotonic()) if treatment in TIDAL else None
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment in SOLO else be_dirs, workdir, args.client_scheduling == "fifo",
-                            web_dirs[0], args.agent_settle if treatment in TIDAL else 0,
+                            web_dirs[0], 0 if treatment in SOLO else args.agent_settle,
                             args.longest_waits)
                 if treatment == "k8s_default":
                     for f in cpu_files:

@@ -306,8 +306,8 @@ def cpu_us_per_request(before: dict[int, int], after: dict[int, int], requests: 
 def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path, settle: float = 0,
             longest_waits: bool = False) -> dict:
     """One treatment: the BE hog starts 2 s before the measured seconds, plus ``settle`` seconds
-    during which the server already serves the same load (not measured): what the agent's
-    run-queue signal reads while its controller settles."""
+    during which the server already serves the same load (not measured): the agent's controller
+    settles, and every treatment with a BE hog has had it beside the server equally long."""
     from tidal.agent.qos.be_cpu_interference import signal as runqueue_signal
     stress = StressNG(be_dirs, seconds + settle + 6, workdir) if be_dirs else None
     time.sleep(2 if stress else 0.5)

@@ -135,7 +135,7 @@ def scored(predictions: Sequence[float], peak: Sequence[float], requests: Sequen
         p = min(ui, max(0.0, pred))
         free += max(0.0, ri - p)
         total += ri
-        missed += pi > p + 1e-9 * max(1.0, p)  # a point whose need is k itself is met (float rounding)
+        missed += pi > p + 1e-9 * max(1.0, p)  # a prediction equal to the peak meets it (float rounding)
     return (free / total if total > 0 else 0.0), missed / len(peak)
 
 

@@ -14,7 +14,9 @@ treatment always runs right after the same one:
                     control off (``beIsolation.cpuInterference.enabled: false``): the quota
                     follows node usage only, as before issue 14;
 * ``tidal``         the same with the policy's defaults: the BE quota also follows the online
-                    threads' run-queue delay (``beIsolation.cpuInterference``);
+                    threads' run-queue delay (``beIsolation.cpuInterference``), and since
+                    2026-11-29 is in force only while that delay shows BE delaying the server
+                    (``cpuSuppression.quota: onInterference``);
 * ``tidal_slice``   (only when named in ``--treatments``) ``tidal`` with the online wake-up slice
                     on (``features.onlineSchedSlice``: the server's threads ask for a 100 µs slice);
 * ``solo_again``    (only when named) ``solo`` once more in each round: an A/A control. Its

@@ -78,7 +78,8 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
         evictions=Counter("tidal_evictions", "BE pods evicted by watermark or interference",
                           ["node", "resource", "reason"], registry=r),
         be_cpu_quota=Gauge("tidal_be_cpu_quota_millicores",
-                           "CPU quota of the BE parent cgroup (BE CPU suppression)", ["node"], registry=r),
+                           "CPU quota of the BE parent cgroup (BE CPU suppression; the node's CPUs while "
+                           "cpuSuppression.quota onInterference holds none in force)", ["node"], registry=r),
         online_runqueue_delay=Gauge(
             "tidal_online_runqueue_delay_microseconds",
             "Mean run-queue delay per scheduling slice of the online (HLS/LS) pods' threads",

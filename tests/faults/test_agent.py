@@ -370,6 +370,10 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     child.mkdir(exist_ok=True)
     try:
         try:
+            # the quota in force every round (the default, onInterference, holds none on a quiet node)
+            custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
+                "cpuSuppression": {"quota": "always"}}}})
+            wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") != "-1", 30, "a quota on the BE pods' parent")
             held = _hold_parent_quota(child)
             assert held > 30000, f"the BE parent's quota {held} is already at the floor the test asks for"
             # Suppression's floor, and a threshold below it: the agent wants the parent at 300 m.

@@ -3,7 +3,8 @@
 below suppression's and says so in a Node Event and its metrics; at the floor it measures that the
 LS process waits as long without BE, so the delay is not BE's doing: the quota grows back to
 suppression's bound while the competitor still runs, and ``status.cpuInterference`` says what was
-measured at the floor.
+measured at the floor. With ``cpuSuppression.quota: onInterference`` (the default) no quota is in
+force before the wait, and it is lifted again once the wait proves not BE's.
 
 Outcomes are polled with deadlines; the give-back phase is skipped with the reason when the
 machine itself makes the delay swing by more than the target between rounds (a shared machine
@@ -40,8 +41,9 @@ def _metric(port, name):
     return None
 
 
+@pytest.mark.parametrize("quota", ["always", "onInterference"])
 def test_agent_slows_be_while_an_ls_process_waits_and_gives_back_what_was_not_bes(
-        lab, core, namespace, node, kubelet, policy, tmp_path):
+        lab, core, namespace, node, kubelet, policy, tmp_path, quota):
     if not supported_map(probe()).get("schedstat"):
         pytest.skip("kernel without per-task schedstat (CONFIG_SCHED_INFO)")
     # A 2 ms target: a competitor on the LS process's CPU makes it wait its slices (3–4 ms), while
@@ -50,7 +52,9 @@ def test_agent_slows_be_while_an_ls_process_waits_and_gives_back_what_was_not_be
     # measured at the floor it is not mistaken for BE's (a 1 ms target held the quota in the band).
     # The competitor runs outside every pod: counted as system usage it would lower suppression's
     # bound to the floor, which this test needs above it (includeSystemUsage: test_agent_qos.py).
-    policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 100, "floorMillicores": FLOOR},
+    # cpuSuppression.quota: always, a quota from the start; onInterference (the default), none
+    # until the LS process waits, and none again once the wait proves not BE's.
+    policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 100, "floorMillicores": FLOOR, "quota": quota},
                             "cpuInterference": {"targetDelayMicroseconds": TARGET}},
             "overselling": {"includeSystemUsage": False}})
     web = kubelet.run_pod(core, namespace, _pod(node, "web", "LS", {"cpu": "500m", "memory": "64Mi"}))
@@ -66,12 +70,22 @@ def test_agent_slows_be_while_an_ls_process_waits_and_gives_back_what_was_not_be
     custom = client.CustomObjectsApi(core.api_client)
 
     def status():
-        profile = custom.get_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", node)
+        try:
+            profile = custom.get_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", node)
+        except client.ApiException as err:
+            if err.status == 404:  # the agent has not written its NodeProfile yet
+                return {}
+            raise
         return (profile.get("status") or {}).get("cpuInterference") or {}
 
     try:
-        wait_for(lambda: _read(be_parent / "cpu.cfs_quota_us") != original, 30,
-                 f"the agent's BE quota (log {tmp_path / 'agent.log'})")
+        if quota == "always":
+            wait_for(lambda: _read(be_parent / "cpu.cfs_quota_us") != original, 30,
+                     f"the agent's BE quota (log {tmp_path / 'agent.log'})")
+        else:
+            wait_for(lambda: status().get("quotaInForce") is False, 30,
+                     f"the agent's status: no BE quota in force (log {tmp_path / 'agent.log'})")
+            assert _read(be_parent / "cpu.cfs_quota_us") == original
         competitor = kubelet.cgroups.spawn("spin")  # a daemon outside the pods, on the LS process's CPU
         os.sched_setaffinity(competitor.pid, {cpu})
         wait_for(lambda: (_metric(port, "tidal_be_cpu_interference_throttles_total") or 0) >= 1, 30,
@@ -99,7 +113,11 @@ def test_agent_slows_be_while_an_ls_process_waits_and_gives_back_what_was_not_be
                 pytest.fail(f"the BE quota stayed at {_read(be_parent / 'cpu.cfs_quota_us')} while the delay was "
                             f"not BE's ({seen})")
             time.sleep(0.5)  # polled: the agent's next rounds (the status is written every 2 s)
-        assert seen["beCPUAllowanceMillicores"] >= seen["boundMillicores"] > FLOOR, seen
+        if quota == "always":
+            assert seen["beCPUAllowanceMillicores"] >= seen["boundMillicores"] > FLOOR, seen
+        else:  # lifted: the cgroup's own value (none) back
+            assert seen["quotaInForce"] is False and seen["boundMillicores"] > FLOOR, seen
+            wait_for(lambda: _read(be_parent / "cpu.cfs_quota_us") == original, 10, "the BE quota lifted")
         assert seen["floorDelayMicroseconds"] > seen["targetDelayMicroseconds"], seen  # the competitor's
         assert seen["onlineThreads"] >= 1
         assert competitor.poll() is None  # given back while the competitor still ran

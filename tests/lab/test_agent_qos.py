@@ -92,10 +92,10 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
             print(f"online wake-up slice not checked: {why_not}")
 
         # A policy change applies within 5 s, without a restart.
-        policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 30, "floorMillicores": 200},
+        policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 30, "floorMillicores": 200, "quota": "always"},
                                 "cpuPriority": {"enabled": False}},
                 "features": {"cacheLimits": {"enabled": True}, **slice_on}})
-        wait_for(lambda: int(_read(be_parent / "cpu.cfs_quota_us")) <= CPUS * 30_000, 5, "suppression at 30 %")
+        wait_for(lambda: 0 < int(_read(be_parent / "cpu.cfs_quota_us")) <= CPUS * 30_000, 5, "suppression at 30 %")
         wait_for(lambda: _read(be_pod / "cpu.idle") == originals[be_pod / "cpu.idle"], 5,
                  "cpu.idle restored when the strategy is switched off")
         # ... and the node reports, at once, which generation it runs and what it cannot do
@@ -251,9 +251,9 @@ def test_agent_keeps_enforcing_while_the_api_server_is_unreachable_and_is_restar
         assert processes.alive(agent)
 
         # Back online: the agent resumes its watches; a policy change made meanwhile applies.
-        policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 30, "floorMillicores": 200}}})
+        policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 30, "floorMillicores": 200, "quota": "always"}}})
         proxy.start()
-        wait_for(lambda: int(_read(be_parent / "cpu.cfs_quota_us")) <= CPUS * 30_000, 30,
+        wait_for(lambda: 0 < int(_read(be_parent / "cpu.cfs_quota_us")) <= CPUS * 30_000, 30,
                  f"the policy changed during the outage applied after it (log {log})")
 
         # Restart-safe: a new agent finds the kernel as the old one left it (nothing to write)

@@ -10,6 +10,7 @@ from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupL
 from tidal.agent.collector.sampler import system_usage
 from tidal.agent.qos import registry
 from tidal.agent.qos.be_cpu_interference import (
+    ENGAGE_ROUNDS,
     FLOOR_DELAY_SECONDS,
     FLOOR_ROUNDS,
     TIDS_REREAD_ROUNDS,
@@ -28,6 +29,9 @@ from tidal.api.policy import ColocationPolicy, CPUInterference, PolicyValidation
 from tidal.api.qos import QoSLevel
 
 CONFIG = CPUInterference(target_delay_microseconds=200)  # −50 %, +5 % of the node's CPUs
+#: the quota in force every round (cpuSuppression.quota always), as before onInterference
+ALWAYS_SPEC = {"beIsolation": {"cpuSuppression": {"quota": "always"}}}
+ALWAYS = ColocationPolicy.from_spec(ALWAYS_SPEC)
 
 
 def test_parse_schedstat():
@@ -162,6 +166,62 @@ def test_controller_events_are_rate_limited_and_say_when_it_is_over():
                               "adds is below the target (200 µs), BE CPU quota back at the suppression bound 2000m")
 
 
+# cpuSuppression.quota onInterference: one controller, stepped through rounds: delay µs (bound
+# 2000m, floor 500m, 2 CPUs, target 200 µs) -> allowance, None while no quota is in force
+A = 900  # a delay above the target, BE's doing (it is gone with BE at its floor: 50 µs)
+@pytest.mark.parametrize("delays, expected", [
+    # quiet, or unmeasured: never a quota
+    ([50, None, 150, 10], [None] * 4),
+    # slow rounds, but never ENGAGE_ROUNDS in a row: never a quota
+    ([A, A, A, A, 50] * 2, [None] * 10),
+    # ENGAGE_ROUNDS in a row: the quota comes into force, lowered from the bound at once, then
+    # the usual control: to the floor, three rounds there measure 50 µs, back up by 100m a round
+    # below half the target; at the bound it is lifted
+    ([A] * 6 + [50] * 18, [None] * 4 + [1000, 500, 500, 500, 600] + list(range(700, 2000, 100)) + [None, None]),
+])
+def test_on_interference_table(delays, expected):
+    c = InterferenceController()
+    assert [c.step(float(i), delay, 2000, 500, 2.0, CONFIG, on_interference=True)[0]
+            for i, delay in enumerate(delays)] == expected
+
+
+def test_on_interference_engages_and_lifts_with_events():
+    c = InterferenceController()
+    reasons = []
+    for t in range(ENGAGE_ROUNDS):
+        allowance, events = c.step(float(t), 900, 2000, 500, 2.0, CONFIG, on_interference=True)
+        reasons += [e.reason for e in events]
+    assert (allowance, reasons, c.rounds_above, c.engaged) == (1000, ["TidalBECPUThrottled"], 0, True)
+    assert c.step(float(ENGAGE_ROUNDS), 900, 2000, 500, 2.0, CONFIG, on_interference=True)[0] == 500
+    t = ENGAGE_ROUNDS + 1
+    while allowance is not None:  # BE at its floor measures 50 µs; the allowance climbs back and is lifted
+        allowance, events = c.step(float(t), 50, 2000, 500, 2.0, CONFIG, on_interference=True)
+        reasons += [e.reason for e in events]
+        t += 1
+        assert t < 100
+    assert reasons[-1] == "TidalBECPUReleased" and "lifted" in events[-1].message
+    assert (c.engaged, c.allowance) == (False, None)
+    # the floor's delay (50 µs) stays known while fresh: 240 µs is 190 µs above it, under the
+    # 200 µs target: no quota
+    assert [c.step(float(t + i), 240, 2000, 500, 2.0, CONFIG, on_interference=True)[0]
+            for i in range(2 * ENGAGE_ROUNDS)] == [None] * 2 * ENGAGE_ROUNDS
+
+
+def test_on_interference_with_the_bound_at_the_floor_measures_whose_delay_it_is():
+    """The bound at the floor (online pods use most of the node): the quota in force is the
+    floor, and its FLOOR_ROUNDS rounds there show the same delay: not BE's doing, lifted."""
+    c = InterferenceController()
+    steps = [c.step(float(i), 900, 500, 500, 2.0, CONFIG, on_interference=True)[0] for i in range(9)]
+    assert steps == [None] * 4 + [500] * FLOOR_ROUNDS + [None, None]
+    assert c.floor_delay_us == 900
+
+
+def test_switching_to_always_puts_the_quota_in_force_at_once():
+    c = InterferenceController()
+    assert c.step(0.0, 50, 2000, 500, 2.0, CONFIG, on_interference=True)[0] is None
+    assert c.step(1.0, 50, 1800, 500, 2.0, CONFIG)[0] == 1800
+
+
 # -- the feature on a recorded tree ------------------------------------------------------------
 
 def layout(root: Path) -> CgroupLayout:
@@ -190,7 +250,22 @@ class Tree:
         (self.proc / str(tid)).mkdir(parents=True, exist_ok=True)
         (self.proc / str(tid) / "schedstat").write_text(f"123 {waited_ns} {slices}\n")
 
-    def state(self, policy=ColocationPolicy(), online=0.0, caps=None) -> NodeState:
+    def besteffort(self) -> Path:
+        """The BE pods' parent cgroup as the kubelet leaves it: no quota."""
+        path = self.root / "cpu/kubepods/besteffort"
+        path.mkdir(parents=True, exist_ok=True)
+        for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
+            (path / f).write_text(v)
+        return path
+
+    def engine(self):
+        """The engine with the be-cpu-* features in the registry's order, a reading a second."""
+        clock = iter(range(0, 10**12, 10**9))
+        features = registry.features(Options(proc_root=self.proc))
+        next(f for f in features if f.name == "be-cpu-interference").reader.clock_ns = lambda: next(clock)
+        return QoSEngine(self.root / "journal.json", features=[f for f in features if f.name.startswith("be-cpu-")])
+
+    def state(self, policy=ALWAYS, online=0.0, caps=None) -> NodeState:
         return NodeState((LS, BE), 2.0, online, policy, {"schedstat": True} if caps is None else caps, self.layout)
 
 
@@ -217,7 +292,8 @@ def test_feature_lowers_the_quota_reports_and_raises_it_again(tmp_path):
     assert [c for c in plan.decisions if isinstance(c, Counter)] == [Counter("be_cpu_throttles", (), 1)]
     [status] = [s for s in plan.decisions if isinstance(s, StatusPart)]
     assert status.key == "cpuInterference" and status.value == {
-        "targetDelayMicroseconds": 100, "beCPUAllowanceMillicores": 650, "boundMillicores": 1300,
+        "targetDelayMicroseconds": 100, "quota": "always", "quotaInForce": True,
+        "beCPUAllowanceMillicores": 650, "boundMillicores": 1300,
         "throttled": True, "onlineThreads": 2, "waitRatio": 0.003, "runQueueDelayMicroseconds": 600.0,
         "attributedDelayMicroseconds": 600.0}
     [event] = plan.effects
@@ -278,15 +354,8 @@ def test_feature_off_leaves_suppression_alone(tmp_path):
 def test_engine_composes_the_interference_quota_over_suppression(tmp_path):
     """In the registry's order the allowance wins over suppression's value of the same file."""
     tree = Tree(tmp_path)
-    besteffort = tmp_path / "cpu/kubepods/besteffort"
-    besteffort.mkdir(parents=True, exist_ok=True)
-    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
-        (besteffort / f).write_text(v)
-    clock = iter(range(0, 10**12, 10**9))
-    features = registry.features(Options(proc_root=tree.proc))
-    interference = next(f for f in features if f.name == "be-cpu-interference")
-    interference.reader.clock_ns = lambda: next(clock)
-    engine = QoSEngine(tmp_path / "journal.json", features=[f for f in features if f.name.startswith("be-cpu-")])
+    besteffort = tree.besteffort()
+    engine = tree.engine()
     engine.run(Context(tree.state(), True, 0))
     assert (besteffort / "cpu.cfs_quota_us").read_text() == "130000"
     tree.set(101, 10_000_000, 10)
@@ -394,10 +463,7 @@ def test_the_node_round_sends_the_event_exports_the_metrics_and_keeps_the_status
     from tidal.metrics import node_metrics
 
     tree = Tree(tmp_path)
-    besteffort = tmp_path / "cpu/kubepods/besteffort"
-    besteffort.mkdir(parents=True)
-    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
-        (besteffort / f).write_text(v)
+    besteffort = tree.besteffort()
     clock = iter(range(0, 10**12, 10**9))
     feature = BECPUInterference(Options(proc_root=tree.proc))
     feature.reader.clock_ns = lambda: next(clock)
@@ -405,6 +471,7 @@ def test_the_node_round_sends_the_event_exports_the_metrics_and_keeps_the_status
     actions = RecordingActions()
     node_qos = NodeQoS("n1", tree.layout, QoSEngine(tmp_path / "j.json", features=[feature]), {"schedstat": True},
                        actions, node_metrics(registry_), node_cpus=2, clock=lambda: 100.0)
+    node_qos.observe_policy({"metadata": {"resourceVersion": "1"}, "spec": ALWAYS_SPEC})
     node_qos.observe_node({"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: "true"}}})
 
     async def rounds():
@@ -431,7 +498,8 @@ def test_the_node_round_sends_the_event_exports_the_metrics_and_keeps_the_status
     assert node_qos.feature_status["cpuInterference"]["beCPUAllowanceMillicores"] == 550
     assert (besteffort / "cpu.cfs_quota_us").read_text() == "55000"
     node_qos.observe_policy({"metadata": {"resourceVersion": "2"},
-                             "spec": {"beIsolation": {"cpuInterference": {"enabled": False}}}})
+                             "spec": {"beIsolation": {"cpuInterference": {"enabled": False},
+                                                      "cpuSuppression": {"quota": "always"}}}})
     node_qos.round(Sample(), [LS, BE])
     assert node_qos.feature_status == {"cpuInterference": None}  # removed from the status by the merge patch
 
@@ -444,16 +512,82 @@ def test_the_round_counts_system_usage_in_the_bound_as_the_policy_says(tmp_path,
     from tidal.api import qos
 
     tree = Tree(tmp_path)
-    besteffort = tmp_path / "cpu/kubepods/besteffort"
-    besteffort.mkdir(parents=True)
-    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.cfs_period_us", "100000")):
-        (besteffort / f).write_text(v)
+    besteffort = tree.besteffort()
     feature = BECPUInterference(Options(proc_root=tree.proc))
     node_qos = NodeQoS("n1", tree.layout, QoSEngine(tmp_path / "j.json", features=[feature]), {"schedstat": True},
                        node_cpus=2, clock=lambda: 100.0)
     node_qos.observe_policy({"metadata": {"resourceVersion": "1"},
-                             "spec": {"overselling": {"includeSystemUsage": include}}})
+                             "spec": {"overselling": {"includeSystemUsage": include}, **ALWAYS_SPEC}})
     node_qos.observe_node({"metadata": {"labels": {qos.COLOCATION_NODE_LABEL: "true"}}})
     node_qos.round(Sample(), [LS, BE])
     assert node_qos.feature_status["cpuInterference"]["boundMillicores"] == bound
     assert (besteffort / "cpu.cfs_quota_us").read_text() == str(bound * 100)
+
+
+def test_feature_on_interference_holds_no_quota_until_be_delays_the_online_tasks(tmp_path):
+    """The default policy (cpuSuppression.quota onInterference): no write, the status and the
+    gauge say no quota is in force; the quota comes after ENGAGE_ROUNDS slow rounds."""
+    tree = Tree(tmp_path)
+    clock = iter(range(0, 10**12, 10**9))
+    feature = BECPUInterference(Options(proc_root=tree.proc))
+    feature.reader.clock_ns = lambda: next(clock)
+    quota_file = str(tmp_path / "cpu/kubepods/besteffort") + "/cpu.cfs_quota_us"
+    waited = 0
+
+    def round_(now, delay_ns=0):
+        nonlocal waited
+        waited += delay_ns
+        tree.set(101, waited, now)
+        plan = run_alone(feature, Context(tree.state(policy=ColocationPolicy()), True, now))
+        [status] = [d for d in plan.decisions if isinstance(d, StatusPart)]
+        gauges = {g.metric: g.value for g in plan.decisions if isinstance(g, Gauge)}
+        return {f"{w.path}/{w.file}": w.value for w in plan.writes}, status.value, gauges
+
+    writes, status, gauges = round_(0)
+    assert writes == {} and gauges["be_cpu_quota"] == 2000
+    assert (status["quota"], status["quotaInForce"], status["throttled"], status["roundsAboveTarget"]) == \
+        ("onInterference", False, False, 0)
+    assert "beCPUAllowanceMillicores" not in status
+    for now in range(1, ENGAGE_ROUNDS):  # 1 ms per slice: above the 100 µs target
+        writes, status, _ = round_(now, 1_000_000)
+        assert writes == {} and status["roundsAboveTarget"] == now
+    writes, status, gauges = round_(ENGAGE_ROUNDS, 1_000_000)
+    assert writes[quota_file] == "65000" and gauges["be_cpu_quota"] == 650  # the bound 1300m, halved
+    assert (status["quotaInForce"], status["throttled"], status["beCPUAllowanceMillicores"]) == (True, True, 650)
+
+
+@pytest.mark.parametrize("spec, caps, deferred", [
+    ({}, {"schedstat": True}, True),
+    ({"cpuSuppression": {"quota": "always"}}, {"schedstat": True}, False),
+    ({"cpuInterference": {"enabled": False}}, {"schedstat": True}, False),  # no delay signal: always
+    ({}, {"schedstat": False}, False),
+])
+def test_suppression_writes_its_quota_unless_the_interference_control_decides(tmp_path, spec, caps, deferred):
+    from tidal.agent.qos.be_cpu_suppression import BECPUSuppression, quota_on_interference
+    policy = ColocationPolicy.from_spec({"beIsolation": spec})
+    state = Tree(tmp_path).state(policy=policy, caps=caps)
+    assert quota_on_interference(policy, state.supports) is deferred
+    writes = BECPUSuppression().plan(state)
+    assert (writes == []) is deferred
+    if not deferred:
+        assert {w.file: w.value for w in writes}["cpu.cfs_quota_us"] == "130000"
+
+
+def test_engine_on_interference_leaves_the_cgroup_its_own_value_and_puts_it_back(tmp_path):
+    """The default policy through the engine: nothing written while no quota is in force; a quota
+    that was (the policy was always) is put back to the cgroup's own value by the journal."""
+    tree = Tree(tmp_path)
+    besteffort = tree.besteffort()
+    engine = tree.engine()
+    engine.run(Context(tree.state(policy=ALWAYS), True, 0))
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == "130000"
+    out = engine.run(Context(tree.state(policy=ColocationPolicy()), True, 1))
+    assert (besteffort / "cpu.cfs_quota_us").read_text() == "-1"
+    assert out.status["cpuInterference"]["quotaInForce"] is False
+
+
+def test_policy_quota_default_and_bad_value():
+    assert ColocationPolicy().be_isolation.cpu_suppression.quota.value == "onInterference"
+    with pytest.raises(PolicyValidationError) as err:
+        ColocationPolicy.from_spec({"beIsolation": {"cpuSuppression": {"quota": "sometimes"}}})
+    assert "beIsolation.cpuSuppression.quota" in str(err.value) and "onInterference, always" in str(err.value)

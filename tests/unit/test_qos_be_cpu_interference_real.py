@@ -84,7 +84,10 @@ def test_sensing_reads_a_busy_ls_process_run_queue_delay(hierarchy, real, caps):
     competitor.wait()
 
 
-def test_engine_lowers_the_be_quota_while_an_ls_task_waits_and_gives_it_back(hierarchy, real, caps, tmp_path):
+@pytest.mark.parametrize("mode", ["always", "onInterference"])
+def test_engine_lowers_the_be_quota_while_an_ls_task_waits_and_gives_it_back(hierarchy, real, caps, tmp_path, mode):
+    """cpuSuppression.quota always: the quota at the bound, lowered while the LS task waits, back at
+    the bound after; onInterference: no quota (the cgroup's own value) before and after."""
     kubelet, ls, dirs = ls_pod(real)
     be = PodState(uid(), PodQOSClass.BEST_EFFORT, QoSLevel.BE, (ContainerState("containerd://" + secrets.token_hex(32), 1000),),
                   "ns", "batch")
@@ -97,9 +100,12 @@ def test_engine_lowers_the_be_quota_while_an_ls_task_waits_and_gives_it_back(hie
     engine = QoSEngine(tmp_path / "journal.json", features=features())
     # A 1 ms target: the competitor on the LS task's CPU makes it wait its slices (milliseconds),
     # while a merely busy shared machine stays below half of it (the default 100 µs would not).
-    policy = ColocationPolicy.from_spec({"beIsolation": {"cpuInterference": {"targetDelayMicroseconds": 1000}}})
+    policy = ColocationPolicy.from_spec({"beIsolation": {"cpuInterference": {"targetDelayMicroseconds": 1000},
+                                                         "cpuSuppression": {"quota": mode}}})
     state = NodeState((ls, be), 2.0, 0.0, policy, caps, kubelet.layout, kubelet.cpu_root)
-    bound = "130000"  # 2 CPUs × 65 % − no online usage counted here
+    # 2 CPUs × 65 % − no online usage counted here; with onInterference, no quota while the LS task
+    # does not wait
+    bound = "130000" if mode == "always" else original
     floor = "50000"
 
     seen = {}
@@ -110,7 +116,7 @@ def test_engine_lowers_the_be_quota_while_an_ls_task_waits_and_gives_it_back(hie
         seen.update(out.status.get("cpuInterference") or {})
         return quota.read_text().strip() == want
 
-    wait_for(lambda: round_(bound), 30, interval=0.3, what="the quota never reached the bound")
+    wait_for(lambda: round_(bound), 30, interval=0.3, what=f"the quota never reached {bound}")
     competitor = pinned(real, cpu)
     wait_for(lambda: round_(floor), timeout=30, interval=0.3,
              what=f"the BE quota stayed at {quota.read_text().strip()} while the LS task waited")

@@ -60,6 +60,11 @@ def uid() -> str:
     return f"{secrets.token_hex(4)}-0000-4000-8000-{secrets.token_hex(6)}"
 
 
+#: suppression's quota in force every round (the default, onInterference, leaves it to the
+#: interference control, which these tests do not run)
+ALWAYS = ColocationPolicy.from_spec({"beIsolation": {"cpuSuppression": {"quota": "always"}}})
+
+
 class Node:
     """A kubelet-like v1 tree under the test cgroup, in the cpu, cpuacct and memory hierarchies."""
 
@@ -93,7 +98,7 @@ class Node:
     def state(self, pods, caps, *, cpus=2.0, online=0.0) -> NodeState:
         return NodeState(
             pods=tuple(pods), node_cpus=cpus, online_usage_millicores=online,
-            policy=ColocationPolicy(), capabilities=caps, layout=self.layout,
+            policy=ALWAYS, capabilities=caps, layout=self.layout,
             cpu_controller_root=self.cpu_root,
         )
 

@@ -208,7 +208,10 @@ class NodeProfileStatus:
         "floor within 120 s: what throttling BE cannot remove), attributedDelayMicroseconds (the "
         "delay above it: the "
         "controlled value), "
-        "targetDelayMicroseconds, the BE CPU allowance in force (beCPUAllowanceMillicores), "
+        "targetDelayMicroseconds, quota (the cpuSuppression.quota in effect: onInterference or always), "
+        "quotaInForce (false: no quota, BE not shown to delay the online pods; then roundsAboveTarget, "
+        "the rounds in a row above the target so far, 5 put a quota in force), the BE CPU allowance in "
+        "force (beCPUAllowanceMillicores, while a quota is), "
         "cpuSuppression's quota that bounds it (boundMillicores), throttled (allowance below the "
         "bound) and problem (why the delay cannot be measured).",
     )

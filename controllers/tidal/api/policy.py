@@ -42,6 +42,7 @@ __all__ = [
     "Predictor",
     "ReportingMode",
     "PSIResource",
+    "SuppressionQuota",
     "FieldSpec",
     "CrossFieldRule",
     "FieldError",
@@ -113,6 +114,26 @@ class PSIResource(enum.StrEnum):
     CPU = "cpu"
     MEMORY = "memory"
     IO = "io"
+
+
+class SuppressionQuota(enum.StrEnum):
+    """When BE CPU suppression's quota on the parent of all BE pods is in force.
+
+    onInterference: only while the online pods' threads are shown to wait on a run queue because
+                    of BE (``cpuInterference``'s attributed delay above its target for 5 rounds in
+                    a row), until the allowance is back at the bound; otherwise no quota, and BE's
+                    idle CPU priority alone keeps it out of the online pods' way. Needs the delay
+                    signal (``cpuInterference`` on, the node's ``schedstat``); without it, always.
+    always:         every round, following online usage (Tidal before 2026-11-29).
+
+    Why not always: on the development machine's 2-vCPU guest, a quota on
+    ``kubepods/besteffort`` cost the online server's p99 2.3-2.4 x solo, even a quota never cut
+    below 1.9 of 2 CPUs, while BE with ``cpu.idle`` and no quota kept it at 0.96 x
+    (docs/benchmarks.md, Isolation, 2026-11-29).
+    """
+
+    ON_INTERFERENCE = "onInterference"
+    ALWAYS = "always"
 
 
 # --- Schema description -----------------------------------------------------------------------
@@ -322,10 +343,18 @@ class CPUSuppression:
     """BE CPU suppression: a quota on the parent cgroup of all BE pods, recomputed every second
     as ``node CPUs x thresholdPercent / 100 - online usage - system usage``, never below
     ``floorMillicores`` (system usage: the node's outside the pods, while
-    ``overselling.includeSystemUsage``)."""
+    ``overselling.includeSystemUsage``); in force as ``quota`` says."""
 
     enabled: bool = _boolean(
         "enabled", True, "Cap BE pods together at what online pods leave under the threshold."
+    )
+    quota: SuppressionQuota = _choice(
+        "quota",
+        SuppressionQuota.ON_INTERFERENCE,
+        "When the quota is in force: onInterference, only while cpuInterference finds BE delaying the "
+        "online pods' threads (its attributed delay above the target 5 rounds in a row) until the allowance "
+        "is back at the bound, else no quota (BE's idle CPU priority alone); always, every round. "
+        "onInterference without the delay signal (cpuInterference off, no schedstat) is always.",
     )
     threshold_percent: int = _integer(
         "thresholdPercent",

@@ -45,15 +45,25 @@ increase): the BE allowance starts at the suppression bound
 
 and always at most the suppression bound. BE work is only ever slowed by this (its quota on
 ``kubepods/besteffort``), never killed: evictions stay with the watermarks and PSI.
+
 The quota is written where suppression writes it (this feature runs after it, so its value
 wins); switched off, suppression's own value applies again.
 
+When the quota is in force — ``cpuSuppression.quota``: with ``always`` from the first round on,
+as above; with ``onInterference`` (the default) no quota at all (no write: the cgroup keeps its
+own, none) until the attributed delay has been above the target ``ENGAGE_ROUNDS`` (5) rounds in a
+row; then the allowance starts at the bound and is lowered at once, and once it is back at the
+bound with the delay below half the target the quota is lifted again. BE's idle CPU priority
+(``cpuPriority``) is the first line; the quota only the second: a quota on the BE parent costs the
+online tail by itself on the 2-vCPU development guest, even one that never cuts BE (measured:
+docs/benchmarks.md, Isolation, 2026-11-29).
+
 Visibility: gauges ``tidal_online_runqueue_delay_microseconds``,
 ``tidal_online_runqueue_wait_ratio`` and ``tidal_be_cpu_quota_millicores`` (the allowance in
-force), a counter ``tidal_be_cpu_interference_throttles_total`` (every decrease), a Node Event
-``TidalBECPUThrottled`` when a throttling episode starts (then at most every
-``EVENT_INTERVAL_SECONDS``) and ``TidalBECPUReleased`` when the allowance is back at the bound,
-and ``status.cpuInterference`` of the NodeProfile.
+force; the node's CPUs while no quota is), a counter ``tidal_be_cpu_interference_throttles_total``
+(every decrease), a Node Event ``TidalBECPUThrottled`` when a throttling episode starts (then at
+most every ``EVENT_INTERVAL_SECONDS``) and ``TidalBECPUReleased`` when the allowance is back at the
+bound (with onInterference: the quota lifted), and ``status.cpuInterference`` of the NodeProfile.
 """
 from __future__ import annotations
 
@@ -63,18 +73,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
-from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 from tidal.agent.collector.sampler import ONLINE_LEVELS
 from tidal.api.policy import CPUInterference as CPUInterferenceConfig
+from tidal.api.policy import SuppressionQuota
 
-from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
-from .be_cpu_suppression import bound_millicores
+from .be_cpu_suppression import bound_millicores, quota_on_interference, quota_writes
 from .feature import DEFAULT_OPTIONS, EMPTY, Context, Counter, Gauge, NodeEvent, Options, Plan, StatusPart
-from .strategy import CgroupWrite, NodeState, cpu_dir
+from .strategy import NodeState, cpu_dir
 
-__all__ = ["EVENT_INTERVAL_SECONDS", "FLOOR_DELAY_SECONDS", "FLOOR_ROUNDS", "MAX_THREADS", "BECPUInterference",
-           "InterferenceController", "RunQueueReader", "RunQueueSample", "Signal", "parse_schedstat", "sampled",
-           "signal"]
+__all__ = ["ENGAGE_ROUNDS", "EVENT_INTERVAL_SECONDS", "FLOOR_DELAY_SECONDS", "FLOOR_ROUNDS", "MAX_THREADS",
+           "BECPUInterference", "InterferenceController", "RunQueueReader", "RunQueueSample", "Signal",
+           "parse_schedstat", "quota_mode", "sampled", "signal"]
 
 ONLINE = ONLINE_LEVELS  # the online QoS levels, as the sampler counts them
 #: a throttling episode's Event is repeated at most this often while it lasts
@@ -87,6 +96,10 @@ FLOOR_DELAY_SECONDS = 120.0
 #: ones), and a trip to the floor with fewer fresh ones lasts until it has measured them: one
 #: outlier among three does not move it, and a lasting change is followed within one trip
 FLOOR_ROUNDS = 3
+#: with ``cpuSuppression.quota: onInterference``, rounds in a row with the attributed delay above
+#: the target before a quota comes into force: one slow round (a daemon's burst, an online spike)
+#: is no evidence that BE delays the online tasks, and a quota costs their tail by itself
+ENGAGE_ROUNDS = 5
 STATUS_KEY = "cpuInterference"
 
 
@@ -147,6 +160,10 @@ class InterferenceController:
     floor_delay_us: float | None = None
     #: the delay above it, of the last round with a delay: the controlled value
     attributed_us: float | None = None
+    #: whether a quota is in force (from the first step on, unless stepped ``on_interference``)
+    engaged: bool = False
+    #: rounds in a row with the attributed delay above the target while no quota is in force
+    rounds_above: int = 0
 
     def attributed(self, now: float, delay_us: float | None, floor: float) -> float | None:
         """The part of this round's delay taken to be BE's doing (bookkeeping of the floor's
@@ -161,14 +178,25 @@ class InterferenceController:
         return self.attributed_us
 
     def step(self, now: float, delay_us: float | None, bound: float, floor: float, node_cpus: float,
-             config: CPUInterferenceConfig) -> tuple[int, list[NodeEvent]]:
+             config: CPUInterferenceConfig, on_interference: bool = False) -> tuple[int | None, list[NodeEvent]]:
         """The allowance for this round, and the Events to send. ``bound`` is suppression's
         quota (the most BE may ever get), ``floor`` its floor (the least); ``delay_us`` was
-        measured over the round since the last step, under the allowance that step returned."""
-        events: list[NodeEvent] = []
+        measured over the round since the last step, under the allowance that step returned.
+        With ``on_interference`` (``cpuSuppression.quota: onInterference``) the allowance is None
+        — no quota — until the attributed delay has been above the target ``ENGAGE_ROUNDS``
+        rounds in a row, and None again once it is back at the bound with the delay below half
+        the target."""
         excess = self.attributed(now, delay_us, floor)
-        current = bound if self.allowance is None else min(self.allowance, bound)
         target = config.target_delay_microseconds
+        if on_interference and not self.engaged:
+            self.rounds_above = self.rounds_above + 1 if excess is not None and excess > target else 0
+            if self.rounds_above < ENGAGE_ROUNDS:
+                self.allowance = None
+                return None, []
+            self.rounds_above = 0  # BE delays the online tasks: the quota comes into force, lowered at once
+        self.engaged = True
+        events: list[NodeEvent] = []
+        current = bound if self.allowance is None else min(self.allowance, bound)
         # a trip to the floor lasts until it has measured FLOOR_ROUNDS rounds there: one round
         # would make the floor's delay that round's, however slow or quiet it happened to be
         measuring = (delay_us is not None and self.allowance is not None and self.allowance <= floor
@@ -192,16 +220,20 @@ class InterferenceController:
         elif excess is None or excess < target / 2:
             current = min(bound, current + node_cpus * 1000 * config.increase_percent / 100)
         current = max(floor, min(bound, current))
+        lifted = on_interference and current >= bound and not measuring and (excess is None or excess < target / 2)
         if self.event_at is not None and current >= bound:
             self.event_at = None
             measured = ("online run-queue delay unmeasured" if delay_us is None else
                         f"online tasks waited {delay_us:.0f} µs per scheduling slice")
             if delay_us is not None and self.floor_delay_us is not None:
                 measured += f" ({self.floor_delay_us:.0f} µs with BE at its floor)"
+            back = "BE CPU quota lifted (cpuSuppression.quota onInterference)" if lifted else (
+                f"BE CPU quota back at the suppression bound {bound:.0f}m")
             events.append(NodeEvent(
-                "TidalBECPUReleased",
-                f"{measured}: what BE adds is below the target ({target} µs), BE CPU quota back at the "
-                f"suppression bound {bound:.0f}m"))
+                "TidalBECPUReleased", f"{measured}: what BE adds is below the target ({target} µs), {back}"))
+        if lifted:
+            self.engaged, self.allowance = False, None
+            return None, events
         self.allowance = current
         return int(current), events
 
@@ -345,19 +377,17 @@ class BECPUInterference:
         sig: Signal | None = ctx.observed.get(self.name)
         delay = sig.delay_us if sig is not None else None
         before = self.controller.throttles
+        on_interference = quota_on_interference(state.policy, ctx.supports)
         allowance, events = self.controller.step(ctx.now, delay, bound, suppression.floor_millicores,
-                                                 state.node_cpus, config)
-        path = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
-        quota = milli_cpu_to_quota(allowance)
-        if state.layout.version is CgroupVersion.V1:
-            writes = (CgroupWrite(path, "cpu.cfs_period_us", str(CFS_PERIOD_US)),
-                      CgroupWrite(path, "cpu.cfs_quota_us", str(quota)))
-        else:
-            writes = (CgroupWrite(path, "cpu.max", f"{quota} {CFS_PERIOD_US}"),)
-        decisions: list = [Gauge("be_cpu_quota", (), allowance),
+                                                 state.node_cpus, config, on_interference)
+        # no quota in force (onInterference, BE not shown to delay the online tasks): no write, the
+        # executor's journal keeps the cgroup's own value (none); the gauge says BE may use every CPU
+        writes = () if allowance is None else tuple(quota_writes(state, allowance))
+        in_force = int(state.node_cpus * 1000) if allowance is None else allowance
+        decisions: list = [Gauge("be_cpu_quota", (), in_force),
                            Gauge("online_runqueue_wait", (), sig.wait_ratio if sig else 0.0),
                            StatusPart(STATUS_KEY, status(sig, allowance, bound, config, ctx.supports("schedstat"),
-                                                         self.controller))]
+                                                         self.controller, quota_mode(on_interference)))]
         if delay is not None:
             decisions.append(Gauge("online_runqueue_delay", (), delay))
         if self.controller.throttles > before:
@@ -370,15 +400,25 @@ class BECPUInterference:
         return EMPTY
 
 
-def status(sig: Signal | None, allowance: int, bound: float, config: CPUInterferenceConfig,
-           sensing: bool, controller: InterferenceController | None = None) -> dict:
+def quota_mode(on_interference: bool) -> str:
+    """The ``cpuSuppression.quota`` in effect (onInterference without the delay signal is always)."""
+    return (SuppressionQuota.ON_INTERFERENCE if on_interference else SuppressionQuota.ALWAYS).value
+
+
+def status(sig: Signal | None, allowance: int | None, bound: float, config: CPUInterferenceConfig,
+           sensing: bool, controller: InterferenceController | None = None, quota: str = "always") -> dict:
     """``status.cpuInterference`` of the NodeProfile (the floor's and the attributed delay as
-    ``controller`` last stepped them)."""
+    ``controller`` last stepped them); ``allowance`` None: no quota in force (``quota``
+    onInterference, BE not shown to delay the online tasks)."""
     floor_delay_us = controller.floor_delay_us if controller is not None else None
     attributed_us = controller.attributed_us if controller is not None else None
-    out: dict = {"targetDelayMicroseconds": config.target_delay_microseconds,
-                 "beCPUAllowanceMillicores": int(allowance), "boundMillicores": int(bound),
-                 "throttled": allowance < int(bound)}
+    out: dict = {"targetDelayMicroseconds": config.target_delay_microseconds, "quota": quota,
+                 "quotaInForce": allowance is not None, "boundMillicores": int(bound),
+                 "throttled": allowance is not None and allowance < int(bound)}
+    if allowance is not None:
+        out["beCPUAllowanceMillicores"] = int(allowance)
+    elif controller is not None:
+        out["roundsAboveTarget"] = controller.rounds_above
     if not sensing:
         out["problem"] = "no per-task schedstat on this kernel: the allowance follows the bound"
     if sig is not None:

@@ -19,17 +19,30 @@ System usage is the node's usage outside the pods (daemons, kubelet, runtime, ke
 while ``overselling.includeSystemUsage`` is on (the default; Koordinator's suppression subtracts
 it too): a node busy with its own daemons leaves BE less, so the online pods keep the idle CPU
 time they wake up into (measured: docs/benchmarks.md, Isolation).
+
+When the quota is in force (``cpuSuppression.quota``): ``always``, every round, as above;
+``onInterference`` (the default), only while BE is shown to delay the online pods' threads: this
+feature then writes nothing, and :mod:`.be_cpu_interference` puts the quota in force when the
+online threads' run-queue delay it attributes to BE stays above its target, and lifts it when the
+allowance is back at this bound. Without the delay signal (``cpuInterference`` off, no
+``schedstat``) ``onInterference`` is ``always``. Why: on the 2-vCPU development guest a quota here,
+even one never cut below 1.9 of 2 CPUs, cost the online server's p99 2.4 x solo, while BE at its
+idle priority with no quota kept it at solo (docs/benchmarks.md, Isolation, 2026-11-29).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
+from tidal.api.policy import ColocationPolicy, SuppressionQuota
 
 from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
 from .feature import StrategyFeature
 from .strategy import CgroupWrite, NodeState, cpu_dir
 
-__all__ = ["feature", "BECPUSuppression", "bound_millicores", "suppressed_millicores"]
+__all__ = ["feature", "BECPUSuppression", "bound_millicores", "quota_on_interference", "quota_writes",
+           "suppressed_millicores"]
 
 
 def suppressed_millicores(
@@ -44,6 +57,24 @@ def bound_millicores(state: NodeState, threshold: float, floor_millicores: int) 
     ``overselling.includeSystemUsage``) leave under the threshold, at least the floor."""
     return suppressed_millicores(state.node_cpus, state.online_usage_millicores + state.system_usage_millicores,
                                  threshold, floor_millicores)
+
+
+def quota_on_interference(policy: ColocationPolicy, supports: Callable[[str], bool]) -> bool:
+    """Whether the quota waits for the interference control (``quota: onInterference`` with the
+    delay signal): suppression then writes nothing of its own."""
+    isolation = policy.be_isolation
+    return (isolation.cpu_suppression.quota is SuppressionQuota.ON_INTERFERENCE
+            and isolation.cpu_interference.enabled and supports("schedstat"))
+
+
+def quota_writes(state: NodeState, millicores: float) -> list[CgroupWrite]:
+    """The quota of ``millicores`` on the parent of all BE pods (v1 period and quota, v2 ``cpu.max``)."""
+    path = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
+    quota = milli_cpu_to_quota(millicores)
+    if state.layout.version is CgroupVersion.V1:
+        return [CgroupWrite(path, "cpu.cfs_period_us", str(CFS_PERIOD_US)),
+                CgroupWrite(path, "cpu.cfs_quota_us", str(quota))]
+    return [CgroupWrite(path, "cpu.max", f"{quota} {CFS_PERIOD_US}")]
 
 
 class BECPUSuppression:
@@ -62,14 +93,9 @@ class BECPUSuppression:
         return bound_millicores(state, self.threshold, self.floor_millicores)
 
     def plan(self, state: NodeState) -> list[CgroupWrite]:
-        path = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
-        quota = milli_cpu_to_quota(self.allowed_millicores(state))
-        if state.layout.version is CgroupVersion.V1:
-            return [
-                CgroupWrite(path, "cpu.cfs_period_us", str(CFS_PERIOD_US)),
-                CgroupWrite(path, "cpu.cfs_quota_us", str(quota)),
-            ]
-        return [CgroupWrite(path, "cpu.max", f"{quota} {CFS_PERIOD_US}")]
+        if quota_on_interference(state.policy, state.supports):
+            return []  # the interference control decides whether a quota is in force
+        return quota_writes(state, self.allowed_millicores(state))
 
 
 def feature() -> StrategyFeature:

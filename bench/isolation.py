@@ -19,6 +19,8 @@ treatment always runs right after the same one:
                     (``cpuSuppression.quota: onInterference``);
 * ``tidal_slice``   (only when named in ``--treatments``) ``tidal`` with the online wake-up slice
                     on (``features.onlineSchedSlice``: the server's threads ask for a 100 µs slice);
+* ``tidal_always``  (only when named) ``tidal`` with the BE quota in force every round
+                    (``cpuSuppression.quota: always``): Tidal before 2026-11-29;
 * ``solo_again``    (only when named) ``solo`` once more in each round: an A/A control. Its
                     ratio to solo is what the machine's noise alone makes of a treatment that
                     changes nothing, i.e. the smallest difference this run can resolve.
@@ -74,13 +76,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "solo_again")
+TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
+              "solo_again")
 #: what a run measures unless --treatments says otherwise
-DEFAULT_TREATMENTS = TREATMENTS[:-2]
+DEFAULT_TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal")
 #: the treatments without a BE job: solo, and its repeat in each round (the A/A control)
 SOLO = ("solo", "solo_again")
 #: the treatments that run the agent
-TIDAL = ("tidal_usage", "tidal", "tidal_slice")
+TIDAL = ("tidal_usage", "tidal", "tidal_slice", "tidal_always")
 CPUS = os.cpu_count() or 1
 
 
@@ -445,7 +448,7 @@ def main() -> int:
                         help="API operations per second of the --background lab writer")
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
-                             f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice and "
+                             f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always and "
                              f"solo_again (solo once more in each round: the noise floor)")
     parser.add_argument("--order", choices=ORDERS, default="rotate",
                         help="the treatments' order within a round: rotate (default; turned by one place each "
@@ -548,10 +551,14 @@ def main() -> int:
                     # the --policy patch's slice switch holds unless this is the treatment that turns it on
                     asked = args.policy.get("features", {}).get("onlineSchedSlice", {})
                     slice_on = treatment == "tidal_slice" or bool(asked.get("enabled", False))
+                    # ... and its quota mode unless this is the treatment of the quota always in force
+                    quota = "always" if treatment == "tidal_always" else args.policy.get("beIsolation", {}).get(
+                        "cpuSuppression", {}).get("quota", "onInterference")
                     with lab.api_client() as api:
                         client.CustomObjectsApi(api).patch_cluster_custom_object(
                             qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
-                            {"spec": {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"}},
+                            {"spec": {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"},
+                                                      "cpuSuppression": {"quota": quota}},
                                       "features": {"onlineSchedSlice": {"enabled": slice_on}}}})
                     agent = processes.start("agent", [
                         str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,

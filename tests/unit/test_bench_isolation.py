@@ -60,9 +60,11 @@ def test_treatments_run_in_the_benchs_order_with_solo_first(text, expected):
     assert isolation.treatment_list(text) == expected
 
 
-def test_the_slice_treatment_runs_only_when_named():
-    assert "tidal_slice" not in isolation.DEFAULT_TREATMENTS
+def test_the_slice_and_always_treatments_run_only_when_named():
+    assert {"tidal_slice", "tidal_always"}.isdisjoint(isolation.DEFAULT_TREATMENTS)
     assert isolation.treatment_list("k8s_default,tidal,tidal_slice") == ("solo", "k8s_default", "tidal", "tidal_slice")
+    assert isolation.treatment_list("tidal_always,tidal") == ("solo", "tidal", "tidal_always")
+    assert "tidal_always" in isolation.TIDAL  # it runs the agent
 
 
 def test_the_a_a_control_runs_only_when_named_listed_last_and_without_a_be_job():

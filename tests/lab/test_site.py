@@ -584,20 +584,46 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
     """site.yml with another image: the DaemonSet and Deployments roll onto it; the agent's
     restore journal lives on the host and is the same after the roll; nothing is evicted."""
     from kubernetes import client
-    from tidal_dev.lab import realnode, versions
+    from tidal_dev.lab import realnode
     from tidal_dev.lab.pytest_plugin import wait_for
+
+    from tidal.api import qos
 
     assert site.returncode == 0
     node = realnode.node_for(lab.dir)
     journal = node.root / "var/lib/tidal-agent/qos-journal.json"
-    # colocation is on: the agent suppresses the BE parent's CPU, whose original quota it journals
+    # colocation is on and the BE quota in force every round (cpuSuppression.quota always; the
+    # default, onInterference, writes none while BE delays no online pod): the agent suppresses the
+    # BE parent's CPU, whose original quota it journals. site.yml merges its policy over this field.
+    custom = client.CustomObjectsApi(core.api_client)
+    policy = (qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")
+    isolation = custom.get_cluster_custom_object(*policy)["spec"].get("beIsolation")
+    custom.patch_cluster_custom_object(*policy, {"spec": {"beIsolation": {"cpuSuppression": {"quota": "always"}}}})
+
     def journalled():
         try:
             return json.loads(journal.read_text()).get("originals")
         except (OSError, ValueError):
             return None
-    wait_for(journalled, 60, f"the BE parent's original quota in the agent's journal {journal}")
-    before = json.loads(journal.read_text())
+    try:
+        wait_for(journalled, 60, f"the BE parent's original quota in the agent's journal {journal}")
+        before = json.loads(journal.read_text())
+        _roll_and_keep_the_journal(lab, core, node, journal, before)
+    finally:
+        restored = custom.get_cluster_custom_object(*policy)
+        restored["spec"].pop("beIsolation", None)
+        if isolation is not None:
+            restored["spec"]["beIsolation"] = isolation
+        custom.replace_cluster_custom_object(*policy, restored)
+
+
+def _roll_and_keep_the_journal(lab, core, node, journal, before):
+    """site.yml with a new tag of the image: every Tidal pod rolls onto it, the agent's journal is
+    ``before`` again, nothing is evicted; site.yml with the original image afterwards."""
+    from kubernetes import client
+    from tidal_dev.lab import realnode, versions
+    from tidal_dev.lab.pytest_plugin import wait_for
+
     current = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager") \
         .items[0].spec.containers[0].image
     upgraded = current + "-upgrade"

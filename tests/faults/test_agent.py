@@ -18,8 +18,8 @@ from tidal.agent.qos.eviction_journal import RETRIED_NOTE
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.full_disk import fill
-from tidal_dev.testing.site import (CGROUP, REAL_NODE, container_cgroup, gone, logs_since, pod_manifest, read, running,
-                                     tidal_pods)
+from tidal_dev.testing.site import (CGROUP, REAL_NODE, be_isolation_patched, container_cgroup, gone, logs_since,
+                                     pod_manifest, read, running, tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, _host, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
@@ -365,14 +365,11 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     restarts, errors_before = _restarts(core), _write_errors(url)
     evicted_before = len(evictions(core, workload))
     started, before = now_utc(), _node_event_uids(core)
-    isolation = custom.get_cluster_custom_object(*POLICY)["spec"].get("beIsolation")
     child = REFUSING / "tidal-fault-refuses"
     child.mkdir(exist_ok=True)
-    try:
+    # the quota in force every round (the default, onInterference, holds none on a quiet node)
+    with be_isolation_patched(custom, POLICY, {"cpuSuppression": {"quota": "always"}}):
         try:
-            # the quota in force every round (the default, onInterference, holds none on a quiet node)
-            custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
-                "cpuSuppression": {"quota": "always"}}}})
             wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") != "-1", 30, "a quota on the BE pods' parent")
             held = _hold_parent_quota(child)
             assert held > 30000, f"the BE parent's quota {held} is already at the floor the test asks for"
@@ -392,12 +389,6 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
                  "a TidalCgroupWriteRecovered Event once the write succeeds")
         wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
         assert len(_node_events(core, "TidalCgroupWriteFailed", before)) == 1  # once, not every round
-    finally:
-        policy = custom.get_cluster_custom_object(*POLICY)
-        policy["spec"].pop("beIsolation", None)
-        if isolation is not None:
-            policy["spec"]["beIsolation"] = isolation
-        custom.replace_cluster_custom_object(*POLICY, policy)
     _unharmed(core, workload, restarts, evicted_before, started)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, play, recap
+from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, be_isolation_patched, play, recap
 from tidal_dev.testing.site import container_cgroup as _container_cgroup
 from tidal_dev.testing.site import gone as _gone
 from tidal_dev.testing.site import pod_manifest as _pod
@@ -597,24 +597,15 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
     # BE parent's CPU, whose original quota it journals. site.yml merges its policy over this field.
     custom = client.CustomObjectsApi(core.api_client)
     policy = (qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")
-    isolation = custom.get_cluster_custom_object(*policy)["spec"].get("beIsolation")
-    custom.patch_cluster_custom_object(*policy, {"spec": {"beIsolation": {"cpuSuppression": {"quota": "always"}}}})
 
     def journalled():
         try:
             return json.loads(journal.read_text()).get("originals")
         except (OSError, ValueError):
             return None
-    try:
+    with be_isolation_patched(custom, policy, {"cpuSuppression": {"quota": "always"}}):
         wait_for(journalled, 60, f"the BE parent's original quota in the agent's journal {journal}")
-        before = json.loads(journal.read_text())
-        _roll_and_keep_the_journal(lab, core, node, journal, before)
-    finally:
-        restored = custom.get_cluster_custom_object(*policy)
-        restored["spec"].pop("beIsolation", None)
-        if isolation is not None:
-            restored["spec"]["beIsolation"] = isolation
-        custom.replace_cluster_custom_object(*policy, restored)
+        _roll_and_keep_the_journal(lab, core, node, journal, json.loads(journal.read_text()))
 
 
 def _roll_and_keep_the_journal(lab, core, node, journal, before):

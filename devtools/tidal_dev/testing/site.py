@@ -5,6 +5,7 @@ real node, their cgroups under the real node's kubelet, and what the in-cluster 
 show (the leader's Lease, the agent's pod, their logs)."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -126,3 +127,19 @@ def logs_since(core, pod, container: str, since: datetime.datetime) -> str:
             if when >= since:
                 out.append(rest)
     return "\n".join(out)
+
+
+@contextlib.contextmanager
+def be_isolation_patched(custom, policy: tuple, patch: dict):
+    """The shared ColocationPolicy (``policy``: the custom object's group, version, plural and
+    name) with ``patch`` merged into its ``beIsolation``; put back as it was afterwards."""
+    isolation = custom.get_cluster_custom_object(*policy)["spec"].get("beIsolation")
+    custom.patch_cluster_custom_object(*policy, {"spec": {"beIsolation": patch}})
+    try:
+        yield
+    finally:
+        restored = custom.get_cluster_custom_object(*policy)
+        restored["spec"].pop("beIsolation", None)
+        if isolation is not None:
+            restored["spec"]["beIsolation"] = isolation
+        custom.replace_cluster_custom_object(*policy, restored)

@@ -160,10 +160,13 @@ class InterferenceController:
     floor_delay_us: float | None = None
     #: the delay above it, of the last round with a delay: the controlled value
     attributed_us: float | None = None
-    #: whether a quota is in force (from the first step on, unless stepped ``on_interference``)
-    engaged: bool = False
     #: rounds in a row with the attributed delay above the target while no quota is in force
     rounds_above: int = 0
+
+    @property
+    def engaged(self) -> bool:
+        """Whether a quota is in force: from the first step on, unless stepped ``on_interference``."""
+        return self.allowance is not None
 
     def attributed(self, now: float, delay_us: float | None, floor: float) -> float | None:
         """The part of this round's delay taken to be BE's doing (bookkeeping of the floor's
@@ -191,10 +194,8 @@ class InterferenceController:
         if on_interference and not self.engaged:
             self.rounds_above = self.rounds_above + 1 if excess is not None and excess > target else 0
             if self.rounds_above < ENGAGE_ROUNDS:
-                self.allowance = None
                 return None, []
             self.rounds_above = 0  # BE delays the online tasks: the quota comes into force, lowered at once
-        self.engaged = True
         events: list[NodeEvent] = []
         current = bound if self.allowance is None else min(self.allowance, bound)
         # a trip to the floor lasts until it has measured FLOOR_ROUNDS rounds there: one round
@@ -232,7 +233,7 @@ class InterferenceController:
             events.append(NodeEvent(
                 "TidalBECPUReleased", f"{measured}: what BE adds is below the target ({target} µs), {back}"))
         if lifted:
-            self.engaged, self.allowance = False, None
+            self.allowance = None
             return None, events
         self.allowance = current
         return int(current), events

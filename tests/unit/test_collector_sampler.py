@@ -149,7 +149,8 @@ def node(request, tmp_path):
 
 
 def test_first_step_has_no_window_samples_and_counts_cpu_at_request(node):
-    summary = node.sampler.sample(node.pods)
+    node.sampler.sample(node.pods)
+    summary = node.sampler.summary()
     validate(summary, STATUS_SCHEMA)
     assert summary["observedAt"] == "2025-01-02T03:04:05Z"
     assert summary["usage"] == [{"windowSeconds": 60, "samples": 0}, {"windowSeconds": 300, "samples": 0}]
@@ -169,7 +170,8 @@ def test_first_step_has_no_window_samples_and_counts_cpu_at_request(node):
 def test_second_step_measures_pods_node_and_levels(node):
     node.sampler.sample(node.pods + [PENDING])
     node.advance()
-    summary = node.sampler.sample(node.pods + [PENDING])
+    node.sampler.sample(node.pods + [PENDING])
+    summary = node.sampler.summary()
     validate(summary, STATUS_SCHEMA)
 
     usage = {u["windowSeconds"]: u for u in summary["usage"]}
@@ -220,7 +222,8 @@ def test_window_statistics_follow_the_steps(node):
     node.sampler.sample(node.pods)
     for scale in (1, 2, 3, 4):  # HLS web-0 uses 500, 1000, 1500, 2000 millicores
         node.advance(scale=scale)
-        summary = node.sampler.sample(node.pods)
+        node.sampler.sample(node.pods)
+        summary = node.sampler.summary()
     hls = {u["windowSeconds"]: u for u in summary["perQoS"]["HLS"]["usage"]}[60]
     assert hls["samples"] == 4
     assert hls["cpuMillicores"] == {"avg": 1250, "p50": 1250, "p90": 1850, "p95": 1925, "p99": 1985, "max": 2000}
@@ -230,7 +233,8 @@ def test_window_statistics_follow_the_steps(node):
     assert histograms.memory_bytes.max() == node.working_set("web-0")
     # after 61 more seconds of idleness the first samples have left the 60 s window
     node.advance(seconds=61, scale=0)
-    hls = {u["windowSeconds"]: u for u in node.sampler.sample(node.pods)["perQoS"]["HLS"]["usage"]}
+    node.sampler.sample(node.pods)
+    hls = {u["windowSeconds"]: u for u in node.sampler.summary()["perQoS"]["HLS"]["usage"]}
     assert hls[60]["samples"] == 1 and hls[60]["cpuMillicores"]["max"] == 0
     assert hls[300]["samples"] == 5 and hls[300]["cpuMillicores"]["max"] == 2000
 
@@ -262,7 +266,8 @@ def test_a_counter_reset_counts_the_pod_at_request_for_one_step(node):
         "5000\n" if node.layout.version == "v1" else "usage_usec 5\n"
     )  # pod cgroup recreated: counter restarted
     node.clock.t += 1
-    summary = node.sampler.sample(node.pods)
+    node.sampler.sample(node.pods)
+    summary = node.sampler.summary()
     (flagged,) = summary["perQoS"]["HLS"]["podsAtRequest"]
     assert flagged["resources"] == ["cpu"] and "counter went back" in flagged["reason"]
     assert summary["perQoS"]["HLS"]["current"]["cpuMillicores"] == web.cpu_request_millicores
@@ -282,7 +287,8 @@ def test_state_of_pods_that_left_is_dropped_and_memory_stays_bounded(node):
     assert node.sampler.memory_bytes == aggregates + len(remaining) * 2 * 4224
     # when it comes back it starts over: first sample again
     node.advance()
-    summary = node.sampler.sample(node.pods)
+    node.sampler.sample(node.pods)
+    summary = node.sampler.summary()
     assert summary["perQoS"]["HLS"]["podsAtRequest"][0]["reason"] == REASON_FIRST_SAMPLE
 
 
@@ -294,7 +300,8 @@ def test_unreadable_pod_file_is_reported_not_raised(node):
     # memory.stat is re-read every stat_every steps (its inactive page cache moves slowly)
     for _ in range(node.sampler.stat_every):
         node.advance()
-        summary = node.sampler.sample(node.pods)
+        node.sampler.sample(node.pods)
+        summary = node.sampler.summary()
     (flagged,) = summary["perQoS"]["HLS"]["podsAtRequest"]
     assert flagged["resources"] == ["memory"]
     # the one line the agent needs is missing: named, with the file's path
@@ -328,11 +335,13 @@ def test_system_usage_counts_every_pod_and_is_summarised_per_window(node):
     pods_memory = sum(p["workingSetBytes"] for p in node.expected["pods"].values())
     available_kb = 16310948 - (pods_memory + 300 * MiB) // 1024  # 300 MiB outside the pods
     meminfo.write_text(re.sub(r"MemAvailable:\s+\d+", f"MemAvailable:   {available_kb}", meminfo.read_text()))
-    first = node.sampler.sample(node.pods)
+    node.sampler.sample(node.pods)
+    first = node.sampler.summary()
     assert node.sampler.system_cpu_millicores is None  # no node CPU rate on the first step
     assert first["systemUsage"] == [{"windowSeconds": 60, "samples": 0}, {"windowSeconds": 300, "samples": 0}]
     node.advance(scale=0.5, busy_ticks=300, idle_ticks=100)  # pods 2180 m of the node's 3000 m
-    summary = node.sampler.sample(node.pods)
+    node.sampler.sample(node.pods)
+    summary = node.sampler.summary()
     validate(summary, STATUS_SCHEMA)
     # every pod counts, cache-1 (no Tidal level) included
     assert node.sampler.pods_cpu_millicores == pytest.approx(sum(plan[1] for plan in PLAN.values()) / MS / 2)

@@ -55,6 +55,7 @@ __all__ = [
     "read_proc_stat",
     "read_meminfo",
     "read_node_memory_in_cgroup",
+    "read_small",
 ]
 
 
@@ -269,16 +270,25 @@ def node_memory_in_cgroup(meminfo: MemInfo, limit_bytes: int | None, working_set
 # --- Thin file wrappers -----------------------------------------------------------------------
 
 
-def _read(path: Path | str) -> str:
-    # os.open/os.read: no buffered text layer; cgroup and proc files are small (< 64 KiB).
+def read_small(path: Path | str) -> bytes:
+    """A small kernel file (cgroup, proc: < 64 KiB) in one read, with no buffered file object:
+    the agent reads hundreds of them a round, and ``Path.read_text``'s text layer costs several
+    times the read itself."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        chunks = []
+        data = os.read(fd, 65536)
+        if len(data) < 65536:
+            return data
+        chunks = [data]
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
+        return b"".join(chunks)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("ascii", errors="replace")
+
+
+def _read(path: Path | str) -> str:
+    return read_small(path).decode("ascii", errors="replace")
 
 
 def read_cpu_usage_ns(cgroup_dir: Path, version: CgroupVersion, read=None) -> int:

@@ -287,8 +287,10 @@ class Sampler:
 
     # -- one step --
 
-    def sample(self, pods: Iterable[PodInfo]) -> dict[str, Any]:
-        """Read everything once, update the aggregates and return :meth:`summary`.
+    def sample(self, pods: Iterable[PodInfo]) -> None:
+        """Read everything once and update the aggregates. The NodeProfile fields are computed
+        only when asked for (:meth:`summary`, at report time): every window's percentiles of every
+        level cost more than the step itself, and the agent steps every second.
 
         Node files that cannot be read or parsed raise (the node is not observable); a pod
         whose cgroup cannot be read counts at its request (see the module doc).
@@ -325,7 +327,6 @@ class Sampler:
             self._online.add(online_cpu, online_memory, now)
         self._now = now
         self._observed_at = self._wall_clock()
-        return self.summary()
 
     def _forget_all_but(self, pods: dict[str, PodInfo]) -> None:
         self._cpu_rates.retain(pods)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from tidal.agent.collector.readers import read_small
+
 __all__ = [
     "ApplyResult", "CgroupTrigger", "CgroupWrite", "RestoreJournal", "UnsafeWriteError", "V1_QUOTA_FILE",
     "apply", "restore", "trigger",
@@ -211,7 +213,7 @@ def _apply_pass(
     for write in writes:
         target = write.target
         try:
-            current = _normalize(write.file, target.read_text(encoding="ascii"))
+            current = _normalize(write.file, read_small(target).decode("ascii"))
         except FileNotFoundError:
             result.missing.append(write)
             continue

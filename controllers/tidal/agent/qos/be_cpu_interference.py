@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
+from tidal.agent.collector.readers import read_small
 from tidal.agent.collector.sampler import ONLINE_LEVELS
 from tidal.api.policy import CPUInterference as CPUInterferenceConfig
 from tidal.api.policy import SuppressionQuota
@@ -239,21 +240,6 @@ class InterferenceController:
         return int(current), events
 
 
-def _read_small(path) -> bytes:
-    """A small kernel file in one read (no buffered file object: this runs hundreds of times a round)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = os.read(fd, 65536)
-        if len(data) < 65536:
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _task_files(directory: Path, name: str) -> list[Path]:
     out = []
     for root, _dirs, files in os.walk(directory):
@@ -323,7 +309,7 @@ class RunQueueReader:
             tids: list[int] = []
             for tasks in pod_files:
                 try:
-                    tids += map(int, _read_small(tasks).split())
+                    tids += map(int, read_small(tasks).split())
                 except OSError:
                     stale = True  # container gone: walk again next round
             per_pod.append(tids)
@@ -339,7 +325,7 @@ class RunQueueReader:
         proc = str(self.proc_root)
         for tid in sampled(self.thread_ids(state)):
             try:
-                _, wait_ns, count = parse_schedstat(_read_small(f"{proc}/{tid}/schedstat"))
+                _, wait_ns, count = parse_schedstat(read_small(f"{proc}/{tid}/schedstat"))
             except (OSError, ValueError):
                 self._tids = None  # thread exited: read the lists again next round
                 continue

@@ -11,6 +11,7 @@ from tidal.agent.collector.sampler import system_usage
 from tidal.agent.qos import registry
 from tidal.agent.qos.be_cpu_interference import (
     ENGAGE_ROUNDS,
+    FLOOR_DELAY_MAX_SECONDS,
     FLOOR_DELAY_SECONDS,
     FLOOR_ROUNDS,
     TIDS_REREAD_ROUNDS,
@@ -207,6 +208,88 @@ def test_on_interference_engages_and_lifts_with_events():
             for i in range(2 * ENGAGE_ROUNDS)] == [None] * 2 * ENGAGE_ROUNDS
 
 
+class Rounds:
+    """One controller stepped a second a round (bound 2000m, floor 500m, 2 CPUs, target 200 µs)
+    with ``delay(allowance)`` µs per slice: the allowances (None: no quota) and the Events."""
+
+    def __init__(self, on_interference: bool = True) -> None:
+        self.c, self.t, self.on_interference = InterferenceController(), 0, on_interference
+        self.events: list[tuple[int, str, str]] = []
+
+    def run(self, seconds: int, delay) -> list[int | None]:
+        out = []
+        for _ in range(seconds):
+            allowance, events = self.c.step(float(self.t), delay(self.c.allowance), 2000, 500, 2.0, CONFIG,
+                                            self.on_interference)
+            out.append(allowance)
+            self.events += [(self.t, e.reason, e.message) for e in events]
+            self.t += 1
+        return out
+
+
+def episodes(allowances: list[int | None]) -> list[tuple[int, int]]:
+    """(first round, rounds) of every run of rounds with a quota in force."""
+    out, start = [], None
+    for i, allowance in enumerate([*allowances, None]):
+        if allowance is not None and start is None:
+            start = i
+        elif allowance is None and start is not None:
+            out.append((start, i - start))
+            start = None
+    return out
+
+
+def test_trips_that_find_the_daemons_delay_stand_its_floor_longer():
+    """Daemons alone keep the online tasks waiting 300 µs (above the 200 µs target); BE adds
+    nothing. Each trip to the floor (18 rounds with a quota) finds so, and the floor's delay then
+    stands twice as long, up to FLOOR_DELAY_MAX_SECONDS: over an hour 8 trips and 144 rounds with
+    a quota, where a floor standing FLOOR_DELAY_SECONDS made 28 trips and 504 rounds."""
+    rounds = Rounds()
+    allowances = rounds.run(3600, lambda _: 300)
+    # the floor's last round at 8, 257, ...; stale 240 s, then 480 s later; ENGAGE_ROUNDS more
+    assert episodes(allowances) == [(4, 18), (253, 18)] + [(742 + 489 * k, 18) for k in range(6)]
+    assert rounds.c.floor_fresh_seconds == FLOOR_DELAY_MAX_SECONDS == 4 * FLOOR_DELAY_SECONDS
+    released = [m for _, reason, m in rounds.events if reason == "TidalBECPUReleased"]
+    assert [m.split("; ")[-1] for m in released[:2]] == [
+        "the delay was not BE's: the delay with BE at its floor now stands for 240 s",
+        "the delay was not BE's: the delay with BE at its floor now stands for 480 s"]
+    assert not any("stands for" in m for m in released[2:])  # said when it changes
+    # with always, the quota is in force every round, and the trips are the rounds below the bound
+    always = Rounds(on_interference=False)
+    assert sum(a < 2000 for a in always.run(3600, lambda _: 300)) == 144
+
+
+def test_a_trip_that_finds_be_s_delay_stands_the_floor_the_shortest_time_again():
+    rounds = Rounds()
+    rounds.run(800, lambda _: 300)  # two trips: the floor stands 480 s
+    assert rounds.c.floor_fresh_seconds == FLOOR_DELAY_MAX_SECONDS
+    # BE adds up to 800 µs above the daemons' 300 (none at its floor) for 200 s, then nothing
+    be = lambda allowance: 300 + ((2000 if allowance is None else allowance) - 500) / 1500 * 800  # noqa: E731
+    allowances = rounds.run(200, be) + rounds.run(100, lambda _: 300)
+    assert allowances[:ENGAGE_ROUNDS] == [None] * (ENGAGE_ROUNDS - 1) + [1000]  # above the known floor
+    released = [(t, m) for t, reason, m in rounds.events if reason == "TidalBECPUReleased" and t >= 800]
+    assert released[0][1].endswith("; BE delayed the online tasks: the delay with BE at its floor now stands for 120 s")
+    # the floor measured at 746 is stale then: the next trip measures it anew, and finds the daemons'
+    assert released[1][0] - released[0][0] < 30 and released[1][1].endswith("now stands for 240 s")
+
+
+def test_a_delay_well_below_the_floor_s_stands_the_floor_the_shortest_time_again():
+    """The daemons quiet down after the floor was measured at 300 µs: ENGAGE_ROUNDS rounds more
+    than half the target below it, and it stands FLOOR_DELAY_SECONDS again, so a delay BE adds
+    above the new, lower floor is not hidden behind the old one for long."""
+    rounds = Rounds()
+    rounds.run(800, lambda _: 300)
+    assert (rounds.c.floor_fresh_seconds, rounds.c.floor_delay_us) == (FLOOR_DELAY_MAX_SECONDS, 300)
+    assert rounds.run(ENGAGE_ROUNDS - 1, lambda _: 199) == [None] * (ENGAGE_ROUNDS - 1)  # 101 µs below: counts
+    assert rounds.run(1, lambda _: 250) == [None]  # 50 µs below: the count starts again
+    assert rounds.c.floor_fresh_seconds == FLOOR_DELAY_MAX_SECONDS
+    rounds.run(ENGAGE_ROUNDS, lambda _: 40)
+    assert (rounds.c.floor_fresh_seconds, rounds.c.floor_delay_us) == (FLOOR_DELAY_SECONDS, 300)
+    last_at_floor = rounds.c.floor_rounds[-1][0]
+    rounds.run(int(last_at_floor + FLOOR_DELAY_SECONDS) + 2 - rounds.t, lambda _: 40)
+    assert rounds.c.floor_delay_us is None  # stale 120 s after it was measured, not 480 s
+
+
 def test_on_interference_with_the_bound_at_the_floor_measures_whose_delay_it_is():
     """The bound at the floor (online pods use most of the node): the quota in force is the
     floor, and its FLOOR_ROUNDS rounds there show the same delay: not BE's doing, lifted."""
@@ -295,7 +378,7 @@ def test_feature_lowers_the_quota_reports_and_raises_it_again(tmp_path):
         "targetDelayMicroseconds": 100, "quota": "always", "quotaInForce": True,
         "beCPUAllowanceMillicores": 650, "boundMillicores": 1300,
         "throttled": True, "onlineThreads": 2, "waitRatio": 0.003, "runQueueDelayMicroseconds": 600.0,
-        "attributedDelayMicroseconds": 600.0}
+        "attributedDelayMicroseconds": 600.0, "floorStandsSeconds": 120}
     [event] = plan.effects
     assert isinstance(event, NodeEvent) and event.reason == "TidalBECPUThrottled" and event.warning
     assert "600 µs" in event.message and "650m" in event.message

@@ -29,10 +29,14 @@ own control plane, and about 100 µs beside a BE hog under ``cpu.idle``). So the
 the rounds during which BE was held at its floor stands for what BE cannot remove
 (``floorDelayMicroseconds``: the median of the last ``FLOOR_ROUNDS`` such rounds, so one round
 an online burst or a busy daemon made slow, or quiet, does not decide it; a trip to the floor
-lasts until it has that many fresh ones), each round for ``FLOOR_DELAY_SECONDS``; the controlled value is the delay *above* it
-(``attributedDelayMicroseconds``; the whole delay while none is known or it is stale:
-the online service is protected first, and a delay above the target then takes BE to its floor
-and so measures it anew).
+lasts until it has that many fresh ones), each round for ``FLOOR_DELAY_SECONDS``; the
+controlled value is the delay *above* it (``attributedDelayMicroseconds``; the whole delay while
+none is known or it is stale: the online service is protected first, and a delay above the
+target then takes BE to its floor and so measures it anew). Beside daemons that alone keep the
+delay above the target every such trip finds it is not BE's: each throttling episode in a row
+that ends so doubles how long the floor's delay stands (``floorStandsSeconds``), up to
+``FLOOR_DELAY_MAX_SECONDS``; one that saw BE's own delay, or ``ENGAGE_ROUNDS`` rounds well below
+the floor's delay (the daemons quieted down), put it back to ``FLOOR_DELAY_SECONDS``.
 
 Controller (pure, :class:`InterferenceController`, multiplicative decrease / additive
 increase): the BE allowance starts at the suppression bound
@@ -82,7 +86,8 @@ from .be_cpu_suppression import bound_millicores, quota_on_interference, quota_w
 from .feature import DEFAULT_OPTIONS, EMPTY, Context, Counter, Gauge, NodeEvent, Options, Plan, StatusPart
 from .strategy import NodeState, cpu_dir
 
-__all__ = ["ENGAGE_ROUNDS", "EVENT_INTERVAL_SECONDS", "FLOOR_DELAY_SECONDS", "FLOOR_ROUNDS", "MAX_THREADS",
+__all__ = ["ENGAGE_ROUNDS", "EVENT_INTERVAL_SECONDS", "FLOOR_DELAY_MAX_SECONDS", "FLOOR_DELAY_SECONDS",
+           "FLOOR_ROUNDS", "MAX_THREADS",
            "BECPUInterference", "InterferenceController", "RunQueueReader", "RunQueueSample", "Signal",
            "parse_schedstat", "quota_mode", "sampled", "signal"]
 
@@ -93,6 +98,11 @@ EVENT_INTERVAL_SECONDS = 60.0
 #: saves BE the trips to its floor that measure it (each costs BE about 20 rounds below its
 #: allowance); shorter bounds how long a stale, higher one could hide delay BE causes.
 FLOOR_DELAY_SECONDS = 120.0
+#: beside daemons that alone keep the delay above the target, every trip finds the delay is not
+#: BE's; each such trip in a row doubles how long the floor's delay stands, up to this, and one
+#: that finds BE's delay (or the delay well below the floor for ENGAGE_ROUNDS rounds: the floor
+#: has gone down) puts it back to FLOOR_DELAY_SECONDS
+FLOOR_DELAY_MAX_SECONDS = 480.0
 #: the floor's delay is the median of at most this many of the last rounds at the floor (fresh
 #: ones), and a trip to the floor with fewer fresh ones lasts until it has measured them: one
 #: outlier among three does not move it, and a lasting change is followed within one trip
@@ -163,6 +173,14 @@ class InterferenceController:
     attributed_us: float | None = None
     #: rounds in a row with the attributed delay above the target while no quota is in force
     rounds_above: int = 0
+    #: how long the floor's delay stands now: FLOOR_DELAY_SECONDS, doubled by every throttling
+    #: episode in a row that found the delay not BE's (up to FLOOR_DELAY_MAX_SECONDS)
+    floor_fresh_seconds: float = FLOOR_DELAY_SECONDS
+    #: whether the running throttling episode saw BE's own delay: above the target over a known
+    #: floor's, with BE above its floor
+    episode_confirmed: bool = False
+    #: rounds in a row with the delay more than half the target below the floor's
+    rounds_below: int = 0
 
     @property
     def engaged(self) -> bool:
@@ -176,7 +194,7 @@ class InterferenceController:
         are fresh."""
         if delay_us is not None and self.allowance is not None and self.allowance <= floor:
             self.floor_rounds = [*self.floor_rounds, (now, delay_us)][-FLOOR_ROUNDS:]  # the whole round at the floor
-        self.floor_rounds = [(at, d) for at, d in self.floor_rounds if now - at <= FLOOR_DELAY_SECONDS]
+        self.floor_rounds = [(at, d) for at, d in self.floor_rounds if now - at <= self.floor_fresh_seconds]
         self.floor_delay_us = median([d for _, d in self.floor_rounds]) if self.floor_rounds else None
         self.attributed_us = None if delay_us is None else delay_us - (self.floor_delay_us or 0.0)
         return self.attributed_us
@@ -192,6 +210,7 @@ class InterferenceController:
         the target."""
         excess = self.attributed(now, delay_us, floor)
         target = config.target_delay_microseconds
+        self._follow_the_floor(excess, floor, target)
         if on_interference and not self.engaged:
             self.rounds_above = self.rounds_above + 1 if excess is not None and excess > target else 0
             if self.rounds_above < ENGAGE_ROUNDS:
@@ -232,12 +251,40 @@ class InterferenceController:
             back = "BE CPU quota lifted (cpuSuppression.quota onInterference)" if lifted else (
                 f"BE CPU quota back at the suppression bound {bound:.0f}m")
             events.append(NodeEvent(
-                "TidalBECPUReleased", f"{measured}: what BE adds is below the target ({target} µs), {back}"))
+                "TidalBECPUReleased",
+                f"{measured}: what BE adds is below the target ({target} µs), {back}{self._episode_over()}"))
         if lifted:
             self.allowance = None
             return None, events
         self.allowance = current
         return int(current), events
+
+    def _follow_the_floor(self, excess: float | None, floor: float, target: float) -> None:
+        """Bookkeeping of how long the floor's delay stands (no I/O): an episode sees BE's delay
+        when it is above the target over a known floor's with BE above its floor; ``ENGAGE_ROUNDS``
+        rounds in a row well below the floor's delay say the floor has gone down since it was
+        measured: it stands the shortest time again, so a lower one is measured soon."""
+        if excess is None or self.floor_delay_us is None or (self.allowance is not None and self.allowance <= floor):
+            self.rounds_below = 0
+            return
+        if excess > target:
+            self.episode_confirmed = True
+        self.rounds_below = self.rounds_below + 1 if excess < -target / 2 else 0
+        if self.rounds_below >= ENGAGE_ROUNDS:
+            self.rounds_below = 0
+            self.floor_fresh_seconds = FLOOR_DELAY_SECONDS
+
+    def _episode_over(self) -> str:
+        """At the end of a throttling episode: how long the floor's delay stands from now on
+        (doubled when the episode found the delay not BE's), said in the Event when it changed."""
+        before = self.floor_fresh_seconds
+        self.floor_fresh_seconds = FLOOR_DELAY_SECONDS if self.episode_confirmed else min(
+            FLOOR_DELAY_MAX_SECONDS, 2 * before)
+        self.episode_confirmed = False
+        if self.floor_fresh_seconds == before:
+            return ""
+        why = "BE delayed the online tasks" if self.floor_fresh_seconds < before else "the delay was not BE's"
+        return f"; {why}: the delay with BE at its floor now stands for {self.floor_fresh_seconds:.0f} s"
 
 
 def _task_files(directory: Path, name: str) -> list[Path]:
@@ -416,4 +463,6 @@ def status(sig: Signal | None, allowance: int | None, bound: float, config: CPUI
                 out["attributedDelayMicroseconds"] = round(attributed_us, 1)
     if floor_delay_us is not None:
         out["floorDelayMicroseconds"] = round(floor_delay_us, 1)
+    if controller is not None:
+        out["floorStandsSeconds"] = int(controller.floor_fresh_seconds)
     return out

@@ -273,6 +273,17 @@ def test_a_trip_that_finds_be_s_delay_stands_the_floor_the_shortest_time_again()
     assert released[1][0] - released[0][0] < 30 and released[1][1].endswith("now stands for 240 s")
 
 
+def test_a_slow_round_outside_an_episode_is_no_evidence_against_be():
+    """One slow round (an online burst) while no quota is in force does not engage, and does not
+    count for the next trip's episode: that one still finds the daemons' delay, and doubles."""
+    rounds = Rounds()
+    rounds.run(100, lambda _: 300)
+    assert rounds.c.floor_fresh_seconds == 2 * FLOOR_DELAY_SECONDS
+    assert rounds.run(1, lambda _: 600) == [None]  # 300 µs above the known floor: one round only
+    rounds.run(200, lambda _: 300)  # the floor stale at 248 s: the second trip, the daemons' delay
+    assert rounds.c.floor_fresh_seconds == 4 * FLOOR_DELAY_SECONDS
+
+
 def test_a_delay_well_below_the_floor_s_stands_the_floor_the_shortest_time_again():
     """The daemons quiet down after the floor was measured at 300 µs: ENGAGE_ROUNDS rounds more
     than half the target below it, and it stands FLOOR_DELAY_SECONDS again, so a delay BE adds

@@ -177,7 +177,7 @@ class InterferenceController:
     #: episode in a row that found the delay not BE's (up to FLOOR_DELAY_MAX_SECONDS)
     floor_fresh_seconds: float = FLOOR_DELAY_SECONDS
     #: whether the running throttling episode saw BE's own delay: above the target over a known
-    #: floor's, with BE above its floor
+    #: floor's, with BE above its floor (a slow round outside an episode is not counted)
     episode_confirmed: bool = False
     #: rounds in a row with the delay more than half the target below the floor's
     rounds_below: int = 0
@@ -210,7 +210,7 @@ class InterferenceController:
         the target."""
         excess = self.attributed(now, delay_us, floor)
         target = config.target_delay_microseconds
-        self._follow_the_floor(excess, floor, target)
+        bes_own = self._follow_the_floor(excess, floor, target)
         if on_interference and not self.engaged:
             self.rounds_above = self.rounds_above + 1 if excess is not None and excess > target else 0
             if self.rounds_above < ENGAGE_ROUNDS:
@@ -223,6 +223,8 @@ class InterferenceController:
         measuring = (delay_us is not None and self.allowance is not None and self.allowance <= floor
                      and len(self.floor_rounds) < FLOOR_ROUNDS)
         if excess is not None and excess > target:
+            # what the throttling episode this round starts or continues has seen
+            self.episode_confirmed = bes_own or (self.event_at is not None and self.episode_confirmed)
             lowered = max(floor, current * (1 - config.decrease_percent / 100))
             if lowered < current:  # at the floor already: held there, not lowered again
                 self.throttles += 1
@@ -259,20 +261,19 @@ class InterferenceController:
         self.allowance = current
         return int(current), events
 
-    def _follow_the_floor(self, excess: float | None, floor: float, target: float) -> None:
-        """Bookkeeping of how long the floor's delay stands (no I/O): an episode sees BE's delay
-        when it is above the target over a known floor's with BE above its floor; ``ENGAGE_ROUNDS``
-        rounds in a row well below the floor's delay say the floor has gone down since it was
-        measured: it stands the shortest time again, so a lower one is measured soon."""
+    def _follow_the_floor(self, excess: float | None, floor: float, target: float) -> bool:
+        """Bookkeeping of how long the floor's delay stands (no I/O); whether this round shows
+        BE's own delay: above the target over a known floor's, with BE above its floor.
+        ``ENGAGE_ROUNDS`` rounds in a row well below the floor's delay say the floor has gone down
+        since it was measured: it stands the shortest time again, so a lower one is measured soon."""
         if excess is None or self.floor_delay_us is None or (self.allowance is not None and self.allowance <= floor):
             self.rounds_below = 0
-            return
-        if excess > target:
-            self.episode_confirmed = True
+            return False
         self.rounds_below = self.rounds_below + 1 if excess < -target / 2 else 0
         if self.rounds_below >= ENGAGE_ROUNDS:
             self.rounds_below = 0
             self.floor_fresh_seconds = FLOOR_DELAY_SECONDS
+        return excess > target
 
     def _episode_over(self) -> str:
         """At the end of a throttling episode: how long the floor's delay stands from now on

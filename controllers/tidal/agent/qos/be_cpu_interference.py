@@ -244,8 +244,9 @@ class InterferenceController:
             current = min(bound, current + node_cpus * 1000 * config.increase_percent / 100)
         current = max(floor, min(bound, current))
         lifted = on_interference and current >= bound and not measuring and (excess is None or excess < target / 2)
-        if self.event_at is not None and current >= bound:
+        if self.event_at is not None and current >= bound:  # the throttling episode is over
             self.event_at = None
+            standing = self._episode_over()
             measured = ("online run-queue delay unmeasured" if delay_us is None else
                         f"online tasks waited {delay_us:.0f} µs per scheduling slice")
             if delay_us is not None and self.floor_delay_us is not None:
@@ -254,7 +255,7 @@ class InterferenceController:
                 f"BE CPU quota back at the suppression bound {bound:.0f}m")
             events.append(NodeEvent(
                 "TidalBECPUReleased",
-                f"{measured}: what BE adds is below the target ({target} µs), {back}{self._episode_over()}"))
+                f"{measured}: what BE adds is below the target ({target} µs), {back}{standing}"))
         if lifted:
             self.allowance = None
             return None, events
@@ -277,7 +278,8 @@ class InterferenceController:
 
     def _episode_over(self) -> str:
         """At the end of a throttling episode: how long the floor's delay stands from now on
-        (doubled when the episode found the delay not BE's), said in the Event when it changed."""
+        (doubled when the episode found the delay not BE's); the Event's words for it when it
+        changed, else ""."""
         before = self.floor_fresh_seconds
         self.floor_fresh_seconds = FLOOR_DELAY_SECONDS if self.episode_confirmed else min(
             FLOOR_DELAY_MAX_SECONDS, 2 * before)

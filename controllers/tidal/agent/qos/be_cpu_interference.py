@@ -35,8 +35,9 @@ none is known or it is stale: the online service is protected first, and a delay
 target then takes BE to its floor and so measures it anew). Beside daemons that alone keep the
 delay above the target every such trip finds it is not BE's: each throttling episode in a row
 that ends so doubles how long the floor's delay stands (``floorStandsSeconds``), up to
-``FLOOR_DELAY_MAX_SECONDS``; one that saw BE's own delay, or ``ENGAGE_ROUNDS`` rounds well below
-the floor's delay (the daemons quieted down), put it back to ``FLOOR_DELAY_SECONDS``.
+``FLOOR_DELAY_MAX_SECONDS``; one that found it BE's (in at least half of its rounds with BE above
+its floor, the delay at least a quarter of the target above the floor's), or ``ENGAGE_ROUNDS`` rounds well
+below the floor's delay (the daemons quieted down), put it back to ``FLOOR_DELAY_SECONDS``.
 
 Controller (pure, :class:`InterferenceController`, multiplicative decrease / additive
 increase): the BE allowance starts at the suppression bound
@@ -176,9 +177,11 @@ class InterferenceController:
     #: how long the floor's delay stands now: FLOOR_DELAY_SECONDS, doubled by every throttling
     #: episode in a row that found the delay not BE's (up to FLOOR_DELAY_MAX_SECONDS)
     floor_fresh_seconds: float = FLOOR_DELAY_SECONDS
-    #: whether the running throttling episode saw BE's own delay: above the target over a known
-    #: floor's, with BE above its floor (a slow round outside an episode is not counted)
-    episode_confirmed: bool = False
+    #: the running throttling episode's rounds with a known floor's delay and BE above its floor,
+    #: and how many of them had the delay at least a quarter of the target above the floor's (a
+    #: slow round outside an episode is not counted)
+    episode_rounds: int = 0
+    episode_high: int = 0
     #: rounds in a row with the delay more than half the target below the floor's
     rounds_below: int = 0
 
@@ -210,7 +213,7 @@ class InterferenceController:
         the target."""
         excess = self.attributed(now, delay_us, floor)
         target = config.target_delay_microseconds
-        bes_own = self._follow_the_floor(excess, floor, target)
+        known = self._follow_the_floor(excess, floor, target)
         if on_interference and not self.engaged:
             self.rounds_above = self.rounds_above + 1 if excess is not None and excess > target else 0
             if self.rounds_above < ENGAGE_ROUNDS:
@@ -223,8 +226,6 @@ class InterferenceController:
         measuring = (delay_us is not None and self.allowance is not None and self.allowance <= floor
                      and len(self.floor_rounds) < FLOOR_ROUNDS)
         if excess is not None and excess > target:
-            # what the throttling episode this round starts or continues has seen
-            self.episode_confirmed = bes_own or (self.event_at is not None and self.episode_confirmed)
             lowered = max(floor, current * (1 - config.decrease_percent / 100))
             if lowered < current:  # at the floor already: held there, not lowered again
                 self.throttles += 1
@@ -243,6 +244,9 @@ class InterferenceController:
         elif excess is None or excess < target / 2:
             current = min(bound, current + node_cpus * 1000 * config.increase_percent / 100)
         current = max(floor, min(bound, current))
+        if known and self.event_at is not None:  # a round of the throttling episode (started or running)
+            self.episode_rounds += 1
+            self.episode_high += excess >= target / 4
         lifted = on_interference and current >= bound and not measuring and (excess is None or excess < target / 2)
         if self.event_at is not None and current >= bound:  # the throttling episode is over
             self.event_at = None
@@ -263,8 +267,8 @@ class InterferenceController:
         return int(current), events
 
     def _follow_the_floor(self, excess: float | None, floor: float, target: float) -> bool:
-        """Bookkeeping of how long the floor's delay stands (no I/O); whether this round shows
-        BE's own delay: above the target over a known floor's, with BE above its floor.
+        """Bookkeeping of how long the floor's delay stands (no I/O); whether this round can
+        tell whose the delay is: one with a known floor's delay and BE above its floor.
         ``ENGAGE_ROUNDS`` rounds in a row well below the floor's delay say the floor has gone down
         since it was measured: it stands the shortest time again, so a lower one is measured soon."""
         if excess is None or self.floor_delay_us is None or (self.allowance is not None and self.allowance <= floor):
@@ -274,16 +278,26 @@ class InterferenceController:
         if self.rounds_below >= ENGAGE_ROUNDS:
             self.rounds_below = 0
             self.floor_fresh_seconds = FLOOR_DELAY_SECONDS
-        return excess > target
+        return True
 
     def _episode_over(self) -> str:
         """At the end of a throttling episode: how long the floor's delay stands from now on
         (doubled when the episode found the delay not BE's); the Event's words for it when it
-        changed, else ""."""
+        changed, else "".
+
+        The delay was BE's when in at least half of the episode's rounds above its floor it was
+        at least a quarter of the target above the floor's (the median of those rounds' excess).
+        Where BE causes it, the controller holds the excess in its band (half the target to the
+        target), lowers it from above or climbs back towards it, so the median sits near the
+        band; where the daemons cause it, the excess scatters around 0 (the floor's delay is
+        their median), and one noisy round above the target (likelier the lower the target is
+        against the delay's spread) decides nothing. A BE episode judged not BE's costs little:
+        the floor's delay only stands longer, and the rounds BE spends at its floor measure it
+        anew anyway."""
         before = self.floor_fresh_seconds
-        self.floor_fresh_seconds = FLOOR_DELAY_SECONDS if self.episode_confirmed else min(
-            FLOOR_DELAY_MAX_SECONDS, 2 * before)
-        self.episode_confirmed = False
+        bes = self.episode_rounds > 0 and 2 * self.episode_high >= self.episode_rounds
+        self.floor_fresh_seconds = FLOOR_DELAY_SECONDS if bes else min(FLOOR_DELAY_MAX_SECONDS, 2 * before)
+        self.episode_rounds = self.episode_high = 0
         if self.floor_fresh_seconds == before:
             return ""
         why = "BE delayed the online tasks" if self.floor_fresh_seconds < before else "the delay was not BE's"

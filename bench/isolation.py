@@ -76,6 +76,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import lab_background  # noqa: E402  (bench/, on the path just above)
+
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
               "solo_again")
 #: what a run measures unless --treatments says otherwise
@@ -431,9 +433,7 @@ def main() -> int:
     parser.add_argument("--client-scheduling", choices=("fifo", "normal"), default="fifo",
                         help="the load generator's scheduling: fifo (SCHED_FIFO 1: a client on another "
                              "machine) or normal (it competes with the BE hog for this machine's CPUs)")
-    parser.add_argument("--background", choices=("none", "lab"), default="none",
-                        help="lab: run beside a busy lab control plane (bench/lab_background.py), as a node "
-                             "with a kubelet, an agent and other daemons")
+    lab_background.add_arguments(parser)
     parser.add_argument("--daemons-cgroup", choices=DAEMONS_CGROUPS, default="root",
                         help="where the node's daemons (the lab, the --background writer, the agent, the bench) "
                              "run on the cpu hierarchy: root = loose tasks in the root cgroup, each thread an "
@@ -444,8 +444,6 @@ def main() -> int:
                         help="also measure each round's longest single run-queue wait of a server thread "
                              "(ls_longest_wait_ms, ls_waits_over_5ms; bench/wait_sampler.py, which reads the "
                              "threads' schedstat every millisecond at SCHED_FIFO: it costs a few %% of a CPU)")
-    parser.add_argument("--background-rate", type=int, default=50,
-                        help="API operations per second of the --background lab writer")
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always and "
@@ -530,12 +528,7 @@ def main() -> int:
         be_pod_dirs = kubelet.dirs(kubelet.layout.pod_relpath(be_pod.uid, PodQOSClass.BEST_EFFORT))
         cpu_files = besteffort_cpu_shares(kubelet, be_pod.uid)
 
-        if args.background == "lab":
-            from lab_background import Background
-            background = Background(lab.kubeconfig_path, workdir, args.background_rate)
-            background_report = {"kind": "lab", "what": background.describe()}
-            log(f"background: {background.describe()}")
-            background.wait_writing()
+        background, background_report = lab_background.start(args, lab.kubeconfig_path, workdir, log)
 
         nginx = Nginx(workdir / "nginx", web_dirs)
         url = f"http://127.0.0.1:{nginx.port}/index.html"
@@ -599,8 +592,7 @@ def main() -> int:
                 results[treatment].append(r)
                 print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
     finally:
-        if background is not None:
-            background_report["writer"] = background.stop()
+        background_report = lab_background.stop(background, background_report)
         if agent is not None:
             processes.stop(agent)
         if nginx is not None:

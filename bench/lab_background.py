@@ -89,6 +89,37 @@ class Background:
             return {}
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """A bench's ``--background`` and ``--background-rate`` (bench-isolation, bench-memory)."""
+    parser.add_argument("--background", choices=("none", "lab"), default="none",
+                        help="lab: run beside a busy lab control plane (bench/lab_background.py), as a node "
+                             "with a kubelet, an agent and other daemons; none (default): the lab idles")
+    parser.add_argument("--background-rate", type=int, default=50,
+                        help="API operations per second of the --background lab writer")
+
+
+def start(args: argparse.Namespace, kubeconfig: Path, workdir: Path, log) -> tuple[Background | None, dict]:
+    """The background ``args`` ask for, writing once this returns, and its report for the
+    summary line (``{"kind": "none"}`` without one; :func:`stop` adds the writer's counts)."""
+    if args.background != "lab":
+        return None, {"kind": "none"}
+    background = Background(kubeconfig, workdir, args.background_rate)
+    log(f"background: {background.describe()}")
+    try:
+        background.wait_writing()
+    except BaseException:
+        background.stop()  # the writer does not outlive a bench that could not start
+        raise
+    return background, {"kind": "lab", "what": background.describe()}
+
+
+def stop(background: Background | None, report: dict) -> dict:
+    """Stops a started background (None: nothing to stop); the report with the writer's counts."""
+    if background is None:
+        return report
+    return {**report, "writer": background.stop()}
+
+
 def write_stream(kubeconfig: str, rate: int, out: Path) -> None:
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException

@@ -57,8 +57,14 @@ suppression, the interference control) — what a user's node sees, where the BE
 reclaim work is CPU the online service competes with. The load generator runs at SCHED_FIFO 1
 as in bench-isolation: it stands for clients on other machines.
 
+``--background lab`` runs the bench beside the load of a node's daemons, as bench-isolation does
+(bench/lab_background.py: the bench's lab control plane under a stream of API writes, outside the
+budget and every pod cgroup, for the whole run, every treatment alike): their CPU is what the
+online service and the BE job's reclaim compete with on a real node. Their memory stays outside
+the budget, as a node's system reservation does.
+
 Output: one JSON line per treatment and round, then the medians as the last line:
-``{"solo": R, "agent_solo": R, "no_isolation": R, "k8s_default": R, "tidal": R}`` with R =
+``{"solo": R, "agent_solo": R, "no_isolation": R, "k8s_default": R, "tidal": R, "background": B}`` with R =
 ``{"p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions"}``
 (plus the spreads and the reclaim figures; see :func:`summarise`).
 """
@@ -82,6 +88,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import lab_background  # noqa: E402  (bench/, on the path just above)
 
 TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
 #: the runs of one round: ``be_solo`` is the BE job alone, folded into ``solo``'s record
@@ -414,6 +422,7 @@ def main() -> int:
                         help="the BE pod's kubernetes.io/batch-memory request (its limit under Tidal)")
     parser.add_argument("--memory-high", type=int, default=95, help="the policy's memory high watermark for tidal")
     parser.add_argument("--memory-low", type=int, default=85, help="the policy's memory low watermark for tidal")
+    lab_background.add_arguments(parser)
     parser.add_argument("--workdir-parent", default="/var/tmp", help="where the files go (deleted at the end)")
     parser.add_argument("--cpu", choices=("defaults", "as-shipped"), default="defaults",
                         help="defaults: every cgroup's CPU at its defaults (memory alone); as-shipped: the BE "
@@ -464,6 +473,8 @@ def main() -> int:
     lab = Lab(workdir / "lab")
     python = sys.executable
     nginx = agent = be = None
+    background = None
+    background_report: dict = {"kind": "none"}
     node = "bench-node"
     cpus = os.cpu_count() or 1
     results: dict[str, list[dict]] = {r: [] for r in RUNS}
@@ -661,6 +672,8 @@ def main() -> int:
                    else f"{args.be_anon_gib:g} GiB")
         log(f"{args.rate} req/s for {args.seconds:g}s per treatment, {args.rounds} rounds; "
             f"BE: {be_anon} anonymous + streaming {args.stream_gib:g} GiB")
+        # the files are written: from here on beside the daemons' load, if asked for
+        background, background_report = lab_background.start(args, lab.kubeconfig_path, workdir, log)
         warm()
         loadgen_run(loadgen, urls, args.rate, 5)  # discarded: nginx's and the client's first requests
         for round_ in range(args.rounds):
@@ -677,6 +690,7 @@ def main() -> int:
             processes.stop(agent)
         if nginx is not None:
             nginx.stop()
+        background_report = lab_background.stop(background, background_report)
         try:
             lab.down(wipe=True)
         finally:
@@ -687,7 +701,7 @@ def main() -> int:
                                               "online_oom_kills": sum(r["online_oom_kills"] for r in results["tidal"])}}):
         log(line)
     log(f"load average at start {load['start'][0]:.2f}, at end {load['end'][0]:.2f}")
-    print(json.dumps(summary))
+    print(json.dumps({**summary, "background": background_report}))
     return 0
 
 

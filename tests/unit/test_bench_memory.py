@@ -95,3 +95,21 @@ def test_summary_medians_spreads_and_summed_counters():
 
 def test_no_verdict_without_every_treatment():
     assert memory.verdict({"solo": run(1.0)}) == ["not every treatment measured: no verdict"]
+
+
+def test_background_options_are_the_same_in_both_benches():
+    import argparse
+
+    import lab_background
+    parser = argparse.ArgumentParser()
+    lab_background.add_arguments(parser)
+    args = parser.parse_args(["--background", "lab", "--background-rate", "20"])
+    assert (args.background, args.background_rate) == ("lab", 20)
+    assert parser.parse_args([]).background == "none"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--background", "busy"])
+    # without a background nothing starts (no lab is touched) and the summary says so
+    none = parser.parse_args([])
+    started, report = lab_background.start(none, Path("/nonexistent/kubeconfig"), Path("/nonexistent"), print)
+    assert (started, report) == (None, {"kind": "none"})
+    assert lab_background.stop(None, report) == {"kind": "none"}

@@ -53,7 +53,10 @@ and B what ran beside it. ``steal_pct`` is the share of CPU time the hypervisor 
 load ran (``/proc/stat``): stalls the guest's scheduler does not see, and no isolation inside the
 guest removes (``node_busy_pct`` counts it as busy). The Tidal treatments also carry
 ``agent_cpu_pct``: the agent's own CPU time over the settle and measured seconds, in % of one CPU
-(a cost the other treatments do not carry). S says what the run was asked for:
+(a cost the other treatments do not carry), and what the agent said on its lines: ``be_throttles``
+(quota decreases), ``be_cpu_events`` (its ``TidalBECPU*`` Node Events per reason),
+``floor_stands_changes`` (what those Events said about how long the delay with BE at its floor
+stands) and ``floor_stands_seconds_end`` (its NodeProfile's ``floorStandsSeconds``). S says what the run was asked for:
 ``--treatments`` runs a subset (solo always: the ratios' reference), ``--order`` their order, and
 ``--policy`` merges a patch into the Tidal treatments' ColocationPolicy spec.
 """
@@ -351,6 +354,27 @@ AGENT_METRICS = {"tidal_be_cpu_quota_millicores": "be_quota_millicores_end",
                  "tidal_be_cpu_interference_throttles_total": "be_throttles"}
 
 
+def be_cpu_events(core, node: str, seen: set[str]) -> list[tuple[str, str]]:
+    """The agent's ``TidalBECPU*`` Node Events of ``node`` whose names are not in ``seen``
+    (oldest first), as (reason, message); ``seen`` then holds them too."""
+    items = [e for e in core.list_namespaced_event("default").items
+             if e.reason and e.reason.startswith("TidalBECPU") and e.involved_object.name == node
+             and e.metadata.name not in seen]
+    seen.update(e.metadata.name for e in items)
+    items.sort(key=lambda e: e.metadata.creation_timestamp)
+    return [(e.reason, e.message) for e in items]
+
+
+def events_summary(events: list[tuple[str, str]]) -> dict:
+    """Per reason how many, and the messages that changed how long the floor's delay stands."""
+    counts: dict[str, int] = {}
+    for reason, _ in events:
+        counts[reason] = counts.get(reason, 0) + 1
+    return {"be_cpu_events": counts,
+            "floor_stands_changes": [m.rsplit("; ", 1)[-1] for r, m in events
+                                     if r == "TidalBECPUReleased" and "now stands for" in m]}
+
+
 def agent_metrics(port: int) -> dict:
     """What the agent reports at the end of a treatment: the BE quota in force, the online
     threads' run-queue delay of the last round, the quota decreases so far."""
@@ -490,6 +514,7 @@ def main() -> int:
     background_report: dict = {"kind": "none"}
     node = "bench-node"
     results: dict[str, list[dict]] = {t: [] for t in args.treatments}
+    events_seen: set[str] = set()  # the agent's Events already counted in an earlier treatment
     try:
         if args.daemons_cgroup == "system.slice":
             system_slice = daemons_in_system_slice(kubelet, cgroups)
@@ -575,6 +600,12 @@ def main() -> int:
                         f.write_text("1024")
                 if treatment in TIDAL:
                     r.update(agent_metrics(metrics_port))
+                    with lab.api_client() as api:  # what the agent said, and how long the floor stands
+                        r.update(events_summary(be_cpu_events(client.CoreV1Api(api), node, events_seen)))
+                        profile = client.CustomObjectsApi(api).get_cluster_custom_object(
+                            qos.API_GROUP, qos.API_VERSION, "nodeprofiles", node)
+                        r["floor_stands_seconds_end"] = (profile.get("status", {}).get("cpuInterference", {})
+                                                         .get("floorStandsSeconds"))
                     # the agent's own CPU over the settle and measured seconds, in % of one CPU
                     r["agent_cpu_pct"] = round(100 * (cpu_seconds(agent.pid) - agent_cpu[0])
                                                / (time.monotonic() - agent_cpu[1]), 2)

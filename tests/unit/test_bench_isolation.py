@@ -154,3 +154,16 @@ def test_rotated_over_as_many_rounds_as_treatments_each_runs_once_in_every_posit
 def test_an_unknown_order_is_refused_naming_the_allowed_ones():
     with pytest.raises(ValueError, match="allowed: rotate, fixed"):
         isolation.round_order(("solo",), 0, "shuffle")
+
+
+def test_events_summary_counts_reasons_and_keeps_the_floor_s_changes():
+    events = [("TidalBECPUThrottled", "online tasks waited 300 µs ..."),
+              ("TidalBECPUReleased", "...: what BE adds is below the target (40 µs), BE CPU quota lifted "
+                                     "(cpuSuppression.quota onInterference); the delay was not BE's: the delay "
+                                     "with BE at its floor now stands for 240 s"),
+              ("TidalBECPUThrottled", "online tasks waited 280 µs ..."),
+              ("TidalBECPUReleased", "...: what BE adds is below the target (40 µs), BE CPU quota lifted")]
+    assert isolation.events_summary(events) == {
+        "be_cpu_events": {"TidalBECPUThrottled": 2, "TidalBECPUReleased": 2},
+        "floor_stands_changes": ["the delay was not BE's: the delay with BE at its floor now stands for 240 s"]}
+    assert isolation.events_summary([]) == {"be_cpu_events": {}, "floor_stands_changes": []}

@@ -194,6 +194,10 @@ def summarise(runs: Mapping[str, list[dict]]) -> dict[str, dict]:
         for key in ("node_workingset_pct", "online_refault_mib", "budget_limit_hits"):
             if all(key in r for r in rows):
                 record[key] = round(statistics.median(r[key] for r in rows), 3)
+        solo_rows = runs.get("solo", [])
+        if treatment != "solo" and len(solo_rows) == len(rows) and all(r["p99_ms"] for r in solo_rows):
+            from isolation import vs_solo  # each round's p99 over the same round's solo
+            record.update(vs_solo(rows, solo_rows))
         record["rounds"] = len(rows)
         out[treatment] = record
     return out
@@ -211,6 +215,10 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
                  f"{'met' if tidal['node_mem_used_pct'] >= 90 else 'NOT met'}")
     lines.append(f"tidal p99 ratio {ratio:.2f} vs k8s default's {k8s_ratio:.2f} (bar <= half): "
                  f"{'met' if ratio <= k8s_ratio / 2 else 'NOT met'}")
+    if "p99_vs_solo" in tidal and "p99_vs_solo" in k8s:
+        lines.append("per round, p99 over the same round's solo (median, min-max): " + ", ".join(
+            f"{name} {summary[name]['p99_vs_solo']:.2f}x ({summary[name]['p99_vs_solo_min']:.2f}-"
+            f"{summary[name]['p99_vs_solo_max']:.2f})" for name in TREATMENTS if "p99_vs_solo" in summary[name]))
     alone = summary.get("agent_solo")
     if alone and alone["p99_ms"]:
         lines.append(f"the agent alone (no BE job): p99 {alone['p99_ms'] / solo['p99_ms']:.2f}x solo; tidal "

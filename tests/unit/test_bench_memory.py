@@ -91,6 +91,12 @@ def test_summary_medians_spreads_and_summed_counters():
     assert "tidal p99 ratio 1.10 vs k8s default's 10.00 (bar <= half): met" in lines
     assert "BE throughput under tidal 60% of solo (bar >= 50%): met" in lines
     assert "the agent alone (no BE job): p99 1.10x solo; tidal 1.00x that" in lines
+    # each round over the same round's solo: tidal 3.3/4, 3.0/2, 3.6/3
+    assert (summary["tidal"]["p99_vs_solo"], summary["tidal"]["p99_vs_solo_min"],
+            summary["tidal"]["p99_vs_solo_max"]) == (1.2, 0.825, 1.5)
+    assert "p99_vs_solo" not in summary["solo"]
+    assert ("per round, p99 over the same round's solo (median, min-max): agent_solo 1.20x (0.75-1.65), "
+            "no_isolation 13.33x (10.00-20.00), k8s_default 10.00x (7.50-15.00), tidal 1.20x (0.82-1.50)") in lines
 
 
 def test_no_verdict_without_every_treatment():

@@ -355,9 +355,15 @@ def test_a_delay_well_below_the_floor_s_stands_the_floor_the_shortest_time_again
     assert rounds.c.floor_fresh_seconds == FLOOR_DELAY_MAX_SECONDS
     rounds.run(ENGAGE_ROUNDS, lambda _: 40)
     assert (rounds.c.floor_fresh_seconds, rounds.c.floor_delay_us) == (FLOOR_DELAY_SECONDS, 300)
+    rechecks = [(t, m) for t, reason, m in rounds.events if reason == "TidalBECPUFloorRecheck"]
+    assert rechecks == [(rounds.t - 1, "online tasks waited 40 µs per scheduling slice, more than half the target "
+                         "(200 µs) below the 300 µs they waited with BE at its floor, 5 rounds in a row: the delay "
+                         "with BE at its floor now stands for 120 s, so it is measured again soon")]
     last_at_floor = rounds.c.floor_rounds[-1][0]
     rounds.run(int(last_at_floor + FLOOR_DELAY_SECONDS) + 2 - rounds.t, lambda _: 40)
     assert rounds.c.floor_delay_us is None  # stale 120 s after it was measured, not 480 s
+    # more rounds below it, the standing already the shortest: nothing more to say
+    assert [reason for _, reason, _ in rounds.events].count("TidalBECPUFloorRecheck") == 1
 
 
 def test_on_interference_with_the_bound_at_the_floor_measures_whose_delay_it_is():

@@ -67,8 +67,10 @@ Visibility: gauges ``tidal_online_runqueue_delay_microseconds``,
 ``tidal_online_runqueue_wait_ratio`` and ``tidal_be_cpu_quota_millicores`` (the allowance in
 force; the node's CPUs while no quota is), a counter ``tidal_be_cpu_interference_throttles_total``
 (every decrease), a Node Event ``TidalBECPUThrottled`` when a throttling episode starts (then at
-most every ``EVENT_INTERVAL_SECONDS``) and ``TidalBECPUReleased`` when the allowance is back at the
-bound (with onInterference: the quota lifted), and ``status.cpuInterference`` of the NodeProfile.
+most every ``EVENT_INTERVAL_SECONDS``), ``TidalBECPUReleased`` when the allowance is back at the
+bound (with onInterference: the quota lifted; with how long the floor's delay stands from then
+when that changes), ``TidalBECPUFloorRecheck`` when rounds well below the floor's delay make it
+stand the shortest time again, and ``status.cpuInterference`` of the NodeProfile.
 """
 from __future__ import annotations
 
@@ -213,13 +215,13 @@ class InterferenceController:
         the target."""
         excess = self.attributed(now, delay_us, floor)
         target = config.target_delay_microseconds
-        known = self._follow_the_floor(excess, floor, target)
+        events: list[NodeEvent] = []
+        known = self._follow_the_floor(excess, floor, target, delay_us, events)
         if on_interference and not self.engaged:
             self.rounds_above = self.rounds_above + 1 if excess is not None and excess > target else 0
             if self.rounds_above < ENGAGE_ROUNDS:
-                return None, []
+                return None, events
             self.rounds_above = 0  # BE delays the online tasks: the quota comes into force, lowered at once
-        events: list[NodeEvent] = []
         current = bound if self.allowance is None else min(self.allowance, bound)
         # a trip to the floor lasts until it has measured FLOOR_ROUNDS rounds there: one round
         # would make the floor's delay that round's, however slow or quiet it happened to be
@@ -266,17 +268,26 @@ class InterferenceController:
         self.allowance = current
         return int(current), events
 
-    def _follow_the_floor(self, excess: float | None, floor: float, target: float) -> bool:
+    def _follow_the_floor(self, excess: float | None, floor: float, target: float, delay_us: float | None,
+                          events: list[NodeEvent]) -> bool:
         """Bookkeeping of how long the floor's delay stands (no I/O); whether this round can
         tell whose the delay is: one with a known floor's delay and BE above its floor.
         ``ENGAGE_ROUNDS`` rounds in a row well below the floor's delay say the floor has gone down
-        since it was measured: it stands the shortest time again, so a lower one is measured soon."""
+        since it was measured: it stands the shortest time again, so a lower one is measured soon
+        (``TidalBECPUFloorRecheck`` says so when that shortens it)."""
         if excess is None or self.floor_delay_us is None or (self.allowance is not None and self.allowance <= floor):
             self.rounds_below = 0
             return False
         self.rounds_below = self.rounds_below + 1 if excess < -target / 2 else 0
         if self.rounds_below >= ENGAGE_ROUNDS:
             self.rounds_below = 0
+            if self.floor_fresh_seconds > FLOOR_DELAY_SECONDS:
+                events.append(NodeEvent(
+                    "TidalBECPUFloorRecheck",
+                    f"online tasks waited {delay_us:.0f} µs per scheduling slice, more than half the target "
+                    f"({target} µs) below the {self.floor_delay_us:.0f} µs they waited with BE at its floor, "
+                    f"{ENGAGE_ROUNDS} rounds in a row: the delay with BE at its floor now stands for "
+                    f"{FLOOR_DELAY_SECONDS:.0f} s, so it is measured again soon"))
             self.floor_fresh_seconds = FLOOR_DELAY_SECONDS
         return True
 

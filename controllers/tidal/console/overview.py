@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidal.api import qos
+from tidal.api.events import EVENT_REASONS
 from tidal.api.node_mode import node_mode
 from tidal.api.node_profile import NodeProfileStatus, PolicyReport
 from tidal.api.pod_resources import batch_requested_total, pod_batch
@@ -29,16 +30,8 @@ __all__ = ["MAX_EVENTS", "MAX_PENDING_PODS", "PENDING_REASONS", "TIDAL_EVENT_REA
 MAX_PENDING_PODS = 50
 MAX_EVENTS = 50
 
-#: The Event reasons Tidal's components write, and who writes them.
-TIDAL_EVENT_REASONS: dict[str, str] = {
-    "TidalEvicted": "tidal-agent: a BE pod evicted (watermark or interference)",
-    "TidalEvictionBlocked": "tidal-agent: an eviction a PodDisruptionBudget blocked",
-    "TidalOfflineEvicting": "tidal-agent: the node tainted offline-evicting (no new BE pods)",
-    "TidalOfflineEvictingCleared": "tidal-agent: the offline-evicting taint removed",
-    "TidalCgroupWriteFailed": "tidal-agent: the kernel refused cgroup writes (retried every round)",
-    "TidalNodeRestored": "tidal-agent: a node switched off is restored, the agent leaves it",
-    "BatchResourcesDropped": "tidal-manager: a node's batch resources dropped sharply",
-}
+#: The Event reasons Tidal's components write, and who writes them (the contract's list).
+TIDAL_EVENT_REASONS: dict[str, str] = EVENT_REASONS
 
 #: Why a BE pod is Pending (``reason``), most fundamental first.
 PENDING_REASONS: dict[str, str] = {

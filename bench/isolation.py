@@ -370,9 +370,13 @@ def events_summary(events: list[tuple[str, str]]) -> dict:
     counts: dict[str, int] = {}
     for reason, _ in events:
         counts[reason] = counts.get(reason, 0) + 1
-    return {"be_cpu_events": counts,
-            "floor_stands_changes": [m.rsplit("; ", 1)[-1] for r, m in events
-                                     if r == "TidalBECPUReleased" and "now stands for" in m]}
+    changes = []
+    for reason, message in events:
+        if reason == "TidalBECPUReleased" and "now stands for" in message:
+            changes.append(message.rsplit("; ", 1)[-1])
+        elif reason == "TidalBECPUFloorRecheck":
+            changes.append("rounds well below the floor's delay: " + message.rsplit(": ", 1)[-1])
+    return {"be_cpu_events": counts, "floor_stands_changes": changes}
 
 
 def agent_metrics(port: int) -> dict:

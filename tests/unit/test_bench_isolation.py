@@ -162,8 +162,14 @@ def test_events_summary_counts_reasons_and_keeps_the_floor_s_changes():
                                      "(cpuSuppression.quota onInterference); the delay was not BE's: the delay "
                                      "with BE at its floor now stands for 240 s"),
               ("TidalBECPUThrottled", "online tasks waited 280 µs ..."),
-              ("TidalBECPUReleased", "...: what BE adds is below the target (40 µs), BE CPU quota lifted")]
+              ("TidalBECPUReleased", "...: what BE adds is below the target (40 µs), BE CPU quota lifted"),
+              ("TidalBECPUFloorRecheck", "online tasks waited 40 µs per scheduling slice, more than half the "
+                                         "target (200 µs) below the 300 µs they waited with BE at its floor, 5 "
+                                         "rounds in a row: the delay with BE at its floor now stands for 120 s, so "
+                                         "it is measured again soon")]
     assert isolation.events_summary(events) == {
-        "be_cpu_events": {"TidalBECPUThrottled": 2, "TidalBECPUReleased": 2},
-        "floor_stands_changes": ["the delay was not BE's: the delay with BE at its floor now stands for 240 s"]}
+        "be_cpu_events": {"TidalBECPUThrottled": 2, "TidalBECPUReleased": 2, "TidalBECPUFloorRecheck": 1},
+        "floor_stands_changes": ["the delay was not BE's: the delay with BE at its floor now stands for 240 s",
+                                 "rounds well below the floor's delay: the delay with BE at its floor now stands "
+                                 "for 120 s, so it is measured again soon"]}
     assert isolation.events_summary([]) == {"be_cpu_events": {}, "floor_stands_changes": []}

@@ -75,6 +75,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -367,9 +368,7 @@ def be_cpu_events(core, node: str, seen: set[str]) -> list[tuple[str, str]]:
 
 def events_summary(events: list[tuple[str, str]]) -> dict:
     """Per reason how many, and the messages that changed how long the floor's delay stands."""
-    counts: dict[str, int] = {}
-    for reason, _ in events:
-        counts[reason] = counts.get(reason, 0) + 1
+    counts = dict(Counter(reason for reason, _ in events))
     changes = []
     for reason, message in events:
         if reason == "TidalBECPUReleased" and "now stands for" in message:

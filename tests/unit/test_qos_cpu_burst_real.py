@@ -14,7 +14,7 @@ from tidal.agent.qos.pod_features import ContainerCPU, FeaturePodState, feature_
 from tidal.agent.qos.strategy import NodeState
 from tidal.api.policy import ColocationPolicy
 from tidal.api.qos import CPUBurstRequest, QoSLevel
-from tidal_dev.testing.bursty import BurstyServer, read_cpu_stat
+from tidal_dev.testing.bursty import BurstyServer, ThrottleMeter
 from tidal_dev.testing.local_kubelet import LocalKubelet
 
 LIMIT_MILLICORES = 100  # quota 10 ms per 100 ms period
@@ -22,13 +22,12 @@ BURST_MS = 18           # each burst needs more than one period's quota
 BURSTS = 12
 
 
-def run_bursts(server: BurstyServer, cgroup) -> dict[str, int]:
-    before = read_cpu_stat(cgroup)
+def run_bursts(server: BurstyServer, meter: ThrottleMeter) -> dict[str, int]:
+    meter.start()
     for _ in range(BURSTS):
         time.sleep(0.25)  # idle: the unused quota is banked (up to the burst)
         server.request([BURST_MS])
-    after = read_cpu_stat(cgroup)
-    return {k: after[k] - before.get(k, 0) for k in ("nr_throttled", "nr_bursts")}
+    return meter.counts()
 
 
 def test_burst_reduces_throttling_of_a_bursty_ls_container(hierarchy, real, tmp_path):
@@ -57,15 +56,16 @@ def test_burst_reduces_throttling_of_a_bursty_ls_container(hierarchy, real, tmp_
         assert result.errors == [] and result.restore_problems == []
 
     off = ColocationPolicy.from_spec({"features": {"cpuBurst": {"enabled": False}}})
+    meter = ThrottleMeter((pod_cpu, container_cpu))  # the kernel throttles the level that runs out first
     with BurstyServer(dirs) as server:
         reconcile(off)
         assert (container_cpu / "cpu.cfs_burst_us").read_text().strip() == "0"
-        without = run_bursts(server, container_cpu)
+        without = run_bursts(server, meter)
 
         reconcile(ColocationPolicy())
         assert (container_cpu / "cpu.cfs_burst_us").read_text().strip() == "10000"
         assert (pod_cpu / "cpu.cfs_burst_us").read_text().strip() == "10000"
-        with_burst = run_bursts(server, container_cpu)
+        with_burst = run_bursts(server, meter)
 
         reconcile(off)  # switched off: the engine restores the original
         assert (container_cpu / "cpu.cfs_burst_us").read_text().strip() == "0"

@@ -66,7 +66,9 @@ the budget, as a node's system reservation does.
 Output: one JSON line per treatment and round, then the medians as the last line:
 ``{"solo": R, "agent_solo": R, "no_isolation": R, "k8s_default": R, "tidal": R, "background": B}`` with R =
 ``{"p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions"}``
-(plus the spreads and the reclaim figures; see :func:`summarise`).
+(plus the spreads and the reclaim figures; see :func:`summarise`). ``online_disk_read_kib`` is
+what nginx's processes read from the disk during the measured seconds (``/proc/PID/io``): a
+request whose file left the page cache waits for the disk, behind whatever the BE job reads.
 """
 from __future__ import annotations
 
@@ -191,7 +193,7 @@ def summarise(runs: Mapping[str, list[dict]]) -> dict[str, dict]:
                 round(statistics.median(values), 3)
         for key in ("p99_ms", "be_mb_per_s", "node_mem_used_pct"):
             record[f"{key}_spread"] = spread(r[key] for r in rows)
-        for key in ("node_workingset_pct", "online_refault_mib", "budget_limit_hits"):
+        for key in ("node_workingset_pct", "online_refault_mib", "online_disk_read_kib", "budget_limit_hits"):
             if all(key in r for r in rows):
                 record[key] = round(statistics.median(r[key] for r in rows), 3)
         solo_rows = runs.get("solo", [])
@@ -337,6 +339,19 @@ def cgroup_pids(dirs: Iterable[Path]) -> set[int]:
         except FileNotFoundError:
             pass
     return pids
+
+
+def disk_read_bytes(pids: Iterable[int]) -> int:
+    """Bytes the processes have had read from storage (``read_bytes`` of /proc/PID/io: page-cache
+    misses and readahead they caused, not reads the cache served)."""
+    total = 0
+    for pid in pids:
+        try:
+            io = parse_flat(Path(f"/proc/{pid}/io").read_text().replace(":", ""))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):  # gone, or not ours to read
+            continue
+        total += io.get("read_bytes", 0)
+    return total
 
 
 class BEJob:
@@ -626,12 +641,15 @@ def main() -> int:
             sampler = MemorySampler(budget, budget_bytes)
             sampler.start()
             before = be.read() if be else None
+            web_pids = cgroup_pids(web.dirs)
+            web_read = disk_read_bytes(web_pids)
             if run == "be_solo":
                 time.sleep(args.seconds)
                 result = {"p50_ms": 0.0, "p99_ms": 0.0, "errors": 0, "ok_per_s": 0.0}
             else:
                 result = loadgen_run(loadgen, urls, args.rate, args.seconds)
             after = be.read() if be else None
+            web_read = disk_read_bytes(web_pids) - web_read
             used, workingset = sampler.stop()
             watching.set()
             watcher.join()
@@ -673,6 +691,7 @@ def main() -> int:
                     "oom_kills": (web_oom_after - web_oom) + (be_oom_after - be_oom),
                     "online_oom_kills": web_oom_after - web_oom, "be_killed": be_killed, "be_anon_mib": be_anon_mib,
                     "evictions": evictions, "online_refault_mib": round((refault_after - refault) * 4096 / MiB, 1),
+                    "online_disk_read_kib": round(web_read / 1024),
                     "budget_limit_hits": int((budget / "memory.failcnt").read_text()) - failcnt,
                     "load1": round(os.getloadavg()[0], 2), **agent_metrics}
 

@@ -119,3 +119,34 @@ def test_background_options_are_the_same_in_both_benches():
     started, report = lab_background.start(none, Path("/nonexistent/kubeconfig"), Path("/nonexistent"), print)
     assert (started, report) == (None, {"kind": "none"})
     assert lab_background.stop(None, report) == {"kind": "none"}
+
+
+def test_disk_read_bytes_counts_a_read_the_page_cache_did_not_serve():
+    """On this machine's disk: a child reading a file dropped from the page cache has read_bytes;
+    once it is gone it counts 0."""
+    import os
+    import subprocess
+
+    if not Path("/proc/self/io").exists():
+        pytest.skip("no /proc/PID/io on this kernel (CONFIG_TASK_IO_ACCOUNTING)")
+    path = Path("/var/tmp") / f"tidal-disk-read-{os.getpid()}"  # /tmp may be a tmpfs
+    try:
+        path.write_bytes(os.urandom(1 << 20))
+        os.sync()
+        memory.drop_file_cache(path)
+        read = "import sys\nsys.stdin.readline()\nopen(sys.argv[1], 'rb').read()\nprint(flush=True)\nsys.stdin.readline()\n"
+        with subprocess.Popen([sys.executable, "-c", read, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) as child:
+            start = memory.disk_read_bytes([child.pid])
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            child.stdout.readline()
+            first = memory.disk_read_bytes([child.pid]) - start
+            child.stdin.write("done\n")
+            child.stdin.flush()
+        if first == 0:
+            pytest.skip(f"{path.parent} is not on a block device (its reads are never counted)")
+        assert first >= 1 << 20
+        assert memory.disk_read_bytes([child.pid]) == 0  # reaped: nothing to read
+    finally:
+        path.unlink(missing_ok=True)

@@ -81,6 +81,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lab_background  # noqa: E402  (bench/, on the path just above)
+from lab_background import CPU_ROOT, daemons_in_system_slice  # noqa: E402  (--daemons-cgroup; sched_probe's too)
 
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
               "solo_again")
@@ -132,29 +133,6 @@ def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     scheduler cannot see (not in the run-queue delay), which no isolation inside it removes."""
     total = after[1] - before[1]
     return round(100.0 * max(0, after[0] - before[0]) / total, 2) if total > 0 else None
-
-
-DAEMONS_CGROUPS = ("root", "system.slice")
-#: the cpu hierarchy's root cgroup (cgroup v1, which the bench's --daemons-cgroup needs)
-CPU_ROOT = Path("/sys/fs/cgroup/cpu")
-
-
-def daemons_in_system_slice(kubelet, cgroups, pid: int | None = None) -> Path:
-    """``--daemons-cgroup system.slice``: the bench process (``pid``, default this one; and so
-    every daemon it starts after this: the lab, the background writer, the agent) moves to a
-    ``system.slice`` cpu cgroup beside ``kubepods`` below the bench's node cgroup, kubepods getting the kubelet's
-    ``cpu.shares`` for the node's CPUs: the two groups a systemd node's root has (user.slice
-    aside). Returns the slice's directory."""
-    from tidal.agent.collector.cgroups import PodQOSClass
-    kubepods = kubelet.qos_dirs(PodQOSClass.GUARANTEED)[0]
-    if not str(kubepods).startswith(str(CPU_ROOT) + "/"):
-        raise SystemExit(f"--daemons-cgroup system.slice needs the cgroup v1 cpu hierarchy at {CPU_ROOT}")
-    system_slice = cgroups.make(kubepods.parent / "system.slice")
-    cgroups.make(kubepods)
-    (kubepods / "cpu.shares").write_text(str(CPUS * 1024))
-    (system_slice / "cpu.shares").write_text("1024")
-    (system_slice / "cgroup.procs").write_text(str(pid or os.getpid()))
-    return system_slice
 
 
 def in_cgroups(dirs):
@@ -460,13 +438,7 @@ def main() -> int:
     parser.add_argument("--client-scheduling", choices=("fifo", "normal"), default="fifo",
                         help="the load generator's scheduling: fifo (SCHED_FIFO 1: a client on another "
                              "machine) or normal (it competes with the BE hog for this machine's CPUs)")
-    lab_background.add_arguments(parser)
-    parser.add_argument("--daemons-cgroup", choices=DAEMONS_CGROUPS, default="root",
-                        help="where the node's daemons (the lab, the --background writer, the agent, the bench) "
-                             "run on the cpu hierarchy: root = loose tasks in the root cgroup, each thread an "
-                             "entity of its own beside the pods' one group; system.slice = as on a systemd node, "
-                             "one group (cpu.shares 1024) beside kubepods (cpu.shares = the node's CPUs x 1024, "
-                             "as the kubelet sets it) below the bench's node cgroup")
+    lab_background.add_arguments(parser)  # --background, --background-rate, --daemons-cgroup
     parser.add_argument("--longest-waits", action="store_true",
                         help="also measure each round's longest single run-queue wait of a server thread "
                              "(ls_longest_wait_ms, ls_waits_over_5ms; bench/wait_sampler.py, which reads the "
@@ -633,7 +605,7 @@ def main() -> int:
             nginx.stop()
         lab.down(wipe=True)
         if args.daemons_cgroup == "system.slice":
-            (CPU_ROOT / "cgroup.procs").write_text(str(os.getpid()))  # out of system.slice, so it can go
+            lab_background.daemons_back_in_root()
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}

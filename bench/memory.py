@@ -225,7 +225,8 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
     if "p99_vs_solo" in tidal and "p99_vs_solo" in k8s:
         lines.append("per round, p99 over the same round's solo (median, min-max): " + ", ".join(
             f"{name} {summary[name]['p99_vs_solo']:.2f}x ({summary[name]['p99_vs_solo_min']:.2f}-"
-            f"{summary[name]['p99_vs_solo_max']:.2f})" for name in TREATMENTS if "p99_vs_solo" in summary.get(name, {})))
+            f"{summary[name]['p99_vs_solo_max']:.2f})"
+            for name in TREATMENTS if "p99_vs_solo" in summary.get(name, {})))
     if all(summary[name].get("p99_pooled_ms") for name in ("solo", "k8s_default", "tidal")):
         pooled = {name: summary[name]["p99_pooled_ms"] for name in TREATMENTS
                   if summary.get(name, {}).get("p99_pooled_ms")}
@@ -455,7 +456,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=15, help="measured seconds per treatment")
-    parser.add_argument("--settle", type=float, default=6, help="seconds before measuring, in every treatment (the BE job runs meanwhile; "
+    parser.add_argument("--settle", type=float, default=6,
+                        help="seconds before measuring, in every treatment (the BE job runs meanwhile; "
                              "the previous treatment's aftermath settles)")
     parser.add_argument("--rate", type=int, default=200, help="online requests per second")
     parser.add_argument("--budget-gib", type=float, default=6.0, help="the node's memory (the budget cgroup's limit)")
@@ -546,9 +548,7 @@ def main() -> int:
         budget = cgroups.make(kubelet.layout.hierarchy.memory_root / kubelet.kubelet_root.lstrip("/"))
         (budget / "memory.limit_in_bytes").write_text(str(budget_bytes))
         log(f"node budget {budget} at {args.budget_gib:g} GiB; private lab in {lab.dir}")
-        if args.daemons_cgroup == "system.slice":
-            system_slice = lab_background.daemons_in_system_slice(kubelet, cgroups)
-            log(f"daemons in {system_slice}, beside kubepods (cpu.shares {cpus * 1024})")
+        lab_background.place_daemons(args, kubelet, cgroups, log)
         lab.up(nodes=0, real_nodes=0)
         with lab.api_client() as api:
             create_or_replace_all(api, crd_manifests(), wait_established=True)
@@ -755,8 +755,7 @@ def main() -> int:
         try:
             lab.down(wipe=True)
         finally:
-            if args.daemons_cgroup == "system.slice":
-                lab_background.daemons_back_in_root()
+            lab_background.release_daemons(args)
             cgroups.cleanup()
             shutil.rmtree(workdir, ignore_errors=True)
     summary = summarise(results)

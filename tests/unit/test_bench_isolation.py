@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import isolation  # noqa: E402
+import lab_background  # noqa: E402
 
 
 @pytest.mark.parametrize("before, after, requests, expected", [
@@ -95,12 +96,12 @@ def test_the_daemons_go_to_a_system_slice_beside_kubepods_with_the_kubelets_shar
     ``system.slice`` beside ``kubepods`` (both below the bench's node cgroup), with the shares a
     systemd node and the kubelet give them; its children follow it there."""
     from tidal_dev.testing.local_kubelet import LocalKubelet
-    if not isolation.CPU_ROOT.joinpath("cpu.shares").exists():
-        pytest.skip(f"no cgroup v1 cpu hierarchy at {isolation.CPU_ROOT}")
+    if not lab_background.CPU_ROOT.joinpath("cpu.shares").exists():
+        pytest.skip(f"no cgroup v1 cpu hierarchy at {lab_background.CPU_ROOT}")
     kubelet = LocalKubelet(real)
     daemon = subprocess.Popen(["sleep", "60"])
     try:
-        system_slice = isolation.daemons_in_system_slice(kubelet, real, pid=daemon.pid)
+        system_slice = lab_background.daemons_in_system_slice(kubelet, real, pid=daemon.pid)
         kubepods = system_slice.parent / "kubepods"
         assert (kubepods / "cpu.shares").read_text().strip() == str(isolation.CPUS * 1024)
         assert (system_slice / "cpu.shares").read_text().strip() == "1024"

@@ -24,6 +24,15 @@ treatment always runs right after the same one:
 * ``solo_again``    (only when named) ``solo`` once more in each round: an A/A control. Its
                     ratio to solo is what the machine's noise alone makes of a treatment that
                     changes nothing, i.e. the smallest difference this run can resolve.
+* ``be_idle_group`` (only when named) a lead, not what Tidal does: the BE hog in an idle cgroup
+                    (``cpu.idle = 1``) at the cpu hierarchy's root (a node's, where ``kubepods``
+                    and ``system.slice`` are) instead of in its pod's cgroup, no agent. An idle
+                    group only yields to its siblings, and Tidal's idle BE pods' siblings are
+                    other BE pods: against the online pods and the node's daemons BE competes
+                    through ``kubepods/besteffort`` (the kubelet's ``cpu.shares = 2``, which it
+                    must keep writing) and ``kubepods`` itself, whose CPU time BE's is. This
+                    measures what placing BE containers outside ``kubepods`` would give
+                    (``be_idle_group_dir``; docs/node-engine.md).
 
 Both Tidal treatments run against a private lab where a kwok node stands for this machine and
 the pods are bound to it. The agent starts with each Tidal treatment. In every treatment with a
@@ -84,7 +93,7 @@ import lab_background  # noqa: E402  (bench/, on the path just above)
 from lab_background import CPU_ROOT  # noqa: E402  (sched_probe's too)
 
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
-              "solo_again")
+              "solo_again", "be_idle_group")
 #: what a run measures unless --treatments says otherwise
 DEFAULT_TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal")
 #: the treatments without a BE job: solo, and its repeat in each round (the A/A control)
@@ -105,6 +114,19 @@ def besteffort_cpu_shares(kubelet, pod_uid: str, *more_dirs: Path) -> list[Path]
     dirs = (*kubelet.qos_dirs(PodQOSClass.BEST_EFFORT),
             *kubelet.dirs(kubelet.layout.pod_relpath(pod_uid, PodQOSClass.BEST_EFFORT)), *more_dirs)
     return [d / "cpu.shares" for d in dirs if (d / "cpu.shares").exists()]
+
+
+def be_idle_group_dir(cgroups) -> Path:
+    """``be_idle_group``'s cgroup: an idle group (``cpu.idle = 1``) at the root of the cpu
+    hierarchy, named after the bench's cgroups (removed with them), cpu hierarchy only. At the
+    root, not below the bench's node cgroup: an idle group only yields to its siblings, and the
+    bench's node cgroup itself competes at the root with whatever else runs on this machine (other
+    people's work, standing for a node's other top-level groups), as a node's ``kubepods`` does —
+    one level down, the BE job's CPU time would again be charged to the group holding the online
+    server (measured: p99 30-246 ms there, 2.0-3.3 ms at the root, beside the busy lab)."""
+    group = cgroups.make(CPU_ROOT / f"{cgroups.name}-be")
+    (group / "cpu.idle").write_text("1")
+    return group
 
 
 def busy_cores(before, after) -> float:
@@ -445,8 +467,9 @@ def main() -> int:
                              "threads' schedstat every millisecond at SCHED_FIFO: it costs a few %% of a CPU)")
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
-                             f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always and "
-                             f"solo_again (solo once more in each round: the noise floor)")
+                             f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always, "
+                             f"solo_again (solo once more in each round: the noise floor) and be_idle_group (a lead: "
+                             f"BE in an idle cgroup at the cgroup root, no agent)")
     parser.add_argument("--order", choices=ORDERS, default="rotate",
                         help="the treatments' order within a round: rotate (default; turned by one place each "
                              "round, so no treatment always follows the same one) or fixed (as listed, solo first; "
@@ -563,9 +586,10 @@ def main() -> int:
                         if time.monotonic() > deadline:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
+                hog_dirs = [be_idle_group_dir(cgroups)] if treatment == "be_idle_group" else be_dirs
                 agent_cpu = (cpu_seconds(agent.pid), time.monotonic()) if treatment in TIDAL else None
                 r = measure(loadgen, url, args.rate, args.seconds,
-                            None if treatment in SOLO else be_dirs, workdir, args.client_scheduling == "fifo",
+                            None if treatment in SOLO else hog_dirs, workdir, args.client_scheduling == "fifo",
                             web_dirs[0], 0 if treatment in SOLO else args.agent_settle,
                             args.longest_waits)
                 if treatment == "k8s_default":

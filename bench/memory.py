@@ -46,6 +46,11 @@ file uncached:
                     memory reclaim, memory watermark eviction, PSI-based eviction on memory.
                     An eviction ends the BE job (the bench stands in for the kubelet) and is
                     counted, with the agent's reason logged.
+* ``tidal_idle_group`` (only with ``--lead-be-idle-group``) a lead, not what Tidal ships:
+                    ``tidal`` with the BE job's cpu cgroup an idle group at the cpu hierarchy's
+                    root (bench-isolation's ``be_idle_group``) instead of its pod's; its memory and
+                    every other cgroup stay its pod's, under the agent. What placing BE
+                    containers outside ``kubepods`` would add to Tidal's memory isolation.
 
 By default (``--cpu defaults``) CPU is left at its defaults in every treatment — no ``cpu.shares``
 2 for k8s_default, Tidal's CPU priority and suppression off — so the figures show memory alone
@@ -101,8 +106,10 @@ import lab_background  # noqa: E402  (bench/, on the path just above)
 TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
 #: the runs of one round: ``be_solo`` is the BE job alone, folded into ``solo``'s record
 RUNS = ("solo", "agent_solo", "be_solo", "no_isolation", "k8s_default", "tidal")
+#: ``--lead-be-idle-group``'s treatment, run only when asked for (a lead, not what Tidal ships)
+LEADS = ("tidal_idle_group",)
 #: the runs with ``tidal-agent run`` enforcing
-AGENT_RUNS = ("agent_solo", "tidal")
+AGENT_RUNS = ("agent_solo", "tidal", *LEADS)
 SUMMARY_KEYS = ("p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions")
 GiB = 1 << 30
 MiB = 1 << 20
@@ -184,7 +191,7 @@ def summarise(runs: Mapping[str, list[dict]]) -> dict[str, dict]:
     BE throughput and memory used; the counters (errors, OOM kills, evictions) are summed over
     the rounds. ``solo`` takes ``be_mb_per_s`` from the ``be_solo`` runs."""
     out: dict[str, dict] = {}
-    for treatment in TREATMENTS:
+    for treatment in (*TREATMENTS, *LEADS):
         rows = runs.get(treatment, [])
         if treatment == "solo":
             be_alone = [r["be_mb_per_s"] for r in runs.get("be_solo", [])]
@@ -226,9 +233,9 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
         lines.append("per round, p99 over the same round's solo (median, min-max): " + ", ".join(
             f"{name} {summary[name]['p99_vs_solo']:.2f}x ({summary[name]['p99_vs_solo_min']:.2f}-"
             f"{summary[name]['p99_vs_solo_max']:.2f})"
-            for name in TREATMENTS if "p99_vs_solo" in summary.get(name, {})))
+            for name in (*TREATMENTS, *LEADS) if "p99_vs_solo" in summary.get(name, {})))
     if all(summary[name].get("p99_pooled_ms") for name in ("solo", "k8s_default", "tidal")):
-        pooled = {name: summary[name]["p99_pooled_ms"] for name in TREATMENTS
+        pooled = {name: summary[name]["p99_pooled_ms"] for name in (*TREATMENTS, *LEADS)
                   if summary.get(name, {}).get("p99_pooled_ms")}
         solo_pooled = pooled["solo"]
         lines.append("p99 of all rounds' requests pooled, over solo's: " + ", ".join(
@@ -475,6 +482,10 @@ def main() -> int:
     parser.add_argument("--memory-high", type=int, default=95, help="the policy's memory high watermark for tidal")
     parser.add_argument("--memory-low", type=int, default=85, help="the policy's memory low watermark for tidal")
     lab_background.add_arguments(parser)
+    parser.add_argument("--lead-be-idle-group", action="store_true",
+                        help="also run tidal_idle_group each round (a lead, not what Tidal ships): tidal with the BE "
+                             "job's cpu cgroup an idle group at the cgroup root instead of its pod's (its memory "
+                             "and other cgroups its pod's); see bench-isolation's be_idle_group")
     parser.add_argument("--workdir-parent", default="/var/tmp", help="where the files go (deleted at the end)")
     parser.add_argument("--cpu", choices=("defaults", "as-shipped"), default="defaults",
                         help="defaults: every cgroup's CPU at its defaults (memory alone); as-shipped: the BE "
@@ -500,7 +511,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, interrupted)
 
     from admission import build_loadgen
-    from isolation import Nginx, besteffort_cpu_shares, in_cgroups
+    from isolation import Nginx, be_idle_group_dir, besteffort_cpu_shares, in_cgroups
     from kubernetes import client
 
     from tidal.agent.collector.cgroups import CgroupVersion
@@ -529,7 +540,8 @@ def main() -> int:
     background_report: dict = {"kind": "none"}
     node = "bench-node"
     cpus = os.cpu_count() or 1
-    results: dict[str, list[dict]] = {r: [] for r in RUNS}
+    runs_of_round = RUNS + (LEADS if args.lead_be_idle_group else ())
+    results: dict[str, list[dict]] = {r: [] for r in runs_of_round}
     load = {"start": os.getloadavg()}
     batch = {qos.BATCH_CPU_RESOURCE: str(cpus * 1000),
              qos.BATCH_MEMORY_RESOURCE: str(int(args.be_batch_memory_gib * GiB))}
@@ -647,8 +659,12 @@ def main() -> int:
             web_oom, be_oom = oom_counts([web.dirs]), oom_counts([be_pod.dirs])
             be = None
             if run not in ("solo", "agent_solo"):
-                be = BEJob(python, be_pod.dirs, anon, stream, workdir, 1000 if run in ("k8s_default", "tidal") else 0,
-                           args.be_pace_mb * 1e6)
+                be_dirs = be_pod.dirs
+                if run in LEADS:  # the same pod's cgroups but the cpu hierarchy's: the idle group's
+                    be_dirs = [be_idle_group_dir(cgroups) if (d / "cpu.shares").exists() else d
+                               for d in be_pod.dirs]
+                be = BEJob(python, be_dirs, anon, stream, workdir,
+                           1000 if run in ("k8s_default", "tidal", *LEADS) else 0, args.be_pace_mb * 1e6)
             evicted = threading.Event()
             watching = threading.Event()
 
@@ -738,7 +754,7 @@ def main() -> int:
         warm()
         loadgen_run(loadgen, urls, args.rate, 5)  # discarded: nginx's and the client's first requests
         for round_ in range(args.rounds):
-            order = RUNS[round_ % len(RUNS):] + RUNS[:round_ % len(RUNS)]
+            order = runs_of_round[round_ % len(runs_of_round):] + runs_of_round[:round_ % len(runs_of_round)]
             for run in order:
                 r = run_once(run, round_)
                 results[run].append(r)

@@ -74,6 +74,23 @@ def test_the_a_a_control_runs_only_when_named_listed_last_and_without_a_be_job()
     assert set(isolation.SOLO) == {"solo", "solo_again"} and not set(isolation.SOLO) & set(isolation.TIDAL)
 
 
+def test_the_idle_group_lead_runs_only_when_named_without_the_agent():
+    assert "be_idle_group" not in isolation.DEFAULT_TREATMENTS
+    assert "be_idle_group" not in isolation.TIDAL and "be_idle_group" not in isolation.SOLO
+    assert isolation.treatment_list("be_idle_group,tidal") == ("solo", "tidal", "be_idle_group")
+
+
+def test_the_idle_group_is_an_idle_cgroup_at_the_cgroup_root(hierarchy, real):
+    """``be_idle_group`` on this machine's cgroups: an idle cgroup (``cpu.idle = 1``) at the cpu
+    hierarchy's root, named after the bench's cgroups; asked again (every round), the same one."""
+    if not lab_background.CPU_ROOT.joinpath("cpu.idle").exists():
+        pytest.skip(f"no cgroup v1 cpu hierarchy with cpu.idle at {lab_background.CPU_ROOT}")
+    group = isolation.be_idle_group_dir(real)
+    assert group == lab_background.CPU_ROOT / f"{real.name}-be"
+    assert (group / "cpu.idle").read_text().strip() == "1"
+    assert isolation.be_idle_group_dir(real) == group
+
+
 def test_an_unknown_treatment_is_refused_naming_it_and_the_allowed_ones():
     with pytest.raises(argparse.ArgumentTypeError) as refused:
         isolation.treatment_list("tidal,koordinator")

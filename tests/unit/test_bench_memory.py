@@ -120,6 +120,17 @@ def test_the_verdict_reports_pooled_p99s_over_solo_s():
     assert not any("pooled" in line for line in memory.verdict(summary))
 
 
+def test_the_idle_group_lead_is_summarised_after_the_treatments_and_runs_the_agent():
+    names = ("solo", "k8s_default", "tidal", "tidal_idle_group")
+    summary = memory.summarise({name: [run(10.0)] for name in names})
+    assert list(summary) == ["solo", "k8s_default", "tidal", "tidal_idle_group"]
+    assert "tidal_idle_group" in memory.AGENT_RUNS and "tidal_idle_group" not in memory.RUNS  # only when asked
+    for name, value in zip(names, (20.0, 60.0, 30.0, 24.0)):
+        summary[name]["p99_pooled_ms"] = value
+    assert ("p99 of all rounds' requests pooled, over solo's: solo 20.0 ms (1.00x), k8s_default 60.0 ms (3.00x), "
+            "tidal 30.0 ms (1.50x), tidal_idle_group 24.0 ms (1.20x)") in memory.verdict(summary)
+
+
 def test_no_verdict_without_every_treatment():
     assert memory.verdict({"solo": run(1.0)}) == ["not every treatment measured: no verdict"]
 

@@ -86,11 +86,15 @@ class CgroupDriver(enum.StrEnum):
 
 
 class PodQOSClass(enum.StrEnum):
-    """Kubernetes' QoS class of a pod (``status.qosClass``), which decides its cgroup parent."""
+    """Kubernetes' QoS class of a pod (``status.qosClass``), which decides its cgroup parent;
+    and ``BE_IDLE_GROUP``, not a Kubernetes class: a BestEffort pod whose containers Tidal's NRI
+    plugin created in the BE idle group (``tidal-be`` beside ``kubepods``, :data:`BE_IDLE_GROUP`)
+    instead of below its pod cgroup, which then holds only the pod's sandbox."""
 
     GUARANTEED = "Guaranteed"
     BURSTABLE = "Burstable"
     BEST_EFFORT = "BestEffort"
+    BE_IDLE_GROUP = "TidalBEIdleGroup"
 
 
 class CgroupLayoutError(Exception):
@@ -105,6 +109,10 @@ _CONTAINER_ID_RE = re.compile(
 _COMPONENT_RE = re.compile(r"[0-9A-Za-z_][0-9A-Za-z_.-]*")
 
 _KUBEPODS = "kubepods"
+#: The BE idle group's cgroup name beside ``kubepods`` (cgroupfs ``tidal-be``, systemd
+#: ``tidal_be.slice``): ``cpu.idle = 1`` at the level where the online pods' ``kubepods`` and the
+#: node's daemons compete, which no cgroup below ``kubepods`` can be (docs/node-engine.md).
+BE_IDLE_GROUP = "tidal-be"
 _QOS_COMPONENT = {
     PodQOSClass.GUARANTEED: None,
     PodQOSClass.BURSTABLE: "burstable",
@@ -180,6 +188,8 @@ def _kubepods_name(kubelet_root: str, driver: CgroupDriver) -> tuple[str, ...]:
 
 
 def _qos_name(qos_class: PodQOSClass, driver: CgroupDriver, kubelet_root: str) -> tuple[str, ...]:
+    if PodQOSClass(qos_class) is PodQOSClass.BE_IDLE_GROUP:
+        return (*kubelet_root_components(kubelet_root, driver), BE_IDLE_GROUP)
     name = _kubepods_name(kubelet_root, driver)
     component = _QOS_COMPONENT[PodQOSClass(qos_class)]
     return name if component is None else (*name, component)

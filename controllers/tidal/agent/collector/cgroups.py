@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 __all__ = [
+    "BE_IDLE_GROUP",
     "DEFAULT_CGROUP_ROOT",
     "CgroupVersion",
     "CgroupDriver",
@@ -51,6 +52,7 @@ __all__ = [
     "CgroupHierarchy",
     "CgroupLayout",
     "DiscoveredPod",
+    "pod_uids_in",
     "kubelet_root_components",
     "cgroup_name_to_relpath",
     "kubepods_relpath",
@@ -398,17 +400,19 @@ def _pod_uid_from_dir(name: str, parent_name: tuple[str, ...], driver: CgroupDri
     return uid if _UID_RE.fullmatch(uid) else None
 
 
+def pod_uids_in(layout: CgroupLayout, qos_class: PodQOSClass) -> list[str]:
+    """The UIDs of the pod cgroups present below ``qos_class``'s parent in the memory hierarchy
+    (one directory listing; none when the parent does not exist)."""
+    parent_name = _qos_name(qos_class, layout.driver, layout.kubelet_root)
+    parent = layout.memory_dir(cgroup_name_to_relpath(parent_name, layout.driver))
+    uids = (_pod_uid_from_dir(entry.name, parent_name, layout.driver) for entry in _subdirs(parent))
+    return [uid for uid in uids if uid is not None]
+
+
 def discover_pod_cgroups(layout: CgroupLayout) -> dict[str, DiscoveredPod]:
     """Every pod cgroup present in the memory hierarchy, by UID (for diagnostics and tests)."""
-    pods: dict[str, DiscoveredPod] = {}
-    for qos_class in PodQOSClass:
-        parent_name = _qos_name(qos_class, layout.driver, layout.kubelet_root)
-        parent = layout.memory_dir(cgroup_name_to_relpath(parent_name, layout.driver))
-        for entry in _subdirs(parent):
-            uid = _pod_uid_from_dir(entry.name, parent_name, layout.driver)
-            if uid is not None:
-                pods[uid] = DiscoveredPod(uid, qos_class, layout.pod_relpath(uid, qos_class))
-    return pods
+    return {uid: DiscoveredPod(uid, qos_class, layout.pod_relpath(uid, qos_class))
+            for qos_class in PodQOSClass for uid in pod_uids_in(layout, qos_class)}
 
 
 def _subdirs(path: Path) -> Iterator[Path]:

@@ -96,7 +96,7 @@ class PodQOSClass(enum.StrEnum):
     GUARANTEED = "Guaranteed"
     BURSTABLE = "Burstable"
     BEST_EFFORT = "BestEffort"
-    BE_IDLE_GROUP = "TidalBEIdleGroup"
+    BE_IDLE_GROUP = "be-idle-group"  # not a Kubernetes class: never in a pod's status
 
 
 class CgroupLayoutError(Exception):

@@ -42,6 +42,7 @@ __all__ = [
     "cpu_dir",
     "memory_dir",
     "allowed_roots",
+    "be_parent_classes",
     "compose",
     "apply",
     "restore",
@@ -148,13 +149,20 @@ def memory_dir(state: NodeState, relpath: PurePosixPath) -> Path:
     return state.layout.memory_dir(relpath)
 
 
+def be_parent_classes(state: NodeState) -> list[PodQOSClass]:
+    """The parents of the node's BE pods, as classes: ``kubepods/besteffort`` (always, as before
+    the BE idle group) and the BE idle group while it holds BE pods
+    (:mod:`tidal.agent.be_placement`)."""
+    idle = any(p.qos_class is PodQOSClass.BE_IDLE_GROUP for p in state.be_pods())
+    return [PodQOSClass.BEST_EFFORT, *([PodQOSClass.BE_IDLE_GROUP] if idle else [])]
+
+
 def allowed_roots(layout: CgroupLayout, cpu_root_override: Path | None = None) -> tuple[Path, ...]:
-    """The only directories :func:`apply` may write below: ``kubepods`` in each hierarchy."""
-    kubepods = layout.kubepods_relpath()
-    roots = {
-        cpu_controller_root(layout, cpu_root_override) / kubepods,
-        layout.memory_dir(kubepods),
-    }
+    """The only directories :func:`apply` may write below: ``kubepods`` and the BE idle group in
+    each hierarchy."""
+    roots = set()
+    for relpath in (layout.kubepods_relpath(), layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)):
+        roots |= {cpu_controller_root(layout, cpu_root_override) / relpath, layout.memory_dir(relpath)}
     return tuple(sorted(roots))
 
 

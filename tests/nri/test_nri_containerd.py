@@ -122,9 +122,10 @@ def test_be_container_gets_its_limits_in_real_cgroups(containerd):
 
 
 def test_be_container_is_created_in_the_be_idle_group_with_its_limits(containerd):
-    """``beIsolation.cpuPriority.idleGroup``: the BE container's cgroup is created beside
-    ``kubepods`` (below the same cgroup root) in ``tidal-be/pod<uid>``, with its batch limits;
-    the kubelet's pod cgroup keeps only the sandbox. An LS container stays where it was."""
+    """``beIsolation.cpuPriority.idleGroup``: the BE container's cgroup is created in the BE
+    idle group at the hierarchy's root, ``/tidal-be/pod<uid>``, with its batch limits, whatever
+    the cgroup root of the pod's sandbox; the kubelet's pod cgroup keeps only the sandbox. An LS
+    container stays where it was."""
     plugin = PluginThread(containerd.nri_socket, be_idle_group=lambda: True)
     tag = uuid.uuid4().hex[:8]
     root, uid = f"/tidal-nri-{tag}", str(uuid.uuid4())
@@ -141,7 +142,7 @@ def test_be_container_is_created_in_the_be_idle_group_with_its_limits(containerd
             assert "error" not in result, f"{result['error']}\ncontainerd log:\n{containerd.tail()}"
             pods[level] = (result, parent)
         be, _ = pods["BE"]
-        moved = f"{root}/tidal-be/pod{uid}/{be['container']}"
+        moved = f"/tidal-be/pod{uid}/{be['container']}"
         if V2:
             assert cgroup_file("memory", moved, "memory.max") == str(page_rounded(300_000_000))
         else:
@@ -154,6 +155,7 @@ def test_be_container_is_created_in_the_be_idle_group_with_its_limits(containerd
         for result, _ in pods.values():
             containerd.cri("-cleanup", result["pod"])
         remove_cgroup_tree(root)
+        remove_cgroup_tree(f"/tidal-be/pod{uid}")  # its container's cgroup went with the container
         plugin.stop()
 
 

@@ -17,11 +17,11 @@ CID = "5e7df40413eaa9b0d11dadaab052a20c1a69c57c598cdc481b17f5428c2bea8d"
 @pytest.mark.parametrize("path, expected", [
     # cgroupfs: the kubelet's BestEffort pod, with and without a cgroupRoot
     (f"/kubepods/besteffort/pod{UID}/{CID}", f"/tidal-be/pod{UID}/{CID}"),
-    (f"/node/a/kubepods/besteffort/pod{UID}/{CID}", f"/node/a/tidal-be/pod{UID}/{CID}"),
+    (f"/node/a/kubepods/besteffort/pod{UID}/{CID}", f"/tidal-be/pod{UID}/{CID}"),  # at the root, always
     # systemd: slice:prefix:name, with and without a cgroupRoot slice
     (f"kubepods-besteffort-pod{UID_}.slice:cri-containerd:{CID}", f"tidal_be-pod{UID_}.slice:cri-containerd:{CID}"),
     (f"node-kubepods-besteffort-pod{UID_}.slice:cri-containerd:{CID}",
-     f"node-tidal_be-pod{UID_}.slice:cri-containerd:{CID}"),
+     f"tidal_be-pod{UID_}.slice:cri-containerd:{CID}"),
     # not a BestEffort pod's container: left alone
     (f"/kubepods/burstable/pod{UID}/{CID}", None),
     (f"/kubepods/pod{UID}/{CID}", None),

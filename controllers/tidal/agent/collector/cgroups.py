@@ -111,9 +111,11 @@ _CONTAINER_ID_RE = re.compile(
 _COMPONENT_RE = re.compile(r"[0-9A-Za-z_][0-9A-Za-z_.-]*")
 
 _KUBEPODS = "kubepods"
-#: The BE idle group's cgroup name beside ``kubepods`` (cgroupfs ``tidal-be``, systemd
-#: ``tidal_be.slice``): ``cpu.idle = 1`` at the level where the online pods' ``kubepods`` and the
-#: node's daemons compete, which no cgroup below ``kubepods`` can be (docs/node-engine.md).
+#: The BE idle group's cgroup name at the hierarchy's root, beside ``kubepods`` on a kubelet
+#: with the default cgroupRoot (cgroupfs ``/tidal-be``, systemd ``tidal_be.slice``): ``cpu.idle
+#: = 1`` at the level where the online pods' ``kubepods`` and the node's daemons compete, which
+#: no cgroup below ``kubepods`` can be — nor one below another cgroup that competes there, as a
+#: kubelet's own cgroupRoot may (measured: docs/node-engine.md), so the root it is.
 BE_IDLE_GROUP = "tidal-be"
 _QOS_COMPONENT = {
     PodQOSClass.GUARANTEED: None,
@@ -191,7 +193,7 @@ def _kubepods_name(kubelet_root: str, driver: CgroupDriver) -> tuple[str, ...]:
 
 def _qos_name(qos_class: PodQOSClass, driver: CgroupDriver, kubelet_root: str) -> tuple[str, ...]:
     if PodQOSClass(qos_class) is PodQOSClass.BE_IDLE_GROUP:
-        return (*kubelet_root_components(kubelet_root, driver), BE_IDLE_GROUP)
+        return (BE_IDLE_GROUP,)  # at the hierarchy's root whatever the kubelet's cgroupRoot
     name = _kubepods_name(kubelet_root, driver)
     component = _QOS_COMPONENT[PodQOSClass(qos_class)]
     return name if component is None else (*name, component)

@@ -18,8 +18,10 @@ cgroupfs   ``/kubepods/besteffort/pod<uid>/<id>``                     ``/tidal-b
 systemd    ``kubepods-besteffort-pod<uid_>.slice:cri-containerd:<id>``  ``tidal_be-pod<uid_>.slice:cri-containerd:<id>``
 =========  ======================================================  ==========================================
 
-A kubelet ``cgroupRoot`` (cgroupfs ``/a/b``, systemd ``a-b``) is kept in front. Any other path
-(a Burstable or Guaranteed pod's, one already moved, one of another shape) is left alone: None.
+The idle group is at the hierarchy's root whatever the kubelet's ``cgroupRoot`` (cgroupfs
+``/a/b``, systemd ``a-b``): below a cgroup that itself competes at the root it would not be idle
+where it matters (docs/node-engine.md). Any other path (a Burstable or Guaranteed pod's, one
+already moved, one of another shape) is left alone: None.
 """
 
 from __future__ import annotations
@@ -42,12 +44,12 @@ def be_idle_group_cgroups_path(path: str) -> str | None:
         if len(parts) < 4 or parts[-4:-2] != ["kubepods", "besteffort"] or not _POD_RE.fullmatch(parts[-2]) \
                 or not parts[-1] or "" in parts:
             return None
-        return "/" + "/".join([*parts[:-4], BE_IDLE_GROUP, parts[-2], parts[-1]])
+        return "/" + "/".join([BE_IDLE_GROUP, parts[-2], parts[-1]])
     fields = path.split(":")
     if len(fields) != 3 or not all(fields):
         return None
     match = _SYSTEMD_SLICE_RE.fullmatch(fields[0])
     if match is None:
         return None
-    slice_name = f"{match['root']}{BE_IDLE_GROUP.replace('-', '_')}-{match['pod']}.slice"
+    slice_name = f"{BE_IDLE_GROUP.replace('-', '_')}-{match['pod']}.slice"
     return ":".join([slice_name, fields[1], fields[2]])

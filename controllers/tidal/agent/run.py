@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tidal.api import qos
 from tidal.kube.client import ApiError
+from tidal.agent.be_idle_group import BEIdleGroup
 from tidal.agent.be_placement import BEPlacement
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detect_layout
 from tidal.agent.collector.sampler import Sampler
@@ -230,6 +231,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     zero_evictions(metrics, node)
     usage_metrics = scheduler_usage_metrics(registry)
     placement = BEPlacement(layout)
+    idle_group = BEIdleGroup(layout, cgroup_root)
     engine = QoSEngine(Path(state_dir) / "qos-journal.json")
     node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics,
                        evictions=EvictionJournal(Path(state_dir) / EVICTIONS_FILE))
@@ -251,7 +253,9 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
 
     def observe(now: float) -> None:
         # every tick (1 s): the sample, the prediction's history, the latest policy and Node
-        placement.refresh()  # which BE pods' containers are in the BE idle group
+        if node_qos.policy.be_isolation.cpu_priority.idle_group:
+            idle_group.ensure()  # idle (the priority strategy) before a BE container lands there
+        idle_group.remove_gone(placement.refresh(), pods.pods.keys())  # placement: the group's BE pods
         sampler.sample(placement.place(pods.pods.values()))
         predictions.observe(sampler, time.time())
         node_qos.observe_policy(policy_watch.object)

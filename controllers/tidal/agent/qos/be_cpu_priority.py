@@ -46,8 +46,10 @@ class BECPUPriority:
         # The BE idle group (beside kubepods, Tidal's own: no kubelet writes its weight) is idle
         # itself: there BE is idle against the online pods and the node's daemons alike.
         parent = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
-        paths = [cpu_dir(state, state.layout.qos_relpath(c)) for c in be_parent_classes(state)] \
-            if state.be_pods() else []
+        classes = be_parent_classes(state) if state.be_pods() else []
+        if state.policy.be_isolation.cpu_priority.idle_group and PodQOSClass.BE_IDLE_GROUP not in classes:
+            classes.append(PodQOSClass.BE_IDLE_GROUP)  # idle before the first BE container lands there
+        paths = [cpu_dir(state, state.layout.qos_relpath(c)) for c in classes]
         paths += [cpu_dir(state, state.layout.pod_relpath(p.uid, p.qos_class)) for p in state.be_pods()]
         for path in paths:
             if state.supports("cpu.idle") and path != parent:

@@ -150,11 +150,13 @@ def memory_dir(state: NodeState, relpath: PurePosixPath) -> Path:
 
 
 def be_parent_classes(state: NodeState) -> list[PodQOSClass]:
-    """The parents of the node's BE pods, as classes: ``kubepods/besteffort`` (always, as before
-    the BE idle group) and the BE idle group while it holds BE pods
-    (:mod:`tidal.agent.be_placement`)."""
-    idle = any(p.qos_class is PodQOSClass.BE_IDLE_GROUP for p in state.be_pods())
-    return [PodQOSClass.BEST_EFFORT, *([PodQOSClass.BE_IDLE_GROUP] if idle else [])]
+    """The parents of the node's BE pods, as classes: ``kubepods/besteffort`` while it holds BE
+    pods, or when no BE pod is anywhere (as before the BE idle group), and the BE idle group
+    while it holds BE pods (:mod:`tidal.agent.be_placement`)."""
+    classes = {p.qos_class for p in state.be_pods()}
+    below = not classes or any(c is not PodQOSClass.BE_IDLE_GROUP for c in classes)
+    return [*([PodQOSClass.BEST_EFFORT] if below else []),
+            *([PodQOSClass.BE_IDLE_GROUP] if PodQOSClass.BE_IDLE_GROUP in classes else [])]
 
 
 def allowed_roots(layout: CgroupLayout, cpu_root_override: Path | None = None) -> tuple[Path, ...]:

@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The BE idle group's upkeep on the node (I/O; :mod:`tidal.agent.be_placement` finds its pods).
+
+* While ``beIsolation.cpuPriority.idleGroup`` is on, the group exists in the cpu and memory
+  hierarchies, so that the BE CPU priority strategy makes it idle before the first BE container
+  lands in it (runc would create it, not idle, at the container's creation).
+* A pod directory ``tidal-be/pod<uid>`` whose pod is no longer on the node is removed in every
+  hierarchy: runc removes its containers' cgroups and the kubelet the pod's own cgroup below
+  ``kubepods``, but nothing removes this one (checked on the lab's real kubelet: left behind,
+  empty, in all ten v1 hierarchies and the unified one). A directory that still holds a cgroup
+  (a container not yet removed) is kept and tried again on the next tick. With the systemd
+  driver the pod's directory is a slice systemd created for runc, and systemd's to remove: left
+  alone.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from tidal.agent.collector.cgroups import DEFAULT_CGROUP_ROOT, CgroupDriver, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.qos.strategy import cpu_controller_root
+
+__all__ = ["BEIdleGroup"]
+
+log = logging.getLogger(__name__)
+
+
+class BEIdleGroup:
+    def __init__(self, layout: CgroupLayout, cgroup_root: Path | str = DEFAULT_CGROUP_ROOT,
+                 cpu_root_override: Path | None = None) -> None:
+        self.layout = layout
+        self.cgroup_root = Path(cgroup_root)
+        self.cpu_root = cpu_controller_root(layout, cpu_root_override)
+        self.relpath = layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)
+
+    def ensure(self) -> list[Path]:
+        """The group in the cpu and memory hierarchies; returns the directories created."""
+        created = []
+        for d in {self.cpu_root / self.relpath, self.layout.memory_dir(self.relpath)}:
+            if not d.is_dir():
+                d.mkdir(exist_ok=True)
+                created.append(d)
+                log.info("BE idle group: created %s", d)
+        return created
+
+    def _hierarchies(self) -> list[Path]:
+        if self.layout.version is CgroupVersion.V2:
+            return [self.layout.memory_dir(self.relpath).parent]
+        return sorted(p for p in self.cgroup_root.iterdir() if p.is_dir() and not p.is_symlink())
+
+    def remove_gone(self, found: Iterable[str], on_node: Iterable[str]) -> list[Path]:
+        """Remove the pod directories of ``found`` (UIDs in the group) no longer ``on_node``;
+        returns those removed."""
+        if self.layout.driver is not CgroupDriver.CGROUPFS:
+            return []
+        gone = set(found) - set(on_node)
+        removed = []
+        for uid in sorted(gone):
+            pod = self.layout.pod_relpath(uid, PodQOSClass.BE_IDLE_GROUP)
+            for hierarchy in self._hierarchies():
+                d = hierarchy / pod
+                try:
+                    d.rmdir()
+                except FileNotFoundError:
+                    continue
+                except OSError as error:
+                    if error.errno not in (errno.ENOTEMPTY, errno.EBUSY):
+                        log.warning("BE idle group: cannot remove %s: %s", d, error)
+                    continue
+                removed.append(d)
+            if removed and removed[-1].name == pod.name:
+                log.info("BE idle group: removed the cgroups of pod %s, gone from the node", uid)
+        return removed

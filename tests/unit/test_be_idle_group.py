@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: Apache-2.0
+"""BEIdleGroup on this machine's cgroups: the group made ready, a gone pod's directories removed,
+a pod still on the node and a directory still holding a container kept."""
+from __future__ import annotations
+
+import uuid
+
+from tidal.agent.be_idle_group import BEIdleGroup
+from tidal.agent.collector.cgroups import DEFAULT_CGROUP_ROOT, PodQOSClass
+from tidal_dev.testing.local_kubelet import LocalKubelet
+
+
+def test_the_group_is_made_and_a_gone_pods_directories_are_removed(hierarchy, real):
+    kubelet = LocalKubelet(real)
+    layout = kubelet.layout
+    group = BEIdleGroup(layout, DEFAULT_CGROUP_ROOT)
+    real.created.extend(group.ensure())  # removed with the test's cgroups (kept while another test uses it)
+    assert layout.memory_dir(layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)).is_dir()
+    assert group.ensure() == []  # once there, nothing to make
+    gone, staying, busy = (str(uuid.uuid4()) for _ in range(3))
+    dirs = {uid: kubelet.dirs(layout.pod_relpath(uid, PodQOSClass.BE_IDLE_GROUP)) for uid in (gone, staying, busy)}
+    for uid in (gone, staying):
+        kubelet.create_pod(uid, PodQOSClass.BE_IDLE_GROUP, [])
+    kubelet.create_pod(busy, PodQOSClass.BE_IDLE_GROUP, ["containerd://" + uuid.uuid4().hex])  # not yet removed
+
+    removed = group.remove_gone([gone, staying, busy], on_node=[staying])
+    assert set(removed) == set(dirs[gone]) and not any(d.exists() for d in dirs[gone])
+    assert all(d.is_dir() for d in dirs[staying] + dirs[busy])
+    assert group.remove_gone([gone], on_node=[]) == []  # already gone: nothing to do

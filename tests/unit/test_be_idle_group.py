@@ -27,3 +27,21 @@ def test_the_group_is_made_and_a_gone_pods_directories_are_removed(hierarchy, re
     assert set(removed) == set(dirs[gone]) and not any(d.exists() for d in dirs[gone])
     assert all(d.is_dir() for d in dirs[staying] + dirs[busy])
     assert group.remove_gone([gone], on_node=[]) == []  # already gone: nothing to do
+
+
+def test_the_group_s_memory_is_bounded_as_kubepods(hierarchy, real):
+    kubelet = LocalKubelet(real)
+    layout = kubelet.layout
+    kubepods = real.make(layout.memory_dir(layout.kubepods_relpath()))
+    name = "memory.limit_in_bytes" if (kubepods / "memory.limit_in_bytes").exists() else "memory.max"
+    (kubepods / name).write_text(str(3 << 30))
+    group = BEIdleGroup(layout, DEFAULT_CGROUP_ROOT)
+    real.created.extend(group.ensure())
+    try:
+        assert group.bound_memory() == str(3 << 30)
+        assert (layout.memory_dir(layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)) / name).read_text().strip() \
+            == str(3 << 30)
+        assert group.bound_memory() is None  # already bounded: nothing written
+    finally:  # the group is the hierarchy's: leave it unbounded for whoever uses it next
+        (layout.memory_dir(layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)) / name).write_text(
+            "-1" if name == "memory.limit_in_bytes" else "max")

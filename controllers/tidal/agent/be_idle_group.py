@@ -4,6 +4,8 @@
 * While ``beIsolation.cpuPriority.idleGroup`` is on, the group exists in the cpu and memory
   hierarchies, so that the BE CPU priority strategy makes it idle before the first BE container
   lands in it (runc would create it, not idle, at the container's creation).
+* Its memory is bounded as the kubelet bounds ``kubepods`` (the node's allocatable): BE
+  containers outside ``kubepods`` escape the kubelet's bound, each keeps its batch-memory limit.
 * A pod directory ``tidal-be/pod<uid>`` whose pod is no longer on the node is removed in every
   hierarchy: runc removes its containers' cgroups and the kubelet the pod's own cgroup below
   ``kubepods``, but nothing removes this one (checked on the lab's real kubelet: left behind,
@@ -45,6 +47,23 @@ class BEIdleGroup:
                 created.append(d)
                 log.info("BE idle group: created %s", d)
         return created
+
+    def bound_memory(self) -> str | None:
+        """The group's memory limit set to ``kubepods``' (v1 ``memory.limit_in_bytes``, v2
+        ``memory.max``) when they differ; returns the value written, None when nothing was (or
+        the kernel refused it: a limit below what the group uses, logged)."""
+        name = "memory.limit_in_bytes" if self.layout.version is CgroupVersion.V1 else "memory.max"
+        try:
+            bound = (self.layout.memory_dir(self.layout.kubepods_relpath()) / name).read_text().strip()
+            target = self.layout.memory_dir(self.relpath) / name
+            if target.read_text().strip() == bound:
+                return None
+            target.write_text(bound)
+        except OSError as error:
+            log.warning("BE idle group: cannot bound its memory as kubepods': %s", error)
+            return None
+        log.info("BE idle group: memory bounded at %s, as kubepods", bound)
+        return bound
 
     def _hierarchies(self) -> list[Path]:
         if self.layout.version is CgroupVersion.V2:

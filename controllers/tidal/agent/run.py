@@ -255,6 +255,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # every tick (1 s): the sample, the prediction's history, the latest policy and Node
         if node_qos.policy.be_isolation.cpu_priority.idle_group:
             idle_group.ensure()  # idle (the priority strategy) before a BE container lands there
+            idle_group.bound_memory()
         idle_group.remove_gone(placement.refresh(), pods.pods.keys())  # placement: the group's BE pods
         sampler.sample(placement.place(pods.pods.values()))
         predictions.observe(sampler, time.time())

@@ -154,6 +154,24 @@ def test_sampler_measures_a_real_pod_cgroup_laid_out_like_the_kubelet(hierarchy,
     assert node["memoryBytes"]["max"] >= usage.memory_bytes
 
 
+def wait_for_memory_stat(cgroup: Path, version: CgroupVersion, timeout: float = 10.0) -> None:
+    """Until ``memory.stat`` counts what the usage counter does: the kernel flushes a cgroup's
+    statistics lazily (every 2 s, or on a read after enough changes), so right after a child wrote
+    its page cache the usage has it and ``memory.stat`` may not — the working set (usage minus
+    inactive file pages) then counts the cache as used (seen: 204 MiB, with a ``memory.stat``
+    of 62 MiB of anonymous memory and no cache at all)."""
+    usage_file, keys = (("memory.usage_in_bytes", ("total_cache", "total_rss")) if version is CgroupVersion.V1
+                        else ("memory.current", ("file", "anon")))
+    deadline = time.monotonic() + timeout
+    while True:
+        stat = parse_flat_keyed((cgroup / "memory.stat").read_text(), "memory.stat")
+        if sum(stat[k] for k in keys) >= int((cgroup / usage_file).read_text()) - 16 * MiB:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{cgroup}/memory.stat did not catch up with {usage_file} within {timeout:g} s: {stat}")
+        time.sleep(0.1)
+
+
 def test_sampler_node_memory_is_the_node_cgroups_limit_and_working_set(hierarchy, real):
     # A memory budget standing for the node (tidal-agent run --node-memory-cgroup): a 512 MiB
     # limit on this machine's much larger memory, with 100 MiB touched and 100 MiB of page cache
@@ -166,6 +184,7 @@ def test_sampler_node_memory_is_the_node_cgroups_limit_and_working_set(hierarchy
     limit_file = "memory.limit_in_bytes" if hierarchy.version is CgroupVersion.V1 else "memory.max"
     (node / limit_file).write_text(str(512 * MiB))
     real.spawn("memory", real.make(node / "pod"))
+    wait_for_memory_stat(node, hierarchy.version)
 
     sampler = Sampler(layout, windows=(60,), node_memory_cgroup=node)
     sampler.sample([])

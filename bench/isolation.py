@@ -127,7 +127,8 @@ def be_idle_group_dir(cgroups) -> Path:
     bench's node cgroup itself competes at the root with whatever else runs on this machine (other
     people's work, standing for a node's other top-level groups), as a node's ``kubepods`` does —
     one level down, the BE job's CPU time would again be charged to the group holding the online
-    server (measured: p99 30-246 ms there, 2.0-3.3 ms at the root, beside the busy lab)."""
+    server (measured beside the busy lab: p99 31-246 ms there; at the root 2.0-3.3 ms in the 10
+    rounds of two runs, and 2.0, 4.0 and 44.1 ms in a third)."""
     group = cgroups.make(CPU_ROOT / f"{cgroups.name}-be")
     (group / "cpu.idle").write_text("1")
     return group

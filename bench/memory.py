@@ -108,6 +108,8 @@ TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
 RUNS = ("solo", "agent_solo", "be_solo", "no_isolation", "k8s_default", "tidal")
 #: ``--lead-be-idle-group``'s treatment, run only when asked for (a lead, not what Tidal ships)
 LEADS = ("tidal_idle_group",)
+#: what the summary and the verdict report, in this order (a lead only when it ran)
+REPORTED = (*TREATMENTS, *LEADS)
 #: the runs with ``tidal-agent run`` enforcing
 AGENT_RUNS = ("agent_solo", "tidal", *LEADS)
 SUMMARY_KEYS = ("p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions")
@@ -191,7 +193,7 @@ def summarise(runs: Mapping[str, list[dict]]) -> dict[str, dict]:
     BE throughput and memory used; the counters (errors, OOM kills, evictions) are summed over
     the rounds. ``solo`` takes ``be_mb_per_s`` from the ``be_solo`` runs."""
     out: dict[str, dict] = {}
-    for treatment in (*TREATMENTS, *LEADS):
+    for treatment in REPORTED:
         rows = runs.get(treatment, [])
         if treatment == "solo":
             be_alone = [r["be_mb_per_s"] for r in runs.get("be_solo", [])]
@@ -233,9 +235,9 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
         lines.append("per round, p99 over the same round's solo (median, min-max): " + ", ".join(
             f"{name} {summary[name]['p99_vs_solo']:.2f}x ({summary[name]['p99_vs_solo_min']:.2f}-"
             f"{summary[name]['p99_vs_solo_max']:.2f})"
-            for name in (*TREATMENTS, *LEADS) if "p99_vs_solo" in summary.get(name, {})))
+            for name in REPORTED if "p99_vs_solo" in summary.get(name, {})))
     if all(summary[name].get("p99_pooled_ms") for name in ("solo", "k8s_default", "tidal")):
-        pooled = {name: summary[name]["p99_pooled_ms"] for name in (*TREATMENTS, *LEADS)
+        pooled = {name: summary[name]["p99_pooled_ms"] for name in REPORTED
                   if summary.get(name, {}).get("p99_pooled_ms")}
         solo_pooled = pooled["solo"]
         lines.append("p99 of all rounds' requests pooled, over solo's: " + ", ".join(

@@ -115,3 +115,36 @@ def test_an_enabled_feature_is_a_problem_only_when_no_capability_it_can_use_is_s
     from tidal.agent.qos.policy_status import unsupported_features
     assert unsupported_features({"features": {feature: {"enabled": True}}}, caps) == ([problem] if problem else [])
     assert unsupported_features({"features": {feature: {"enabled": False}}}, caps) == []
+
+
+def _usage(cpu, memory):
+    from tidal.agent.collector.sampler import PodInfo, PodUsage
+    pod = PodInfo("u1", "ns", "job", "BestEffort", qos.QoSLevel.BE, cpu_request_millicores=100,
+                  memory_request_bytes=32 << 20)
+    return PodUsage(pod, cpu, memory)
+
+
+@pytest.mark.parametrize("measured, expected", [
+    (None, {}),                                                     # not read by the sampler yet
+    (_usage(None, None), {"cpu": 100.0, "memory": float(32 << 20)}),  # read once: at its request
+    (_usage(250.0, None), {"cpu": 250.0, "memory": float(32 << 20)}),
+    (_usage(0.0, 1024), {"cpu": 0.0, "memory": 1024.0}),            # measured idle stays idle
+])
+def test_a_candidate_not_measured_yet_counts_at_its_request(measured, expected):
+    from tidal.agent.qos.node_qos import candidate_usage
+    assert candidate_usage(measured) == expected
+
+
+def test_a_spinning_pod_started_a_round_ago_is_chosen_before_an_idle_one():
+    """The victim choice sees a BE pod the sampler has read once (no CPU rate yet) at its request,
+    so an idle BE pod of the same priority measured at 0 is not evicted in its place."""
+    from tidal.agent.qos.eviction import Candidate
+    from tidal.agent.qos.node_qos import candidate_usage
+    idle = Candidate("a-idle", True, -100, {"cpu": 0.0, "memory": 1.0}, "ns", "transcode")
+    new = Candidate("z-new", True, -100, candidate_usage(_usage(None, None)), "ns", "victim")
+    from dataclasses import replace
+    from tidal.agent.qos.eviction import Action
+    from tidal.api.policy import EvictionWatermarks
+    eviction = WatermarkEviction(replace(EvictionWatermarks(), dwell_seconds=0))
+    decisions = eviction.step(0.0, {"cpu": 95.0, "memory": 0.0}, [idle, new])
+    assert [d.pod_uid for d in decisions if d.action is Action.EVICT] == ["z-new"]

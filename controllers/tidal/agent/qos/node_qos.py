@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tidal.agent.collector.cgroups import CgroupLayout
-from tidal.agent.collector.sampler import ONLINE_LEVELS, Sampler
+from tidal.agent.collector.sampler import ONLINE_LEVELS, PodUsage, Sampler
 from tidal.metrics import NodeMetrics
 from tidal.api.node_mode import NodeMode, eviction_allowed, node_mode, requests_percent
 from tidal.api.policy import ColocationPolicy, PolicyValidationError
@@ -213,17 +213,26 @@ def track_write_failures(failing: Mapping[str, tuple[str, float | None]], now: f
 def candidates(states: Iterable[PodState], sampler: Sampler) -> list[Candidate]:
     """The pods watermark eviction may choose from, with their usage. A pod already on its way out
     (deletionTimestamp set, e.g. evicted by this agent before it was restarted) is never chosen
-    again: no pod is evicted twice."""
+    again: no pod is evicted twice. A pod the sampler has read but not measured yet (a CPU rate
+    needs two samples; a cgroup not there yet) counts at its request, as in the usage the
+    watermarks compare (:meth:`Sampler.pods_current`): a pod started a second ago that spins is
+    not ranked below an idle one. A pod the sampler has not read at all has no usage."""
     out = []
     for pod in states:
         if pod.terminating:
             continue
-        measured = sampler.pod_usage(pod.uid)
-        usage = {}
-        if measured is not None:
-            usage = {"cpu": measured.cpu_millicores or 0.0, "memory": float(measured.memory_bytes or 0)}
-        out.append(Candidate(pod.uid, pod.is_be, pod.priority, usage, pod.namespace, pod.name))
+        out.append(Candidate(pod.uid, pod.is_be, pod.priority, candidate_usage(sampler.pod_usage(pod.uid)),
+                             pod.namespace, pod.name))
     return out
+
+
+def candidate_usage(measured: PodUsage | None) -> dict[str, float]:
+    """A pod's usage for the victim choice: measured, else its request; {} when not sampled."""
+    if measured is None:
+        return {}
+    cpu, memory = measured.cpu_millicores, measured.memory_bytes
+    return {"cpu": float(measured.pod.cpu_request_millicores if cpu is None else cpu),
+            "memory": float(measured.pod.memory_request_bytes if memory is None else memory)}
 
 
 @dataclass

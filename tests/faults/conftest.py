@@ -15,8 +15,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tidal_dev.lab.pytest_plugin import wait_for
-from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, container_cgroup, play, read, running,
-                                    tidal_pods)
+from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, container_cgroup, gone, play, read,
+                                    running, tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, SUITE_POLICY, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
@@ -125,12 +125,24 @@ def deployed(lab, core, agent_state_fs):
 
 
 @pytest.fixture(autouse=True)
-def settled_first(deployed, core):
+def settled_first(deployed, core, request):
     """Every fault test starts from the settled deployment (fault_helpers.settled: every Tidal pod
-    present and ready, the agent acting on the node), whatever the test before it left behind:
-    one test's failure must not fail the tests after it."""
+    present and ready, the agent acting on the node) and, for the tests that use it, the suite's
+    BE pod running (started again, said so, when a failed test before lost it), whatever the test
+    before it left behind: one test's failure must not fail the tests after it."""
     wait_for(lambda: not settled(core), 180, "the deployment settled before the test",
              describe=lambda: "; ".join(settled(core)))
+    if "workload" in request.fixturenames:
+        namespace, image = request.getfixturevalue("workload"), request.getfixturevalue("image")
+        try:
+            lost = core.read_namespaced_pod("transcode", namespace).metadata.deletion_timestamp is not None
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            lost = True
+        if lost:
+            print(f"the suite's BE pod {namespace}/transcode was lost by a test before: started again")
+            _start_suite_be_pod(core, namespace, image)
 
 
 @pytest.fixture(scope="package")
@@ -166,15 +178,22 @@ def workload(core, suite_policy, image):
     core.create_namespace({"metadata": {"name": namespace}})
     wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
     wait_for(lambda: batch_cpu(core) >= 300 and batch_cpu(core), 120, f"batch-cpu >= 300m on {REAL_NODE}")
+    _start_suite_be_pod(core, namespace, image)
+    yield namespace
+    core.delete_namespace(namespace)
+    wait_for(lambda: _namespace_gone(core, namespace), 120, f"namespace {namespace} deleted")
+
+
+def _start_suite_be_pod(core, namespace: str, image: str) -> None:
+    """The suite's BE pod `transcode` created (once the one before it is gone) and Running, held
+    to its quota by the NRI plugin and the agent."""
+    wait_for(gone(core, namespace, "transcode"), 150, "the suite's BE pod before it gone")
     core.create_namespaced_pod(namespace, be_pod("transcode", image))
     pod = wait_for(running(core, namespace, "transcode"), 120, "the BE pod Running")
     wait_for(lambda: read(container_cgroup(pod, "cpu") / "cpu.cfs_quota_us") == BE_QUOTA_US, 30,
              "the BE pod's CPU quota from its batch-cpu")  # the NRI plugin's, at creation
     wait_for(lambda: read(container_cgroup(pod, "cpu").parent / "cpu.cfs_quota_us") == BE_QUOTA_US, 30,
              "the BE pod cgroup's CPU quota")  # the agent's, a round later
-    yield namespace
-    core.delete_namespace(namespace)
-    wait_for(lambda: _namespace_gone(core, namespace), 120, f"namespace {namespace} deleted")
 
 
 @pytest.fixture(scope="session")

@@ -130,6 +130,23 @@ def _terminating(core, namespace: str) -> bool:
     return core.read_namespaced_pod("victim", namespace).metadata.deletion_timestamp is not None
 
 
+def _victim_seen_by_the_agent(core, namespace: str):
+    """Until the spinning BE pod runs, the agent acts on it (its 100 m of batch-cpu written as the
+    pod cgroup's CFS quota — the container's is the NRI plugin's, at creation — so the agent's pod
+    list holds it) and it has spun 0.5 s. Only then is it measured busier than the idle suite pod
+    of the same priority — or, read once without a CPU rate yet, counted at its request — so the
+    watermarks choose it, not the suite pod."""
+    victim = wait_for(running(core, namespace, "victim"), 120, "the spinning BE pod Running")
+    wait_for(lambda: read(container_cgroup(victim, "cpu").parent / "cpu.cfs_quota_us") == VICTIM_QUOTA_US, 60,
+             f"the agent's CFS quota {VICTIM_QUOTA_US} on the spinning BE pod's cgroup")
+    usage = container_cgroup(victim, "cpuacct") / "cpuacct.usage"  # cpu and cpuacct: two hierarchies here
+    wait_for(lambda: int(read(usage)) > 500_000_000, 60, "the spinning pod's first 0.5 s of CPU")
+    return victim
+
+
+VICTIM_QUOTA_US = "10000"  # the spinning pod's 100 m of batch-cpu on a 100 ms period
+
+
 def _spinning_be_pod(image: str) -> dict:
     """A BE pod that burns its 100 m and ignores SIGTERM: evicted, it stays Terminating for its
     grace period (120 s), as a batch job finishing its checkpoint would."""
@@ -150,10 +167,7 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
     removed; the suite's BE pod untouched."""
     core.create_namespaced_pod(workload, _spinning_be_pod(image))
     try:
-        victim = wait_for(running(core, workload, "victim"), 120, "the spinning BE pod Running")
-        usage = container_cgroup(victim, "cpu") / "cpuacct.usage"
-        if usage.exists():  # measured busier than the idle suite pod, so the watermarks choose it
-            wait_for(lambda: int(read(usage)) > 500_000_000, 60, "the spinning pod's first 0.5 s of CPU")
+        victim = _victim_seen_by_the_agent(core, workload)
         (agent,) = tidal_pods(core, "tidal-agent")
         be = core.read_namespaced_pod("transcode", workload)
         started = now_utc()
@@ -251,10 +265,7 @@ def test_eviction_api_and_events_refused_the_agent_retries_and_evicts_once_with_
     core.create_namespaced_pod(workload, _spinning_be_pod(image))
     admission.create_validating_webhook_configuration(_refusing(workload, EVICTIONS_RULE))
     try:
-        victim = wait_for(running(core, workload, "victim"), 120, "the spinning BE pod Running")
-        usage = container_cgroup(victim, "cpu") / "cpuacct.usage"
-        if usage.exists():  # measured busier than the idle suite pod, so the watermarks choose it
-            wait_for(lambda: int(read(usage)) > 500_000_000, 60, "the spinning pod's first 0.5 s of CPU")
+        victim = _victim_seen_by_the_agent(core, workload)
         wait_for(lambda: _answers_500(lambda: core.create_namespaced_pod_eviction(
             "transcode", workload, {"metadata": {"name": "transcode", "namespace": workload}}, dry_run="All")),
             30, "the API server refusing evictions in the suite's namespace")

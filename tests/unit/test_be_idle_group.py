@@ -45,3 +45,19 @@ def test_the_group_s_memory_is_bounded_as_kubepods(hierarchy, real):
     finally:  # the group is the hierarchy's: leave it unbounded for whoever uses it next
         (layout.memory_dir(layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)) / name).write_text(
             "-1" if name == "memory.limit_in_bytes" else "max")
+
+
+def test_a_group_the_kernel_refuses_to_create_is_a_reported_problem_not_a_crash(tmp_path):
+    """Found with Tidal deployed as pods: the root of a v1 hierarchy is mode 0555, so an agent
+    without CAP_DAC_OVERRIDE gets EACCES from mkdir, which ended the agent at every tick. Here
+    the hierarchy's root is a file (ENOTDIR), the same path through ensure()."""
+    from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
+    root = tmp_path / "not-a-directory"
+    root.write_text("")
+    group = BEIdleGroup(CgroupLayout(CgroupHierarchy(CgroupVersion.V2, root, root), CgroupDriver.CGROUPFS), tmp_path)
+    assert group.ensure() == []
+    assert group.problem.startswith("beIsolation.cpuPriority.idleGroup: cannot create the BE idle group (")
+    assert str(root / "tidal-be") in group.problem and "CAP_DAC_OVERRIDE" in group.problem
+    assert group.bound_memory() is None  # no group yet: nothing to bound, nothing logged every tick
+    group.switched_off()
+    assert group.problem is None

@@ -37,22 +37,47 @@ class BEIdleGroup:
         self.cgroup_root = Path(cgroup_root)
         self.cpu_root = cpu_controller_root(layout, cpu_root_override)
         self.relpath = layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)
+        #: why the group could not be created (None: it was, or the switch is off)
+        self.problem: str | None = None
 
     def ensure(self) -> list[Path]:
-        """The group in the cpu and memory hierarchies; returns the directories created."""
-        created = []
-        for d in {self.cpu_root / self.relpath, self.layout.memory_dir(self.relpath)}:
-            if not d.is_dir():
+        """The group in the cpu and memory hierarchies; returns the directories created. A
+        directory the kernel refuses to create (EACCES: the root of a v1 hierarchy is mode 0555,
+        so uid 0 needs CAP_DAC_OVERRIDE) is left to runc, which creates it with the first BE
+        container, not idle for up to a tick; the refusal is kept in :attr:`problem` (the
+        NodeProfile's policy problems) and logged once."""
+        created, problems = [], []
+        for d in sorted({self.cpu_root / self.relpath, self.layout.memory_dir(self.relpath)}):
+            if d.is_dir():
+                continue
+            try:
                 d.mkdir(exist_ok=True)
-                created.append(d)
-                log.info("BE idle group: created %s", d)
+            except OSError as error:
+                problems.append(f"{d}: {error.strerror}")
+                continue
+            created.append(d)
+            log.info("BE idle group: created %s", d)
+        problem = None
+        if problems:
+            problem = (f"beIsolation.cpuPriority.idleGroup: cannot create the BE idle group ({'; '.join(problems)}); "
+                       "the agent needs CAP_DAC_OVERRIDE to create it at the root of a cgroup hierarchy, else the "
+                       "first BE container's runtime creates it, not idle until the agent's next round")
+            if problem != self.problem:
+                log.warning("%s", problem)
+        self.problem = problem
         return created
+
+    def switched_off(self) -> None:
+        """The switch is off: no problem to report any more."""
+        self.problem = None
 
     def bound_memory(self) -> str | None:
         """The group's memory limit set to ``kubepods``' (v1 ``memory.limit_in_bytes``, v2
         ``memory.max``) when they differ; returns the value written, None when nothing was (or
         the kernel refused it: a limit below what the group uses, logged)."""
         name = "memory.limit_in_bytes" if self.layout.version is CgroupVersion.V1 else "memory.max"
+        if not self.layout.memory_dir(self.relpath).is_dir():
+            return None  # not created yet (see ensure): bounded once it is
         try:
             bound = (self.layout.memory_dir(self.layout.kubepods_relpath()) / name).read_text().strip()
             target = self.layout.memory_dir(self.relpath) / name

@@ -256,6 +256,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         if node_qos.policy.be_isolation.cpu_priority.idle_group:
             idle_group.ensure()  # idle (the priority strategy) before a BE container lands there
             idle_group.bound_memory()
+        else:
+            idle_group.switched_off()
         idle_group.remove_gone(placement.refresh(), pods.pods.keys())  # placement: the group's BE pods
         sampler.sample(placement.place(pods.pods.values()))
         predictions.observe(sampler, time.time())
@@ -281,7 +283,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         if due and (writer is None or writer.done()):
             last_report = started
             writer = asyncio.create_task(_report(api, node, report(
-                sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed),
+                sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed, [idle_group.problem] if idle_group.problem else []),
                 node_qos.mode_status(), node_qos.feature_status),
                 node_qos.policy_generation, reported, failed))
 

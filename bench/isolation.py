@@ -24,6 +24,10 @@ treatment always runs right after the same one:
 * ``solo_again``    (only when named) ``solo`` once more in each round: an A/A control. Its
                     ratio to solo is what the machine's noise alone makes of a treatment that
                     changes nothing, i.e. the smallest difference this run can resolve.
+* ``tidal_idle_group`` (only when named) ``tidal`` with ``beIsolation.cpuPriority.idleGroup`` on:
+                    the BE container's cgroup in the BE idle group (``/tidal-be/pod<uid>/<id>``,
+                    where the NRI plugin creates it then; the bench stands in for the runtime),
+                    the agent keeping the group idle and the container at its batch resources;
 * ``be_idle_group`` (only when named) a lead, not what Tidal does: the BE hog in an idle cgroup
                     (``cpu.idle = 1``) at the cpu hierarchy's root (a node's, where ``kubepods``
                     and ``system.slice`` are) instead of in its pod's cgroup, no agent. An idle
@@ -93,13 +97,13 @@ import lab_background  # noqa: E402  (bench/, on the path just above)
 from lab_background import CPU_ROOT  # noqa: E402  (sched_probe's too)
 
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
-              "solo_again", "be_idle_group")
+              "solo_again", "be_idle_group", "tidal_idle_group")
 #: what a run measures unless --treatments says otherwise
 DEFAULT_TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal")
 #: the treatments without a BE job: solo, and its repeat in each round (the A/A control)
 SOLO = ("solo", "solo_again")
 #: the treatments that run the agent
-TIDAL = ("tidal_usage", "tidal", "tidal_slice", "tidal_always")
+TIDAL = ("tidal_usage", "tidal", "tidal_slice", "tidal_always", "tidal_idle_group")
 CPUS = os.cpu_count() or 1
 
 
@@ -569,10 +573,15 @@ def main() -> int:
                     # ... and its quota mode unless this is the treatment of the quota always in force
                     quota = "always" if treatment == "tidal_always" else args.policy.get("beIsolation", {}).get(
                         "cpuSuppression", {}).get("quota", "onInterference")
+                    idle_group = treatment == "tidal_idle_group"
+                    if idle_group:  # where the NRI plugin creates the BE container while the switch is on
+                        idle_dirs = kubelet.create_pod(be_pod.uid, PodQOSClass.BE_IDLE_GROUP,
+                                                       [be_pod.container_id])[be_pod.container_id]
                     with lab.api_client() as api:
                         client.CustomObjectsApi(api).patch_cluster_custom_object(
                             qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
                             {"spec": {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"},
+                                                      "cpuPriority": {"idleGroup": idle_group},
                                                       "cpuSuppression": {"quota": quota}},
                                       "features": {"onlineSchedSlice": {"enabled": slice_on}}}})
                     agent = processes.start("agent", [
@@ -581,13 +590,14 @@ def main() -> int:
                         "--kubelet-cgroup-root", kubelet.kubelet_root, "--state-dir", str(workdir / "agent"),
                         "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port := free_port())],
                         workdir / "agent.log")
-                    idle = be_pod_dirs[0] / "cpu.idle"
+                    idle = (idle_dirs[0].parent if idle_group else be_pod_dirs[0]) / "cpu.idle"
                     deadline = time.monotonic() + 30
                     while idle.read_text().strip() != "1":
                         if time.monotonic() > deadline:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
-                hog_dirs = [be_idle_group_dir(cgroups)] if treatment == "be_idle_group" else be_dirs
+                hog_dirs = [be_idle_group_dir(cgroups)] if treatment == "be_idle_group" else \
+                    idle_dirs if treatment == "tidal_idle_group" else be_dirs
                 agent_cpu = (cpu_seconds(agent.pid), time.monotonic()) if treatment in TIDAL else None
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment in SOLO else hog_dirs, workdir, args.client_scheduling == "fifo",
@@ -612,6 +622,9 @@ def main() -> int:
                     subprocess.run([str(Path(sys.executable).with_name("tidal-agent")), "restore", "--node", node,
                                     "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
                                    check=True, capture_output=True)
+                    if idle_group:  # the container's cgroup goes with it, as runc removes it; the pod's too
+                        for d in (*idle_dirs, *(d.parent for d in idle_dirs)):
+                            d.rmdir()
                     if slice_on:  # restore put the server's threads' own slice back (the agent's journal)
                         given = asked.get("sliceMicroseconds", 100)
                         left = [t for t in (web_dirs[0] / "tasks").read_text().split()

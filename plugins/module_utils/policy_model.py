@@ -347,6 +347,23 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class CPUPriority:
+    """BE CPU priority: BE pod cgroups at the lowest CPU priority the kernel offers; optionally
+    BE containers created in the BE idle group outside ``kubepods``."""
+
+    enabled: bool = _boolean("enabled", True, "Run this strategy on colocation nodes.")
+    idle_group: bool = _boolean(
+        "idleGroup", False, "Create BE containers (through the NRI plugin, at creation) in an idle cgroup "
+        "beside kubepods instead of below their pod's cgroup: idle against the online pods and the node's "
+        "daemons alike, where a BE pod below kubepods is only idle among BE pods. The kubelet's pod-level "
+        "usage of such a pod then counts only its sandbox (its containers' usage stays right). Applies to "
+        "containers created after the switch."
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
 class CPUSuppression:
     """BE CPU suppression: a quota on the parent cgroup of all BE pods, recomputed every second
     as ``node CPUs x thresholdPercent / 100 - online usage - system usage``, never below
@@ -429,11 +446,12 @@ class CPUInterference:
 class BEIsolation:
     """The node agent's core isolation of BE pods (on nodes labelled for colocation)."""
 
-    cpu_priority: Switch = _object(
+    cpu_priority: CPUPriority = _object(
         "cpuPriority",
-        Switch,
+        CPUPriority,
         "BE pod cgroups at the lowest CPU priority: cpu.idle=1 where the kernel has it, else "
-        "minimum shares/weight (openEuler cpu.qos_level=-1 when present).",
+        "minimum shares/weight (openEuler cpu.qos_level=-1 when present); optionally BE containers "
+        "in the BE idle group.",
     )
     batch_resources: Switch = _object(
         "batchResources",

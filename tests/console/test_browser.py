@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tidal.agent.nri.probe import NRI_CAPABILITY
 from tidal.agent.qos.capabilities import CAPABILITY_NAMES, Capability, to_status
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
@@ -40,8 +41,11 @@ def _capabilities(lab_api, node):
     # such as "psiInterference" made this test pass while real data was never dimmed).
     capabilities = [Capability("cpu.cfs_burst", True, "/sys/fs/cgroup/cpu.max.burst"),
                     Capability("psi", False, "/proc/pressure/cpu unreadable: boot with psi=1"),
-                    Capability("schedstat", False, "no /proc/self/schedstat: kernel without CONFIG_SCHED_INFO")]
-    assert {c.name for c in capabilities} <= set(CAPABILITY_NAMES)
+                    Capability("schedstat", False, "no /proc/self/schedstat: kernel without CONFIG_SCHED_INFO"),
+                    Capability("cpu.idle", True, "/sys/fs/cgroup/cpu/cpu.idle"),
+                    Capability(NRI_CAPABILITY, False, "no NRI socket at /var/run/nri/nri.sock (NRI disabled in "
+                                                      "containerd?)")]
+    assert {c.name for c in capabilities} <= {*CAPABILITY_NAMES, NRI_CAPABILITY}
     custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": to_status(capabilities)}})
 
 
@@ -119,7 +123,17 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     target = "spec.beIsolation.cpuInterference.targetDelayMicroseconds"
     assert page.locator(f"{interference} [id='{target}']").count() == 1
     assert page.locator(f"[id='{target}']").count() == 1
-    assert page.locator("fieldset[data-section='spec.beIsolation'] [data-unsupported]").count() == 0
+    # BE isolation as a section is not dimmed; a switch in it with needs of its own (the BE idle
+    # group needs NRI) is dimmed alone, with the reason.
+    assert [e.get_attribute("data-unsupported") for e in page.locator(
+        "fieldset[data-section='spec.beIsolation'] [data-unsupported]").all()] == [
+        "spec.beIsolation.cpuPriority.idleGroup"]
+    assert page.locator("[data-unsupported='spec.beIsolation']").count() == 0
+    idle_group = "spec.beIsolation.cpuPriority.idleGroup"
+    alone = page.locator(f"[data-unsupported='{idle_group}']")
+    assert alone.count() == 1 and "nri: no NRI socket at /var/run/nri/nri.sock" in alone.inner_text()
+    assert page.locator(f"div.field.dim:has([id='{idle_group}'])").count() == 1
+    assert page.locator("div.field.dim:has([id='spec.beIsolation.cpuPriority.enabled'])").count() == 0
     assert "[10–100000]" in page.locator(f"{interference} label[for='{target}']").inner_text()
     low = "spec.evictionWatermarks.cpu.lowPercent"
     page.fill(f"[id='{low}']", "95")

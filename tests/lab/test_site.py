@@ -645,3 +645,84 @@ def _roll_and_keep_the_journal(lab, core, node, journal, before):
     finally:
         back = play("playbooks/site.yml", lab, 600)
         assert back.returncode == 0, (back.stdout + back.stderr)[-15000:]
+
+
+def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node(lab, site, core):
+    """beIsolation.cpuPriority.idleGroup on, with Tidal deployed as pods: the agent makes the BE
+    idle group (``tidal-be`` at the root of every hierarchy, beside the kubelet's cgroup root), idle
+    and bounded as ``kubepods``; the DaemonSet's NRI plugin creates a new BE pod's container in
+    ``tidal-be/pod<uid>``, with its batch limits; the kubelet runs the pod as any other. Once the
+    pod is deleted the agent removes its directory from every hierarchy."""
+    from kubernetes import client
+    from tidal_dev.lab.pytest_plugin import wait_for
+
+    from tidal.api import qos
+
+    assert site.returncode == 0
+    custom = client.CustomObjectsApi(core.api_client)
+    policy = (qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")
+    image = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager") \
+        .items[0].spec.containers[0].image
+    group = {name: CGROUP / name / "tidal-be" for name in ("cpu", "memory")}
+    kubepods_memory = CGROUP / "memory/tidal-lab/kubepods/memory.limit_in_bytes"
+    namespace = f"idle-{os.getpid()}"
+    original_spec = custom.get_cluster_custom_object(*policy)["spec"]
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
+        # oversold from what the real node's pods use (as in the whole chain's test: the machine's
+        # own load, counted, leaves nothing to oversell), the BE idle group switched on
+        custom.patch_cluster_custom_object(*policy, {"spec": {
+            "overselling": {"predictor": "max", "windowSeconds": 60, "ratioPercent": 100, "safetyMarginPercent": 0,
+                            "includeSystemUsage": False},
+            "beIsolation": {"cpuPriority": {"idleGroup": True}}}})
+
+        def agent_says():  # what explains a group not made or not idle
+            agent = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-agent").items
+            profile = custom.get_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", REAL_NODE)
+            log = core.read_namespaced_pod_log(agent[0].metadata.name, NAMESPACE, container="agent",
+                                               tail_lines=40) if agent else "no agent pod"
+            return (f"group dirs: {[str(g) for g in group.values() if g.is_dir()]}; policy status: "
+                    f"{(profile.get('status') or {}).get('policy')}; agent log:\n{log}")
+        wait_for(lambda: (group["cpu"] / "cpu.idle").exists() and _read(group["cpu"] / "cpu.idle") == "1",
+                 60, f"the agent's BE idle group {group['cpu']}, idle", describe=agent_says)
+        wait_for(lambda: _read(group["memory"] / "memory.limit_in_bytes") == _read(kubepods_memory), 30,
+                 "the BE idle group's memory bounded as kubepods'")
+        be = _pod("encode", image, "BE", {"requests": {"cpu": "200m", "memory": "64Mi"},
+                                          "limits": {"cpu": "300m", "memory": "64Mi"}},
+                  ["python3", "-c", "import signal; signal.pause()"])
+        wait_for(lambda: int(_node(core).status.allocatable.get("kubernetes.io/batch-cpu", "0")) >= 300, 120,
+                 f"batch-cpu >= 300m on {REAL_NODE}")
+        core.create_namespaced_pod(namespace, be)
+
+        def pod_says():
+            events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=encode").items
+            return f"{core.read_namespaced_pod('encode', namespace).status}\n" + \
+                "\n".join(f"{e.reason}: {e.message}" for e in events)
+        pod = wait_for(_running(core, namespace, "encode"), 120, "the BE pod Running", describe=pod_says)
+        container = pod.status.container_statuses[0].container_id.split("://", 1)[1]
+        moved = {name: g / f"pod{pod.metadata.uid}" / container for name, g in group.items()}
+        assert _read(moved["cpu"] / "cgroup.procs"), f"no process in {moved['cpu']}"
+        assert _read(moved["cpu"] / "cpu.cfs_quota_us") == "30000"  # its 300 m of batch-cpu
+        assert int(_read(moved["memory"] / "memory.limit_in_bytes")) == 64 * 1024**2
+        kubelet_pod = _container_cgroup(pod, "cpu").parent
+        assert not (kubelet_pod / container).exists(), f"{container} also in the kubelet's {kubelet_pod}"
+        assert pod.status.phase == "Running" and pod.status.container_statuses[0].ready
+        core.delete_namespaced_pod("encode", namespace, grace_period_seconds=0)
+        wait_for(_gone(core, namespace, "encode"), 60, "the BE pod deleted")
+        pod_dirs = [d / "tidal-be" / f"pod{pod.metadata.uid}" for d in _hierarchies()]
+        wait_for(lambda: not [d for d in pod_dirs if d.exists()], 60,
+                 "the agent removing the pod's directories from the BE idle group in every hierarchy")
+    finally:
+        core.delete_namespace(namespace)
+        current = custom.get_cluster_custom_object(*policy)
+        current["spec"] = original_spec
+        custom.replace_cluster_custom_object(*policy, current)
+        for g in (d / "tidal-be" for d in _hierarchies()):  # the test's residue (kept while switched on)
+            if g.is_dir() and not any(p.is_dir() for p in g.iterdir()):
+                g.rmdir()
+
+
+def _hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy (the v1 controllers' and the unified one), not the aliases."""
+    return [d for d in CGROUP.iterdir() if d.is_dir() and not d.is_symlink()]

@@ -121,6 +121,44 @@ def test_be_container_gets_its_limits_in_real_cgroups(containerd):
         plugin.stop()
 
 
+def test_be_container_is_created_in_the_be_idle_group_with_its_limits(containerd):
+    """``beIsolation.cpuPriority.idleGroup``: the BE container's cgroup is created in the BE
+    idle group at the hierarchy's root, ``/tidal-be/pod<uid>``, with its batch limits, whatever
+    the cgroup root of the pod's sandbox; the kubelet's pod cgroup keeps only the sandbox. An LS
+    container stays where it was."""
+    plugin = PluginThread(containerd.nri_socket, be_idle_group=lambda: True)
+    tag = uuid.uuid4().hex[:8]
+    root, uid = f"/tidal-nri-{tag}", str(uuid.uuid4())
+    pods: dict[str, tuple[dict, str]] = {}
+    try:
+        wait_ready(plugin, containerd)
+        batch = {"worker": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "300000000"}}
+        for level, qos_dir in (("BE", "besteffort"), ("LS", "burstable")):
+            annotations = {"colocation.tidal.io/qos-level": level,
+                           **({BATCH_RESOURCES_ANNOTATION: json.dumps(batch)} if level == "BE" else {})}
+            parent = f"{root}/kubepods/{qos_dir}/pod{uid if level == 'BE' else tag}"
+            result = containerd.cri("-pod-annotations", json.dumps(annotations), "-image", IMAGE,
+                                    "-cgroup-parent", parent, "-name", f"p-{level}-{tag}", "-uid", f"uid-{level}-{tag}")
+            assert "error" not in result, f"{result['error']}\ncontainerd log:\n{containerd.tail()}"
+            pods[level] = (result, parent)
+        be, _ = pods["BE"]
+        moved = f"/tidal-be/pod{uid}/{be['container']}"
+        if V2:
+            assert cgroup_file("memory", moved, "memory.max") == str(page_rounded(300_000_000))
+        else:
+            assert_be_v1(moved, shares=512, quota=50_000, memory=page_rounded(300_000_000))
+        assert not (CGROUP / ("" if V2 else "memory") / f"{root}/kubepods/besteffort/pod{uid}/{be['container']}"
+                    .lstrip("/")).exists()
+        ls, ls_parent = pods["LS"]
+        assert (CGROUP / ("" if V2 else "memory") / f"{ls_parent}/{ls['container']}".lstrip("/")).is_dir()
+    finally:
+        for result, _ in pods.values():
+            containerd.cri("-cleanup", result["pod"])
+        remove_cgroup_tree(root)
+        remove_cgroup_tree(f"/tidal-be/pod{uid}")  # its container's cgroup went with the container
+        plugin.stop()
+
+
 def test_existing_container_is_fixed_at_synchronize_and_lookup_updates_apply(containerd):
     """A BE container created while no plugin was connected gets its limits when the plugin
     connects (Synchronize); a BE pod without the annotation gets them through the plugin's own

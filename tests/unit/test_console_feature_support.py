@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tidal.agent.nri.probe import NRI_CAPABILITY, nri_capability
 from tidal.agent.qos.capabilities import CAPABILITY_NAMES, Capability, probe, to_status
 from tidal.agent.qos.policy_status import unsupported_features
 from tidal.api.feature_support import FEATURE_NEEDS, feature_support
@@ -47,6 +48,7 @@ def test_node_view_says_per_section_what_the_probe_written_status_supports(tmp_p
     _recorded_node(tmp_path)
     capabilities = probe(tmp_path / "cgroup", tmp_path / "proc", tmp_path / "sys")
     assert [c.name for c in capabilities] == list(CAPABILITY_NAMES)
+    capabilities.append(nri_capability(tmp_path / "no-nri.sock"))  # the agent adds the runtime's NRI socket
     profile = {"metadata": {"name": "n1"}, "status": {"capabilities": to_status(capabilities)}}
     probed = {c.name: c for c in capabilities}
 
@@ -64,17 +66,20 @@ def test_node_view_says_per_section_what_the_probe_written_status_supports(tmp_p
     assert "; resctrl.mba: " in support["spec.features.cacheLimits"]["reason"]
     assert support["spec.features.cpuBurst"] == {"section": "spec.features.cpuBurst", "supported": True,
                                                  "reason": "", "needs": ["cpu.cfs_burst"]}
+    # a switch with needs of its own: here the runtime has no NRI socket
+    idle_group = support["spec.beIsolation.cpuPriority.idleGroup"]
+    assert idle_group["supported"] is False and idle_group["reason"].startswith("nri: ")
 
 
 def test_every_capability_a_section_needs_is_one_the_probe_writes():
     needed = {name for needs in FEATURE_NEEDS.values() for group in needs for name in group}
-    assert needed <= set(CAPABILITY_NAMES)
+    assert needed <= {*CAPABILITY_NAMES, NRI_CAPABILITY}  # the agent adds NRI's to the probe's
     spec = ColocationPolicy().to_spec()
-    for section in FEATURE_NEEDS:  # every section named is a real section of the policy
+    for section in FEATURE_NEEDS:  # every path named is a real section or switch of the policy
         node = spec
         for key in section.split("."):
             node = node[key]
-        assert "enabled" in node, section
+        assert isinstance(node, bool) or "enabled" in node, section
 
 
 @pytest.mark.parametrize("capabilities, supported, reason", [

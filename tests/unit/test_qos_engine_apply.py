@@ -31,7 +31,8 @@ def tree(tmp_path):
 
 def test_allowed_roots(tree, tmp_path):
     layout, _, roots = tree
-    assert roots == (tmp_path / "cpu/kubepods", tmp_path / "memory/kubepods")
+    assert roots == (tmp_path / "cpu/kubepods", tmp_path / "cpu/tidal-be", tmp_path / "memory/kubepods",
+                     tmp_path / "memory/tidal-be")  # the BE idle group beside kubepods
 
 
 def test_apply_writes_only_differences_and_restore_puts_originals_back(tree, tmp_path):

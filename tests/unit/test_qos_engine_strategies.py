@@ -105,6 +105,43 @@ def test_be_cpu_priority(layout, caps, expected):
     assert table(BECPUPriority().plan(state(layout, caps))) == expected
 
 
+IDLE_POD = PodState(uid=LS_UID.replace("9", "7"), qos_class=PodQOSClass.BE_IDLE_GROUP, tidal_level=QoSLevel.BE)
+IDLE_ON = ColocationPolicy.from_spec({"beIsolation": {"cpuPriority": {"idleGroup": True}}})
+
+
+@pytest.mark.parametrize("pods, policy, expected", [
+    # a BE pod in the idle group: the group itself idle (Tidal's own: no kubelet writes its weight), and the pod
+    ([IDLE_POD], ColocationPolicy(), [("/cg/cpu/tidal-be", "cpu.idle", "1"),
+                                      (f"/cg/cpu/tidal-be/pod{IDLE_POD.uid}", "cpu.idle", "1")]),
+    # switched on, no BE pod yet: the group idle before the first BE container lands there
+    ([LS_POD], IDLE_ON, [("/cg/cpu/tidal-be", "cpu.idle", "1")]),
+    # both parents hold BE pods (one created before the switch)
+    ([BE_POD, IDLE_POD], IDLE_ON, [("/cg/cpu/kubepods/besteffort", "cpu.shares", "2"),
+                                   ("/cg/cpu/tidal-be", "cpu.idle", "1"),
+                                   (f"/cg/cpu/kubepods/besteffort/pod{UID}", "cpu.idle", "1"),
+                                   (f"/cg/cpu/tidal-be/pod{IDLE_POD.uid}", "cpu.idle", "1")]),
+])
+def test_be_cpu_priority_in_the_idle_group(pods, policy, expected):
+    node = NodeState(pods=tuple(pods), node_cpus=8.0, online_usage_millicores=2000.0, policy=policy,
+                     capabilities={"cpu.idle": True}, layout=V1)
+    assert table(BECPUPriority().plan(node)) == expected
+
+
+@pytest.mark.parametrize("pods, expected", [
+    ([], [("/cg/cpu/kubepods/besteffort", "cpu.cfs_quota_us", "400000")]),  # as before the idle group
+    ([BE_POD], [("/cg/cpu/kubepods/besteffort", "cpu.cfs_quota_us", "400000")]),
+    ([IDLE_POD], [("/cg/cpu/tidal-be", "cpu.cfs_quota_us", "400000")]),
+    # pods under both parents: an equal share each, BE together within the quota
+    ([BE_POD, IDLE_POD], [("/cg/cpu/kubepods/besteffort", "cpu.cfs_quota_us", "200000"),
+                          ("/cg/cpu/tidal-be", "cpu.cfs_quota_us", "200000")]),
+])
+def test_the_suppression_quota_on_every_be_parent(pods, expected):
+    from tidal.agent.qos.be_cpu_suppression import quota_writes
+    node = NodeState(pods=tuple(pods), node_cpus=8.0, online_usage_millicores=2000.0, policy=ColocationPolicy(),
+                     capabilities={}, layout=V1)
+    assert [w for w in table(quota_writes(node, 4000)) if w[1] == "cpu.cfs_quota_us"] == expected
+
+
 def test_be_cpu_priority_leaves_non_be_pods_alone():
     assert BECPUPriority().plan(state(V1, {"cpu.idle": True}, pods=[LS_POD])) == []
 

@@ -292,7 +292,8 @@ def test_agent_shares_the_hosts_network_and_pids_with_named_capabilities_not_pri
     assert "nodeSelector" not in spec  # placement is the mode's node affinity (test below)
     agent = container(objects, "DaemonSet/tidal-agent", "agent")["securityContext"]
     assert agent["privileged"] is False and agent["runAsUser"] == 0 and agent["readOnlyRootFilesystem"] is True
-    assert agent["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE", "SYS_NICE"]}
+    assert agent["capabilities"] == {"drop": ["ALL"],
+                                    "add": ["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE", "SYS_NICE", "DAC_OVERRIDE"]}
     nri = container(objects, "DaemonSet/tidal-agent", "nri")["securityContext"]
     assert nri["capabilities"] == {"drop": ["ALL"]} and nri["allowPrivilegeEscalation"] is False
     assert nri["readOnlyRootFilesystem"] is True and nri["runAsUser"] == 0

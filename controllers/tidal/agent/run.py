@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tidal.api import qos
 from tidal.kube.client import ApiError
+from tidal.agent.be_idle_group import BEIdleGroup
+from tidal.agent.be_placement import BEPlacement
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detect_layout
 from tidal.agent.collector.sampler import Sampler
 from tidal.agent.history import STEP_SECONDS, OnlineHistory
@@ -228,6 +230,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     metrics = node_metrics(registry)
     zero_evictions(metrics, node)
     usage_metrics = scheduler_usage_metrics(registry)
+    placement = BEPlacement(layout)
+    idle_group = BEIdleGroup(layout, cgroup_root)
     engine = QoSEngine(Path(state_dir) / "qos-journal.json")
     node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics,
                        evictions=EvictionJournal(Path(state_dir) / EVICTIONS_FILE))
@@ -249,7 +253,13 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
 
     def observe(now: float) -> None:
         # every tick (1 s): the sample, the prediction's history, the latest policy and Node
-        sampler.sample(pods.pods.values())
+        if node_qos.policy.be_isolation.cpu_priority.idle_group:
+            idle_group.ensure()  # idle (the priority strategy) before a BE container lands there
+            idle_group.bound_memory()
+        else:
+            idle_group.switched_off()
+        idle_group.remove_gone(placement.refresh(), pods.pods.keys())  # placement: the group's BE pods
+        sampler.sample(placement.place(pods.pods.values()))
         predictions.observe(sampler, time.time())
         node_qos.observe_policy(policy_watch.object)
         node_qos.observe_node(node_watch.object)
@@ -258,7 +268,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         nonlocal last_tick, last_report, writer
         if qos_round:  # every beIsolation.qosCheckIntervalSeconds (tidal.agent.rounds)
             engine.executor.verify_every = verify_rounds(node_qos.policy.be_isolation.qos_check_interval_seconds)
-            node_qos.round(sampler, pods.states.values())
+            node_qos.round(sampler, list(placement.place(pods.states.values())))
         now = loop.time()
         usage = usage_percent(sampler, node_qos.node_cpus)
         if "cpu" in usage and sampler.node_memory_total_bytes:
@@ -273,7 +283,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         if due and (writer is None or writer.done()):
             last_report = started
             writer = asyncio.create_task(_report(api, node, report(
-                sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed),
+                sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed, [idle_group.problem] if idle_group.problem else []),
                 node_qos.mode_status(), node_qos.feature_status),
                 node_qos.policy_generation, reported, failed))
 

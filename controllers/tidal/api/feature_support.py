@@ -19,10 +19,13 @@ from typing import Any
 
 __all__ = ["FEATURE_NEEDS", "SUPPORT_UNKNOWN_REASON", "feature_support"]
 
-#: policy section (path under ``spec``) -> what it needs: every group, and in a group any one
-#: capability, by the names the agent's probe writes.
+#: policy section (path under ``spec``; or a boolean switch's path) -> what it needs: every
+#: group, and in a group any one capability, by the names the agent's probe writes.
 FEATURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "beIsolation.cpuInterference": (("schedstat",),),
+    # a switch, not a section: BE containers in the BE idle group need the runtime's NRI (the
+    # plugin creates them there) and cpu.idle (without it the group is not idle)
+    "beIsolation.cpuPriority.idleGroup": (("cpu.idle",), ("nri",)),
     "features.cpuBurst": (("cpu.cfs_burst",),),
     "features.psiInterference": (("psi",),),
     "features.cacheLimits": (("resctrl.l3", "resctrl.mba"),),

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 __all__ = [
+    "BE_IDLE_GROUP",
     "DEFAULT_CGROUP_ROOT",
     "CgroupVersion",
     "CgroupDriver",
@@ -51,6 +52,7 @@ __all__ = [
     "CgroupHierarchy",
     "CgroupLayout",
     "DiscoveredPod",
+    "pod_uids_in",
     "kubelet_root_components",
     "cgroup_name_to_relpath",
     "kubepods_relpath",
@@ -86,11 +88,15 @@ class CgroupDriver(enum.StrEnum):
 
 
 class PodQOSClass(enum.StrEnum):
-    """Kubernetes' QoS class of a pod (``status.qosClass``), which decides its cgroup parent."""
+    """Kubernetes' QoS class of a pod (``status.qosClass``), which decides its cgroup parent;
+    and ``BE_IDLE_GROUP``, not a Kubernetes class: a BestEffort pod whose containers Tidal's NRI
+    plugin created in the BE idle group (``tidal-be`` beside ``kubepods``, :data:`BE_IDLE_GROUP`)
+    instead of below its pod cgroup, which then holds only the pod's sandbox."""
 
     GUARANTEED = "Guaranteed"
     BURSTABLE = "Burstable"
     BEST_EFFORT = "BestEffort"
+    BE_IDLE_GROUP = "be-idle-group"  # not a Kubernetes class: never in a pod's status
 
 
 class CgroupLayoutError(Exception):
@@ -105,6 +111,12 @@ _CONTAINER_ID_RE = re.compile(
 _COMPONENT_RE = re.compile(r"[0-9A-Za-z_][0-9A-Za-z_.-]*")
 
 _KUBEPODS = "kubepods"
+#: The BE idle group's cgroup name at the hierarchy's root, beside ``kubepods`` on a kubelet
+#: with the default cgroupRoot (cgroupfs ``/tidal-be``, systemd ``tidal_be.slice``): ``cpu.idle
+#: = 1`` at the level where the online pods' ``kubepods`` and the node's daemons compete, which
+#: no cgroup below ``kubepods`` can be — nor one below another cgroup that competes there, as a
+#: kubelet's own cgroupRoot may (measured: docs/node-engine.md), so the root it is.
+BE_IDLE_GROUP = "tidal-be"
 _QOS_COMPONENT = {
     PodQOSClass.GUARANTEED: None,
     PodQOSClass.BURSTABLE: "burstable",
@@ -180,6 +192,8 @@ def _kubepods_name(kubelet_root: str, driver: CgroupDriver) -> tuple[str, ...]:
 
 
 def _qos_name(qos_class: PodQOSClass, driver: CgroupDriver, kubelet_root: str) -> tuple[str, ...]:
+    if PodQOSClass(qos_class) is PodQOSClass.BE_IDLE_GROUP:
+        return (BE_IDLE_GROUP,)  # at the hierarchy's root whatever the kubelet's cgroupRoot
     name = _kubepods_name(kubelet_root, driver)
     component = _QOS_COMPONENT[PodQOSClass(qos_class)]
     return name if component is None else (*name, component)
@@ -388,17 +402,19 @@ def _pod_uid_from_dir(name: str, parent_name: tuple[str, ...], driver: CgroupDri
     return uid if _UID_RE.fullmatch(uid) else None
 
 
+def pod_uids_in(layout: CgroupLayout, qos_class: PodQOSClass) -> list[str]:
+    """The UIDs of the pod cgroups present below ``qos_class``'s parent in the memory hierarchy
+    (one directory listing; none when the parent does not exist)."""
+    parent_name = _qos_name(qos_class, layout.driver, layout.kubelet_root)
+    parent = layout.memory_dir(cgroup_name_to_relpath(parent_name, layout.driver))
+    uids = (_pod_uid_from_dir(entry.name, parent_name, layout.driver) for entry in _subdirs(parent))
+    return [uid for uid in uids if uid is not None]
+
+
 def discover_pod_cgroups(layout: CgroupLayout) -> dict[str, DiscoveredPod]:
     """Every pod cgroup present in the memory hierarchy, by UID (for diagnostics and tests)."""
-    pods: dict[str, DiscoveredPod] = {}
-    for qos_class in PodQOSClass:
-        parent_name = _qos_name(qos_class, layout.driver, layout.kubelet_root)
-        parent = layout.memory_dir(cgroup_name_to_relpath(parent_name, layout.driver))
-        for entry in _subdirs(parent):
-            uid = _pod_uid_from_dir(entry.name, parent_name, layout.driver)
-            if uid is not None:
-                pods[uid] = DiscoveredPod(uid, qos_class, layout.pod_relpath(uid, qos_class))
-    return pods
+    return {uid: DiscoveredPod(uid, qos_class, layout.pod_relpath(uid, qos_class))
+            for qos_class in PodQOSClass for uid in pod_uids_in(layout, qos_class)}
 
 
 def _subdirs(path: Path) -> Iterator[Path]:

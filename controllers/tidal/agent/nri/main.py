@@ -2,8 +2,10 @@
 """``tidal-agent nri``: the NRI plugin as a process (the DaemonSet's sidecar or the agent's).
 
 With API server access (``--in-cluster`` in the DaemonSet, or a kubeconfig) it also watches the
-ColocationPolicy, so NUMA affinity is applied at creation while ``features.numaAffinity`` is on;
-without it the plugin sets BE resources only (the agent's round still applies NUMA affinity)."""
+ColocationPolicy, so NUMA affinity is applied at creation while ``features.numaAffinity`` is on,
+and BE containers are created in the BE idle group while ``beIsolation.cpuPriority.idleGroup``
+is; without it the plugin sets BE resources only (the agent's round still applies NUMA
+affinity; BE containers stay below their pod's cgroup)."""
 from __future__ import annotations
 
 import asyncio
@@ -63,12 +65,12 @@ async def serve_health(address: str, port: int, plugin: TidalNRIPlugin):
     return runner
 
 
-def numa_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Callable[[], bool]:
-    """Whether the ColocationPolicy (its raw object, None: none exists -> defaults) has
-    ``features.numaAffinity.enabled``; parsed once per resourceVersion, an invalid one keeps the
-    last valid answer (as the agent keeps the last valid policy)."""
+def policy_switch(policy_object: Callable[[], Mapping[str, Any] | None], switch: Callable[[Any], bool],
+                  what: str) -> Callable[[], bool]:
+    """Whether the ColocationPolicy (its raw object, None: none exists -> defaults) has ``switch``
+    on; parsed once per resourceVersion, an invalid one keeps the last valid answer (as the agent
+    keeps the last valid policy). ``what`` names it in the log."""
     from tidal.api.policy import ColocationPolicy, PolicyValidationError
-
     seen: dict[str, Any] = {"key": object(), "enabled": False}
 
     def enabled() -> bool:
@@ -77,23 +79,34 @@ def numa_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Calla
         if key != seen["key"]:
             seen["key"] = key
             try:
-                on = ColocationPolicy.from_spec((obj or {}).get("spec") or {}).features.numa_affinity.enabled
+                on = switch(ColocationPolicy.from_spec((obj or {}).get("spec") or {}))
             except PolicyValidationError as err:
-                log.error("NRI: ColocationPolicy invalid (%s): NUMA affinity stays %s", err,
+                log.error("NRI: ColocationPolicy invalid (%s): %s stays %s", err, what,
                           "on" if seen["enabled"] else "off")
             else:
                 if on != seen["enabled"]:
-                    log.info("NRI: NUMA affinity at container creation %s", "on" if on else "off")
+                    log.info("NRI: %s %s", what, "on" if on else "off")
                 seen["enabled"] = on
         return seen["enabled"]
-
     return enabled
+
+
+def numa_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Callable[[], bool]:
+    """``features.numaAffinity.enabled`` of the ColocationPolicy (:func:`policy_switch`)."""
+    return policy_switch(policy_object, lambda p: p.features.numa_affinity.enabled,
+                         "NUMA affinity at container creation")
+
+
+def be_idle_group_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Callable[[], bool]:
+    """``beIsolation.cpuPriority.idleGroup`` of the ColocationPolicy (:func:`policy_switch`)."""
+    return policy_switch(policy_object, lambda p: p.be_isolation.cpu_priority.idle_group,
+                         "BE containers created in the BE idle group")
 
 
 async def run_nri(args) -> None:
     stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
-        lookup = numa = None
+        lookup = numa = idle_group = None
         lookups, kubeconfig = lookup_access(args.kubeconfig, args.in_cluster)
         if lookups:
             from tidal.api import qos
@@ -104,16 +117,17 @@ async def run_nri(args) -> None:
             from .pod_lookup import ApiServerPods
             api = await stack.enter_async_context(connect(kubeconfig, "tidal-agent-nri"))
             lookup = ApiServerPods(api)
+            watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
+                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
+            task = asyncio.create_task(watch.run())
+            stack.callback(task.cancel)
+            idle_group = be_idle_group_enabled(lambda: watch.object)
             topology = node_topology(Path(getattr(args, "sys_root", None) or "/sys"))
             if len(topology) > 1:
-                watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
-                                    DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
-                task = asyncio.create_task(watch.run())
-                stack.callback(task.cancel)
                 numa = NUMAPlacer(topology, numa_enabled(lambda: watch.object))
         try:
             plugin = TidalNRIPlugin(args.socket, name=args.plugin_name, index=args.plugin_index, pod_lookup=lookup,
-                                    numa=numa)
+                                    numa=numa, be_idle_group=idle_group)
         except ValueError as err:
             raise SystemExit(f"tidal-agent nri: {err}") from None
         if getattr(args, "health_port", None) is not None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from .api import api_pb2 as api
 from .api.source import NRI_VERSION
 from tidal.agent.qos.numa_affinity import SUCCESS_LOG
+from tidal.api import qos
 
 from .decisions import (
     BatchRequest,
@@ -44,6 +45,7 @@ from .decisions import (
     sync_updates,
 )
 from .mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from .placement import be_idle_group_cgroups_path
 from .ttrpc import Client, Handler, Server
 
 __all__ = ["DEFAULT_SOCKET", "PLUGIN_SERVICE", "RUNTIME_SERVICE", "SUBSCRIBED_EVENTS", "PodLookup",
@@ -131,11 +133,14 @@ class TidalNRIPlugin:
         pod_lookup: reads batch requests from the pod object when a BE pod lacks the annotation.
         backoff: first and longest wait between connection attempts, seconds.
         call_timeout: limit on the plugin's own calls to the runtime (RegisterPlugin, UpdateContainers).
+        be_idle_group: whether BE containers are created in the BE idle group (the policy's
+            ``beIsolation.cpuPriority.idleGroup``, :mod:`.placement`); None: never.
     """
 
     def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, name: str = "tidal", index: str = "10",
                  ls_cpuset: LSCpusetHook | None = None, numa=None, pod_lookup: PodLookup | None = None,
-                 backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0) -> None:
+                 backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0,
+                 be_idle_group: Callable[[], bool] | None = None) -> None:
         if len(index) != 2 or not index.isascii() or not index.isdigit():
             raise ValueError(f"plugin index {index!r}: must be two digits (00-99), as NRI requires")
         if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
@@ -146,6 +151,7 @@ class TidalNRIPlugin:
         self.numa = numa
         self.ls_cpuset = ls_cpuset if ls_cpuset is not None else numa
         self.pod_lookup = pod_lookup
+        self.be_idle_group = be_idle_group
         self.backoff = backoff
         self.call_timeout = call_timeout
         #: Set while registered and configured; cleared when the connection is lost.
@@ -331,6 +337,12 @@ class TidalNRIPlugin:
             if res.cpuset_mems is not None:
                 log.info(SUCCESS_LOG, ref.namespace, ref.pod_name, ref.container_name, res.cpuset_cpus,
                          res.cpuset_mems)
+        if decision.level is qos.QoSLevel.BE and self.be_idle_group is not None and self.be_idle_group():
+            moved = be_idle_group_cgroups_path(req.container.linux.cgroups_path)
+            if moved is not None:
+                reply.adjust.linux.cgroups_path = moved
+                log.info("NRI: create %s/%s container %s in the BE idle group: %s", ref.namespace, ref.pod_name,
+                         ref.container_name, moved)
         if decision.needs_lookup and self.pod_lookup is not None:
             self._stages[req.container.id] = {"created": asyncio.Event(), "started": asyncio.Event()}
             self._spawn(self._resolve_later(ref, req.container.id))

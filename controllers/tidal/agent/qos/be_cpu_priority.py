@@ -22,7 +22,7 @@ from __future__ import annotations
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 
 from .feature import StrategyFeature
-from .strategy import CgroupWrite, NodeState, cpu_dir
+from .strategy import CgroupWrite, NodeState, be_parent_classes, cpu_dir
 
 __all__ = ["feature", "BECPUPriority", "MIN_SHARES", "MIN_WEIGHT", "OPENEULER_OFFLINE_QOS_LEVEL"]
 
@@ -43,8 +43,13 @@ class BECPUPriority:
         # Guaranteed pods in kubepods): it keeps the minimum weight — the kubelet's own value;
         # never cpu.idle, which makes the kubelet's weight write fail and the kubelet not start
         # (see the module's docstring). Each BE pod is idle among the BestEffort pods.
+        # The BE idle group (beside kubepods, Tidal's own: no kubelet writes its weight) is idle
+        # itself: there BE is idle against the online pods and the node's daemons alike.
         parent = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
-        paths = [parent] if state.be_pods() else []
+        classes = be_parent_classes(state) if state.be_pods() else []
+        if state.policy.be_isolation.cpu_priority.idle_group and PodQOSClass.BE_IDLE_GROUP not in classes:
+            classes.append(PodQOSClass.BE_IDLE_GROUP)  # idle before the first BE container lands there
+        paths = [cpu_dir(state, state.layout.qos_relpath(c)) for c in classes]
         paths += [cpu_dir(state, state.layout.pod_relpath(p.uid, p.qos_class)) for p in state.be_pods()]
         for path in paths:
             if state.supports("cpu.idle") and path != parent:

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
+from tidal.agent.collector.cgroups import CgroupVersion
 from tidal.api.policy import ColocationPolicy, SuppressionQuota
 
 from .be_batch_resources import CFS_PERIOD_US, milli_cpu_to_quota
 from .feature import StrategyFeature
-from .strategy import CgroupWrite, NodeState, cpu_dir
+from .strategy import CgroupWrite, NodeState, be_parent_classes, cpu_dir
 
 __all__ = ["feature", "BECPUSuppression", "bound_millicores", "quota_on_interference", "quota_writes",
            "suppressed_millicores"]
@@ -68,13 +68,21 @@ def quota_on_interference(policy: ColocationPolicy, supports: Callable[[str], bo
 
 
 def quota_writes(state: NodeState, millicores: float) -> list[CgroupWrite]:
-    """The quota of ``millicores`` on the parent of all BE pods (v1 period and quota, v2 ``cpu.max``)."""
-    path = cpu_dir(state, state.layout.qos_relpath(PodQOSClass.BEST_EFFORT))
-    quota = milli_cpu_to_quota(millicores)
-    if state.layout.version is CgroupVersion.V1:
-        return [CgroupWrite(path, "cpu.cfs_period_us", str(CFS_PERIOD_US)),
-                CgroupWrite(path, "cpu.cfs_quota_us", str(quota))]
-    return [CgroupWrite(path, "cpu.max", f"{quota} {CFS_PERIOD_US}")]
+    """The quota of ``millicores`` on the parent of all BE pods (v1 period and quota, v2
+    ``cpu.max``); while BE pods sit below two parents (``kubepods/besteffort`` and the BE idle
+    group: pods created before the idle group was switched on), each parent gets an equal share,
+    so that BE together stays within ``millicores``."""
+    classes = be_parent_classes(state)
+    quota = milli_cpu_to_quota(int(millicores) // len(classes))
+    writes = []
+    for qos_class in classes:
+        path = cpu_dir(state, state.layout.qos_relpath(qos_class))
+        if state.layout.version is CgroupVersion.V1:
+            writes += [CgroupWrite(path, "cpu.cfs_period_us", str(CFS_PERIOD_US)),
+                       CgroupWrite(path, "cpu.cfs_quota_us", str(quota))]
+        else:
+            writes.append(CgroupWrite(path, "cpu.max", f"{quota} {CFS_PERIOD_US}"))
+    return writes
 
 
 class BECPUSuppression:

@@ -460,13 +460,14 @@ class NodeQoS:
         self._export(sampler, usage, changed, result, enabled, state, outcome.gauges, outcome.counters)
         return Round(enabled, usage, result, changed, decisions, eviction_usage, *self.eviction_gate, requests)
 
-    def policy_status(self, capabilities) -> dict[str, Any]:
+    def policy_status(self, capabilities, problems: Iterable[str] = ()) -> dict[str, Any]:
         """The NodeProfile's ``status.policy``: generation, effective spec, problems (Volcano
-        watermark annotations disagreeing with Tidal's among them)."""
+        watermark annotations disagreeing with Tidal's among them, and ``problems`` found
+        outside the rounds, e.g. a BE idle group the agent could not create)."""
         self._refresh_watermarks()
         return policy_status(self.policy, self.policy_generation, self.eviction.config,
-                             [*self._policy_problems, *self._override_conflicts, *self._override_problems],
-                             capabilities)
+                             [*self._policy_problems, *self._override_conflicts, *self._override_problems,
+                              *problems], capabilities)
 
     def mode_status(self) -> dict[str, Any]:
         """The NodeProfile's ``status.mode`` (:class:`~tidal.api.node_profile.NodeModeReport`)."""

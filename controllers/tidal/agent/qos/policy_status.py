@@ -21,10 +21,11 @@ from .capabilities import Capability
 __all__ = ["FEATURE_NEEDS", "policy_status", "unsupported_features"]
 
 def _enabled(spec: Mapping[str, Any], path: str) -> bool:
+    """A section's ``enabled``, or a boolean switch's value (``beIsolation.cpuPriority.idleGroup``)."""
     node: Any = spec
     for key in path.split("."):
         node = (node or {}).get(key)
-    return bool((node or {}).get("enabled"))
+    return node if isinstance(node, bool) else bool((node or {}).get("enabled"))
 
 
 def unsupported_features(spec: Mapping[str, Any], capabilities: Iterable[Capability]) -> list[str]:

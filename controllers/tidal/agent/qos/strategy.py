@@ -42,6 +42,7 @@ __all__ = [
     "cpu_dir",
     "memory_dir",
     "allowed_roots",
+    "be_parent_classes",
     "compose",
     "apply",
     "restore",
@@ -148,13 +149,22 @@ def memory_dir(state: NodeState, relpath: PurePosixPath) -> Path:
     return state.layout.memory_dir(relpath)
 
 
+def be_parent_classes(state: NodeState) -> list[PodQOSClass]:
+    """The parents of the node's BE pods, as classes: ``kubepods/besteffort`` while it holds BE
+    pods, or when no BE pod is anywhere (as before the BE idle group), and the BE idle group
+    while it holds BE pods (:mod:`tidal.agent.be_placement`)."""
+    classes = {p.qos_class for p in state.be_pods()}
+    below = not classes or any(c is not PodQOSClass.BE_IDLE_GROUP for c in classes)
+    return [*([PodQOSClass.BEST_EFFORT] if below else []),
+            *([PodQOSClass.BE_IDLE_GROUP] if PodQOSClass.BE_IDLE_GROUP in classes else [])]
+
+
 def allowed_roots(layout: CgroupLayout, cpu_root_override: Path | None = None) -> tuple[Path, ...]:
-    """The only directories :func:`apply` may write below: ``kubepods`` in each hierarchy."""
-    kubepods = layout.kubepods_relpath()
-    roots = {
-        cpu_controller_root(layout, cpu_root_override) / kubepods,
-        layout.memory_dir(kubepods),
-    }
+    """The only directories :func:`apply` may write below: ``kubepods`` and the BE idle group in
+    each hierarchy."""
+    roots = set()
+    for relpath in (layout.kubepods_relpath(), layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)):
+        roots |= {cpu_controller_root(layout, cpu_root_override) / relpath, layout.memory_dir(relpath)}
     return tuple(sorted(roots))
 
 

@@ -173,11 +173,16 @@ function policyDialog(schema, policy, nodes, canWrite, onSaved) {
       el("legend", {}, title),
       unsupported.length ? el("p", { class: "muted", "data-unsupported": prefix },
         `Not supported on ${unsupported.join("; ")}`) : null,
-      own.map((f) => el("div", { class: `field${unsupported.length ? " dim" : ""}` },
+      own.map((f) => {
+        // a switch with needs of its own (beIsolation.cpuPriority.idleGroup) is dimmed alone
+        const alone = unsupportedOn(nodes, f.path);
+        return el("div", { class: `field${unsupported.length || alone.length ? " dim" : ""}` },
         el("label", { for: f.path }, f.path.slice(prefix.length + 1),
           el("div", { class: "hint" }, f.description + (f.minimum !== undefined ? ` [${f.minimum}–${f.maximum}]` : "")
-          + ` (default ${Array.isArray(f.default) ? f.default.join(", ") : f.default})`)),
-        el("div", {}, inputFor(f, valueAt(policy.spec, f.path)), el("div", { class: "field-error", id: `${f.path}.error` })))));
+          + ` (default ${Array.isArray(f.default) ? f.default.join(", ") : f.default})`),
+          alone.length ? el("div", { class: "muted", "data-unsupported": f.path }, `Not supported on ${alone.join("; ")}`) : null),
+        el("div", {}, inputFor(f, valueAt(policy.spec, f.path)), el("div", { class: "field-error", id: `${f.path}.error` })));
+      }));
     form.append(fs);
   }
   const save = el("button", { type: "submit", id: "policy-save", disabled: !canWrite,

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: Apache-2.0
+"""BEPlacement on this machine's cgroups: a BestEffort pod whose containers are in the BE idle
+group is seen there, every other pod keeps its class."""
+from __future__ import annotations
+
+import uuid
+
+from tidal.agent.be_placement import BEPlacement
+from tidal.agent.collector.cgroups import PodQOSClass
+from tidal.agent.collector.sampler import PodInfo
+from tidal.agent.qos.strategy import PodState
+from tidal.api.qos import QoSLevel
+from tidal_dev.testing.local_kubelet import LocalKubelet
+
+
+def test_a_besteffort_pod_in_the_idle_group_takes_its_class_and_paths(hierarchy, real):
+    kubelet = LocalKubelet(real)
+    moved, kept, online = (str(uuid.uuid4()) for _ in range(3))
+    cid = "containerd://" + uuid.uuid4().hex
+    dirs = kubelet.create_pod(moved, PodQOSClass.BE_IDLE_GROUP, [cid])
+    kubelet.create_pod(moved, PodQOSClass.BEST_EFFORT, [])  # its sandbox's pod cgroup stays below kubepods
+    kubelet.create_pod(kept, PodQOSClass.BEST_EFFORT, [cid.replace("://", "://1")])
+    kubelet.create_pod(online, PodQOSClass.BURSTABLE, [])
+    layout = kubelet.layout
+    assert all("tidal-be" in d.parts and "kubepods" not in d.parts for d in dirs[cid])
+
+    placement = BEPlacement(layout)
+    found = placement.refresh()  # the idle group is the hierarchy's: other pods may be there too
+    assert moved in found and kept not in found and online not in found
+    infos = [PodInfo(uid=u, namespace="ns", name=u, qos_class=c, tidal_level=level)
+             for u, c, level in ((moved, PodQOSClass.BEST_EFFORT, QoSLevel.BE), (kept, PodQOSClass.BEST_EFFORT,
+                                 QoSLevel.BE), (online, PodQOSClass.BURSTABLE, QoSLevel.LS))]
+    placed = {p.uid: p.qos_class for p in placement.place(infos)}
+    assert placed == {moved: PodQOSClass.BE_IDLE_GROUP, kept: PodQOSClass.BEST_EFFORT,
+                      online: PodQOSClass.BURSTABLE}
+    states = list(placement.place([PodState(uid=moved, qos_class=PodQOSClass.BEST_EFFORT, tidal_level=QoSLevel.BE)]))
+    assert states[0].qos_class is PodQOSClass.BE_IDLE_GROUP
+    # the layout's paths for the placed class are where the container's cgroup is
+    assert layout.memory_dir(layout.container_relpath(moved, states[0].qos_class, cid)).is_dir()
+    # a pod listed once it is gone from the group is back at its kubelet class
+    for d in reversed(dirs[cid]):
+        d.rmdir()
+    for d in kubelet.dirs(layout.pod_relpath(moved, PodQOSClass.BE_IDLE_GROUP)):
+        d.rmdir()
+    assert moved not in placement.refresh()
+    assert next(placement.place(infos[:1])).qos_class is PodQOSClass.BEST_EFFORT

@@ -138,13 +138,12 @@ def test_a_candidate_not_measured_yet_counts_at_its_request(measured, expected):
 def test_a_spinning_pod_started_a_round_ago_is_chosen_before_an_idle_one():
     """The victim choice sees a BE pod the sampler has read once (no CPU rate yet) at its request,
     so an idle BE pod of the same priority measured at 0 is not evicted in its place."""
-    from tidal.agent.qos.eviction import Candidate
+    from dataclasses import replace
+    from tidal.agent.qos.eviction import Action, Candidate
     from tidal.agent.qos.node_qos import candidate_usage
+    from tidal.api.policy import EvictionWatermarks
     idle = Candidate("a-idle", True, -100, {"cpu": 0.0, "memory": 1.0}, "ns", "transcode")
     new = Candidate("z-new", True, -100, candidate_usage(_usage(None, None)), "ns", "victim")
-    from dataclasses import replace
-    from tidal.agent.qos.eviction import Action
-    from tidal.api.policy import EvictionWatermarks
     eviction = WatermarkEviction(replace(EvictionWatermarks(), dwell_seconds=0))
     decisions = eviction.step(0.0, {"cpu": 95.0, "memory": 0.0}, [idle, new])
     assert [d.pod_uid for d in decisions if d.action is Action.EVICT] == ["z-new"]

@@ -67,6 +67,10 @@ class BEIdleGroup:
         self.problem = problem
         return created
 
+    def problems(self) -> list[str]:
+        """:attr:`problem` as the NodeProfile's policy problems take it."""
+        return [self.problem] if self.problem else []
+
     def switched_off(self) -> None:
         """The switch is off: no problem to report any more."""
         self.problem = None

@@ -77,8 +77,7 @@ class Predictions:
             if pod.tidal_level not in (qos.QoSLevel.HLS, qos.QoSLevel.LS):
                 continue
             # a pod without usage yet counts at its request, as everywhere in the agent
-            millicores = usage.cpu_millicores if usage.cpu_millicores is not None else pod.cpu_request_millicores
-            online.append((pod.uid, millicores / 1000, pod.cpu_request_millicores / 1000))
+            online.append((pod.uid, usage.cpu_or_request / 1000, pod.cpu_request_millicores / 1000))
         if self.history.observe(now_wall, online) and self.store is not None:
             self.store.save(self.history, now_wall)
 
@@ -283,8 +282,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         if due and (writer is None or writer.done()):
             last_report = started
             writer = asyncio.create_task(_report(api, node, report(
-                sampler, node_qos.policy, predictions, capabilities, node_qos.policy_status(probed, [idle_group.problem] if idle_group.problem else []),
-                node_qos.mode_status(), node_qos.feature_status),
+                sampler, node_qos.policy, predictions, capabilities,
+                node_qos.policy_status(probed, idle_group.problems()), node_qos.mode_status(), node_qos.feature_status),
                 node_qos.policy_generation, reported, failed))
 
     async def wait(seconds: float) -> None:

@@ -159,6 +159,17 @@ class PodUsage:
     reasons: tuple[str, ...] = ()
 
     @property
+    def cpu_or_request(self) -> float:
+        """CPU millicores as measured, or the pod's request while not measured: how every part of
+        the agent counts a pod it has no usage for yet."""
+        return self.pod.cpu_request_millicores if self.cpu_millicores is None else self.cpu_millicores
+
+    @property
+    def memory_or_request(self) -> float:
+        """Memory bytes as measured, or the pod's request while not measured."""
+        return self.pod.memory_request_bytes if self.memory_bytes is None else self.memory_bytes
+
+    @property
     def missing(self) -> tuple[str, ...]:
         return tuple(
             name
@@ -406,12 +417,10 @@ class Sampler:
     def _current(self, selected: Callable[[PodInfo], bool]) -> tuple[float, float]:
         cpu = memory = 0.0
         for usage in self._pod_usage.values():
-            pod = usage.pod
-            if not selected(pod):
+            if not selected(usage.pod):
                 continue
-            measured_cpu, measured_memory = usage.cpu_millicores, usage.memory_bytes
-            cpu += pod.cpu_request_millicores if measured_cpu is None else measured_cpu
-            memory += pod.memory_request_bytes if measured_memory is None else measured_memory
+            cpu += usage.cpu_or_request
+            memory += usage.memory_or_request
         return cpu, memory
 
     # -- results --

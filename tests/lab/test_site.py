@@ -652,7 +652,8 @@ def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node
     idle group (``tidal-be`` at the root of every hierarchy, beside the kubelet's cgroup root), idle
     and bounded as ``kubepods``; the DaemonSet's NRI plugin creates a new BE pod's container in
     ``tidal-be/pod<uid>``, with its batch limits; the kubelet runs the pod as any other. Once the
-    pod is deleted the agent removes its directory from every hierarchy."""
+    pod is deleted the agent removes its directory from every hierarchy, and once the switch is off
+    the group itself."""
     from kubernetes import client
     from tidal_dev.lab.pytest_plugin import wait_for
 
@@ -713,12 +714,17 @@ def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node
         pod_dirs = [d / "tidal-be" / f"pod{pod.metadata.uid}" for d in _hierarchies()]
         wait_for(lambda: not [d for d in pod_dirs if d.exists()], 60,
                  "the agent removing the pod's directories from the BE idle group in every hierarchy")
+        # switched off with no pod left there: the agent removes the group itself, nothing is left
+        custom.patch_cluster_custom_object(*policy, {"spec": {"beIsolation": {"cpuPriority": {"idleGroup": False}}}})
+        groups = [d / "tidal-be" for d in _hierarchies()]
+        wait_for(lambda: not [g for g in groups if g.exists()], 60,
+                 "the agent removing the switched-off BE idle group from every hierarchy", describe=agent_says)
     finally:
         core.delete_namespace(namespace)
         current = custom.get_cluster_custom_object(*policy)
         current["spec"] = original_spec
         custom.replace_cluster_custom_object(*policy, current)
-        for g in (d / "tidal-be" for d in _hierarchies()):  # the test's residue (kept while switched on)
+        for g in (d / "tidal-be" for d in _hierarchies()):  # a failed run's residue
             if g.is_dir() and not any(p.is_dir() for p in g.iterdir()):
                 g.rmdir()
 

@@ -59,5 +59,50 @@ def test_a_group_the_kernel_refuses_to_create_is_a_reported_problem_not_a_crash(
     assert group.problem.startswith("beIsolation.cpuPriority.idleGroup: cannot create the BE idle group (")
     assert str(root / "tidal-be") in group.problem and "CAP_DAC_OVERRIDE" in group.problem
     assert group.bound_memory() is None  # no group yet: nothing to bound, nothing logged every tick
-    group.switched_off()
+    group.switched_off(holding=False)
     assert group.problem is None
+
+
+def _v1_tree(root):
+    """A v1-shaped tree of plain directories (a hierarchy per controller): rmdir behaves as on
+    cgroupfs for what the sweep needs (an empty group goes, one holding a pod's directory stays)."""
+    from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
+    for name in ("cpu", "cpuacct", "memory", "pids", "unified"):
+        (root / name).mkdir()
+    return CgroupLayout(CgroupHierarchy(CgroupVersion.V1, root / "cpuacct", root / "memory"), CgroupDriver.CGROUPFS)
+
+
+def test_switched_off_the_group_goes_from_every_hierarchy_with_its_last_pod(tmp_path):
+    """Issue 14: switching idleGroup off left /tidal-be (idle, bounded) in every hierarchy, and
+    uninstall.yml promises no residue on nodes."""
+    layout = _v1_tree(tmp_path)
+    group = BEIdleGroup(layout, tmp_path)
+    assert {d.parent.name for d in group.ensure()} == {"cpu", "memory"}
+    pod = layout.pod_relpath(str(uuid.uuid4()), PodQOSClass.BE_IDLE_GROUP)
+    for hierarchy in ("cpu", "memory", "pids", "unified"):  # runc made the pod's cgroups everywhere
+        (tmp_path / hierarchy / pod).mkdir(parents=True)
+
+    assert group.switched_off(holding=True) == []  # a pod still runs there: nothing tried
+    assert not group.swept and (tmp_path / "cpu" / "tidal-be").is_dir()
+    (tmp_path / "cpu" / pod).rmdir()  # gone from one hierarchy only (a container not yet removed elsewhere)
+    assert group.switched_off(holding=False) == [tmp_path / "cpu" / "tidal-be"]
+    assert not group.swept and (tmp_path / "memory" / pod).is_dir()  # kept where it holds the pod: tried again
+    for hierarchy in ("memory", "pids", "unified"):
+        (tmp_path / hierarchy / pod).rmdir()
+    removed = group.switched_off(holding=False)
+    assert {d.parent.name for d in removed} == {"memory", "pids", "unified"}
+    assert not any((tmp_path / h / "tidal-be").exists() for h in ("cpu", "cpuacct", "memory", "pids", "unified"))
+    assert group.swept and group.switched_off(holding=False) == []  # swept: not again at every tick
+
+    assert group.ensure()  # switched on again: made again, and swept again when off
+    assert not group.swept and len(group.switched_off(holding=False)) == 2
+
+
+def test_the_systemd_driver_s_group_is_systemd_s_to_remove(tmp_path):
+    from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayout
+    v1 = _v1_tree(tmp_path)
+    layout = CgroupLayout(v1.hierarchy, CgroupDriver.SYSTEMD)
+    group = BEIdleGroup(layout, tmp_path)
+    group.ensure()
+    assert group.switched_off(holding=False) == [] and group.swept
+    assert (tmp_path / "cpu" / "tidal_be.slice").is_dir()

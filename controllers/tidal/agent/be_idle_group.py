@@ -13,6 +13,10 @@
   (a container not yet removed) is kept and tried again on the next tick. With the systemd
   driver the pod's directory is a slice systemd created for runc, and systemd's to remove: left
   alone.
+* While the switch is off, the group itself is removed from every hierarchy once it holds no pod
+  (cgroupfs): switching the switch off, or the node's mode, leaves nothing behind (``uninstall.yml``
+  promises no residue). A pod created there while the switch was on stays there until it ends; the
+  group goes with the last one. Swept once per switch-off (and at the agent's start), not at every tick.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class BEIdleGroup:
         self.relpath = layout.qos_relpath(PodQOSClass.BE_IDLE_GROUP)
         #: why the group could not be created (None: it was, or the switch is off)
         self.problem: str | None = None
+        #: whether the group is known gone from every hierarchy (the switch is off): not swept again
+        self.swept = False
 
     def ensure(self) -> list[Path]:
         """The group in the cpu and memory hierarchies; returns the directories created. A
@@ -46,6 +52,7 @@ class BEIdleGroup:
         so uid 0 needs CAP_DAC_OVERRIDE) is left to runc, which creates it with the first BE
         container, not idle for up to a tick; the refusal is kept in :attr:`problem` (the
         NodeProfile's policy problems) and logged once."""
+        self.swept = False
         created, problems = [], []
         for d in sorted({self.cpu_root / self.relpath, self.layout.memory_dir(self.relpath)}):
             if d.is_dir():
@@ -71,9 +78,38 @@ class BEIdleGroup:
         """:attr:`problem` as the NodeProfile's policy problems take it."""
         return [self.problem] if self.problem else []
 
-    def switched_off(self) -> None:
-        """The switch is off: no problem to report any more."""
+    def switched_off(self, holding: bool) -> list[Path]:
+        """The switch is off: no problem to report any more, and, once the group is ``holding``
+        no pod of the node, the group removed (:meth:`remove_when_empty`) until it is gone
+        everywhere; returns the directories removed."""
         self.problem = None
+        return [] if self.swept or holding else self.remove_when_empty()
+
+    def remove_when_empty(self) -> list[Path]:
+        """Remove the group from every hierarchy where it holds no pod (cgroupfs; with systemd
+        the slice is systemd's); returns the directories removed. A group still holding a pod is
+        kept (the kernel refuses: EBUSY, ENOTEMPTY) and tried again on the next call; once none is
+        left anywhere :attr:`swept` is set."""
+        if self.layout.driver is not CgroupDriver.CGROUPFS:
+            self.swept = True
+            return []
+        removed, left = [], False
+        for hierarchy in self._hierarchies():
+            d = hierarchy / self.relpath
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                left = True
+                if error.errno not in (errno.ENOTEMPTY, errno.EBUSY):
+                    log.warning("BE idle group: cannot remove %s: %s", d, error)
+                continue
+            removed.append(d)
+        if removed:
+            log.info("BE idle group: switched off and empty, removed %s", ", ".join(map(str, removed)))
+        self.swept = not left
+        return removed
 
     def bound_memory(self) -> str | None:
         """The group's memory limit set to ``kubepods``' (v1 ``memory.limit_in_bytes``, v2

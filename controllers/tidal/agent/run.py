@@ -252,12 +252,13 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
 
     def observe(now: float) -> None:
         # every tick (1 s): the sample, the prediction's history, the latest policy and Node
+        found = placement.refresh()  # the group's BE pods
+        idle_group.remove_gone(found, pods.pods.keys())
         if node_qos.policy.be_isolation.cpu_priority.idle_group:
             idle_group.ensure()  # idle (the priority strategy) before a BE container lands there
             idle_group.bound_memory()
-        else:
-            idle_group.switched_off()
-        idle_group.remove_gone(placement.refresh(), pods.pods.keys())  # placement: the group's BE pods
+        else:  # the group goes once its last pod has
+            idle_group.switched_off(holding=bool(found & pods.pods.keys()))
         sampler.sample(placement.place(pods.pods.values()))
         predictions.observe(sampler, time.time())
         node_qos.observe_policy(policy_watch.object)
@@ -307,6 +308,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # last label go: what it changed is put back on the way out.
         if node_watch.synced.is_set() and restore_on_exit(await node_now(api, node, node_watch.object)):
             problems = await asyncio.shield(restore_node(api, node, state_dir))
+            idle_group.remove_when_empty()  # the BE idle group too, unless BE pods still run there
             log.info("node %s: node mode off, restored what the agent changed%s", node,
                      f" (not restored: {problems})" if problems else "")
         if writer is not None:

@@ -43,6 +43,8 @@ class NodeMetrics:
     #: cgroup writes the QoS engine made (changed values only) and failures
     cgroup_writes: Counter  # tidal_agent_cgroup_writes_total{node,strategy}
     cgroup_errors: Counter  # tidal_agent_cgroup_write_errors_total{node}
+    #: ticks that failed on an unexpected error (logged; the next tick runs)
+    tick_errors: Counter    # tidal_agent_tick_errors_total{node}
 
 
 #: every (resource, reason) a node's evictions are counted under (watermarks: cpu and memory; PSI
@@ -102,6 +104,8 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
                               ["node", "strategy"], registry=r),
         cgroup_errors=Counter("tidal_agent_cgroup_write_errors", "cgroup writes that failed",
                               ["node"], registry=r),
+        tick_errors=Counter("tidal_agent_tick_errors", "agent ticks (sample, QoS round) that failed on an "
+                            "unexpected error; the next tick runs", ["node"], registry=r),
     )
 
 

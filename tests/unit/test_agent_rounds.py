@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tidal.agent.rounds import RoundTimer, tick_loop, verify_rounds
+from tidal.agent.rounds import RoundTimer, TickFailures, tick_loop, verify_rounds
 
 
 @pytest.mark.parametrize("last, now, interval, due", [
@@ -123,3 +123,52 @@ def test_late_ticks_do_not_drift_the_rounds_by_more_than_a_tick():
     agent = FakeAgent({0: 5}, until=16, work=0.4).run()
     assert agent.rounds == [0, 5, 10, 15]
     assert all(w == pytest.approx(0.6) for w in agent.waits)
+
+
+class FailingAgent(FakeAgent):
+    """A tick raising on chosen seconds (observe or act), as one odd kernel file would."""
+
+    def __init__(self, *args, fail_observe=(), fail_act=(), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail_observe, self.fail_act, self.failures = set(fail_observe), set(fail_act), []
+
+    def observe(self, now: float) -> None:
+        if round(now - self.start, 3) in self.fail_observe:
+            raise OSError(5, "Input/output error")
+        super().observe(now)
+
+    def act(self, now: float, qos_round: bool) -> None:
+        if round(now - self.start, 3) in self.fail_act:
+            raise ValueError("odd reading")
+        super().act(now, qos_round)
+
+    def run(self, failed=True) -> "FailingAgent":
+        asyncio.run(tick_loop(self.observe, self.act, self.interval, lambda: self.t() >= self.until,
+                              clock=lambda: self.now, wait=self.wait, inputs=self.inputs,
+                              failed=self.failures.append if failed else None))
+        return self
+
+
+def test_a_failed_tick_is_told_and_the_next_tick_runs():
+    agent = FailingAgent({0: 1}, until=6, fail_observe={1}, fail_act={3}).run()
+    assert [type(e) for e in agent.failures] == [OSError, ValueError]
+    assert agent.ticks == [0, 2, 3, 4, 5]  # observe failed at 1: that tick was skipped
+    assert agent.rounds == [0, 2, 4, 5]  # act failed at 3
+    assert len(agent.waits) == 6  # every tick, failed or not, waits for the next one
+
+
+def test_without_a_failure_handler_a_failed_tick_ends_the_loop():
+    with pytest.raises(OSError):
+        FailingAgent({0: 1}, until=6, fail_observe={2}).run(failed=False)
+
+
+@pytest.mark.parametrize(("errors", "said"), [
+    ([OSError("a")], ["first"]),
+    ([OSError("a"), OSError("a"), OSError("a")], ["first", None, None]),
+    ([OSError("a"), OSError("b"), OSError("a")], ["first", "first", "first"]),  # a new kind is logged in full
+    ([ValueError("a"), OSError("a")], ["first", "first"]),  # the type counts, not only the message
+    ([OSError("a")] * 7, ["first", None, None, "repeat", None, None, "repeat"]),  # every 3rd repeat
+])
+def test_tick_failures_log_the_first_of_a_kind_then_every_nth_repeat(errors, said):
+    failures = TickFailures(every=3)
+    assert [failures.seen(e) for e in errors] == said

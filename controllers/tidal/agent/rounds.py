@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 
-__all__ = ["TICK_SECONDS", "SLACK_SECONDS", "VERIFY_SECONDS", "RoundTimer", "tick_loop", "verify_rounds"]
+__all__ = ["TICK_SECONDS", "SLACK_SECONDS", "VERIFY_SECONDS", "RoundTimer", "TickFailures", "tick_loop",
+           "verify_rounds"]
 
 #: the sampler's period: one tick
 TICK_SECONDS = 1.0
@@ -60,6 +61,26 @@ class RoundTimer:
         return max(0.05, self.tick_seconds - (now - started))
 
 
+class TickFailures:
+    """Which failed ticks to log, so that a fault that repeats every second neither floods the log
+    nor goes quiet: the first failure of a kind (its type and message) in full, with its
+    traceback; then one line every ``every`` repeats of that kind, with the count."""
+
+    def __init__(self, every: int = 60) -> None:
+        self.every = every
+        self.kind: tuple[str, str] | None = None
+        self.repeats = 0
+
+    def seen(self, error: Exception) -> str | None:
+        """``"first"`` (log it with its traceback), ``"repeat"`` (log a line), or None (quiet)."""
+        kind = (type(error).__name__, str(error))
+        if kind != self.kind:
+            self.kind, self.repeats = kind, 0
+            return "first"
+        self.repeats += 1
+        return "repeat" if self.repeats % self.every == 0 else None
+
+
 def verify_rounds(interval_seconds: float) -> int:
     """Every how many rounds the executor re-reads every planned file: about every
     :data:`VERIFY_SECONDS` (5 rounds of 1 s; every round from 5 s on)."""
@@ -70,10 +91,16 @@ async def tick_loop(observe: Callable[[float], None], act: Callable[[float, bool
                     interval_seconds: Callable[[], float], stopped: Callable[[], bool], *,
                     clock: Callable[[], float], wait: Callable[[float], Awaitable[None]],
                     inputs: Callable[[], object] = lambda: None,
-                    timer: RoundTimer | None = None) -> None:
+                    timer: RoundTimer | None = None,
+                    failed: Callable[[Exception], None] | None = None) -> None:
     """Tick until ``stopped()``: ``observe(now)`` (sample, take the latest policy and Node), then
     ``act(now, qos_round)`` with ``qos_round`` true on the ticks that run the QoS round, then
     ``wait`` (an interruptible sleep) until the next tick.
+
+    A tick that raises ends the loop, unless ``failed`` is given: then ``failed(error)`` is told
+    and the loop goes on with the next tick (the rest of the failed tick is skipped). One odd
+    file or reading must not end the node's enforcement; a fault that persists shows as ticks
+    that never complete (the agent's liveness).
 
     The interval is read after ``observe``, so a new value counts at once. A round also runs at
     once when ``inputs()`` (the policy generation and the node's mode) differs from what the last
@@ -83,11 +110,16 @@ async def tick_loop(observe: Callable[[float], None], act: Callable[[float, bool
     ran_with: object = None
     while not stopped():
         started = clock()
-        observe(started)
-        key = inputs()
-        qos_round = timer.due(started, interval_seconds()) or key != ran_with
-        ran_with = key
-        if qos_round:
-            timer.ran(started)
-        act(started, qos_round)
+        try:
+            observe(started)
+            key = inputs()
+            qos_round = timer.due(started, interval_seconds()) or key != ran_with
+            ran_with = key
+            if qos_round:
+                timer.ran(started)
+            act(started, qos_round)
+        except Exception as error:
+            if failed is None:
+                raise
+            failed(error)
         await wait(timer.wait_seconds(started, clock()))

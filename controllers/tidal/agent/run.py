@@ -27,7 +27,7 @@ from tidal.agent.qos.engine import QoSEngine, node_active
 from tidal.agent.qos.eviction_journal import FILE_NAME as EVICTIONS_FILE, EvictionJournal
 from tidal.agent.qos.node_actions import NodeActions
 from tidal.agent.qos.node_qos import NodeQoS, usage_percent
-from tidal.agent.rounds import tick_loop, verify_rounds
+from tidal.agent.rounds import TickFailures, tick_loop, verify_rounds
 from tidal.agent.qos.pod_features import FeaturePods
 from tidal.kube.watch import ObjectWatch
 from tidal.metrics import node_metrics, scheduler_usage_metrics, zero_evictions
@@ -228,6 +228,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     registry = REGISTRY if registry is None else registry
     metrics = node_metrics(registry)
     zero_evictions(metrics, node)
+    metrics.tick_errors.labels(node=node)  # at 0 from the start, so the first failure shows in increase()
     usage_metrics = scheduler_usage_metrics(registry)
     placement = BEPlacement(layout)
     idle_group = BEIdleGroup(layout, cgroup_root)
@@ -287,6 +288,19 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                 node_qos.policy_status(probed, idle_group.problems()), node_qos.mode_status(), node_qos.feature_status),
                 node_qos.policy_generation, reported, failed))
 
+    failures = TickFailures()
+
+    def failed(error: Exception) -> None:
+        # one odd file or reading must not end enforcement; a fault at every tick stops the
+        # ticks completing, which the liveness probe sees (above) and the kubelet restarts
+        metrics.tick_errors.labels(node=node).inc()
+        said = failures.seen(error)
+        if said == "first":
+            log.error("node %s: a tick failed, the next one runs: %s", node, error, exc_info=error)
+        elif said == "repeat":
+            log.error("node %s: the same failure again (%d ticks since it was first logged): %s",
+                      node, failures.repeats, error)
+
     async def wait(seconds: float) -> None:
         try:
             await asyncio.wait_for(stop.wait(), timeout=seconds)
@@ -300,7 +314,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         acting[0] = True
         await tick_loop(observe, act, lambda: node_qos.policy.be_isolation.qos_check_interval_seconds,
                         stop.is_set, clock=loop.time, wait=wait,
-                        inputs=lambda: (node_qos.policy_generation, node_qos.mode.mode))
+                        inputs=lambda: (node_qos.policy_generation, node_qos.mode.mode), failed=failed)
     finally:
         await node_qos.stop()
         # The DaemonSet runs only on nodes with either label (Tidal's or Volcano's alias), so

@@ -290,7 +290,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
 
     failures = TickFailures()
 
-    def failed(error: Exception) -> None:
+    def tick_failed(error: Exception) -> None:
         # one odd file or reading must not end enforcement; a fault at every tick stops the
         # ticks completing, which the liveness probe sees (above) and the kubelet restarts
         metrics.tick_errors.labels(node=node).inc()
@@ -314,7 +314,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         acting[0] = True
         await tick_loop(observe, act, lambda: node_qos.policy.be_isolation.qos_check_interval_seconds,
                         stop.is_set, clock=loop.time, wait=wait,
-                        inputs=lambda: (node_qos.policy_generation, node_qos.mode.mode), failed=failed)
+                        inputs=lambda: (node_qos.policy_generation, node_qos.mode.mode), failed=tick_failed)
     finally:
         await node_qos.stop()
         # The DaemonSet runs only on nodes with either label (Tidal's or Volcano's alias), so

@@ -80,3 +80,81 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         processes.stop(agent)
         custom.delete_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", NODE)
 
+
+
+def _tick_errors(port: int) -> float:
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("tidal_agent_tick_errors_total{"))
+
+
+@pytest.fixture
+def proc_with_own_stat(tmp_path):
+    """This machine's /proc, bind-mounted, with ``stat`` replaced by a file of the test's (bind-mounted
+    over it): what the agent reads there is the test's to spoil."""
+    import shutil
+    import subprocess
+    if shutil.which("mount") is None:
+        pytest.skip("no mount(8) here")
+    proc, stat = tmp_path / "proc", tmp_path / "stat"
+    proc.mkdir()
+    stat.write_text(Path("/proc/stat").read_text())
+    mounted = []
+    try:
+        for source, target in (("/proc", proc), (stat, proc / "stat")):
+            done = subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True, text=True)
+            if done.returncode:
+                pytest.skip(f"cannot bind-mount {source} here: {done.stderr.strip()}")
+            mounted.append(target)
+        yield proc, stat
+    finally:
+        for target in reversed(mounted):
+            subprocess.run(["umount", str(target)], check=True)
+
+
+def test_a_tick_failing_on_an_odd_kernel_file_does_not_end_the_agent(lab, lab_api, core, node, tmp_path,
+                                                                     proc_with_own_stat):
+    """/proc/stat unreadable for a while (here: not in the kernel's format): every tick fails, is
+    counted and logged once with its traceback, the agent keeps running and reports again once the
+    file reads right; before, the first such tick ended the agent."""
+    from tidal_dev.lab.ports import free_port
+    create_or_replace_all(lab_api, crd_manifests(), wait_established=True)
+    custom = client.CustomObjectsApi(lab_api)
+    proc, stat = proc_with_own_stat
+    port = free_port()
+    log = tmp_path / "agent.log"
+    agent = processes.start("agent", [str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
+                                      "--kubeconfig", str(lab.kubeconfig_path), "--report-interval", "1",
+                                      "--proc-root", str(proc), "--state-dir", str(tmp_path / "state"),
+                                      "--metrics-address", "127.0.0.1", "--metrics-port", str(port)], log)
+
+    def reported_at():
+        try:
+            profile = custom.get_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", node)
+        except client.ApiException:
+            return None
+        return (profile.get("status") or {}).get("observedAt")  # the sample's time, to the second
+
+    try:
+        wait_for(reported_at, 60, f"NodeProfile {node} reported (log {log})")
+        assert _tick_errors(port) == 0
+        good = stat.read_text()
+        stat.write_text("not the kernel's format\n")
+        wait_for(lambda: _tick_errors(port) >= 3, 30, "three failed ticks counted")
+        assert processes.alive(agent), f"the agent ended (log {log}):\n{log.read_text()[-3000:]}"
+        text = log.read_text()
+        assert text.count("a tick failed, the next one runs") == 1 and "Traceback" in text, text[-3000:]
+        stat.write_text(good)
+        failed = _tick_errors(port)
+        before = reported_at()
+        wait_for(lambda: reported_at() not in (None, before), 30,
+                 f"a new report once /proc/stat reads right (log {log})")
+        assert _tick_errors(port) <= failed + 1  # at most the tick that was running when the file came back
+        assert processes.alive(agent)
+    finally:
+        processes.stop(agent)
+        try:
+            custom.delete_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", node)
+        except client.ApiException:
+            pass

@@ -81,7 +81,6 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         custom.delete_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "nodeprofiles", NODE)
 
 
-
 def _tick_errors(port: int) -> float:
     import urllib.request
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -141,10 +140,13 @@ def test_a_tick_failing_on_an_odd_kernel_file_does_not_end_the_agent(lab, lab_ap
         assert _tick_errors(port) == 0
         good = stat.read_text()
         stat.write_text("not the kernel's format\n")
-        wait_for(lambda: _tick_errors(port) >= 3, 30, "three failed ticks counted")
+        failing = wait_for(lambda: (n := _tick_errors(port)) >= 5 and n, 30, "five failed ticks counted")
         assert processes.alive(agent), f"the agent ended (log {log}):\n{log.read_text()[-3000:]}"
         text = log.read_text()
-        assert text.count("a tick failed, the next one runs") == 1 and "Traceback" in text, text[-3000:]
+        # logged with its traceback, not at every tick: once, or twice when a tick read the file
+        # while it was being rewritten (empty or half old: another kind of error)
+        assert 1 <= text.count("a tick failed, the next one runs") <= 2 < failing and "Traceback" in text, \
+            text[-3000:]
         stat.write_text(good)
         failed = _tick_errors(port)
         before = reported_at()

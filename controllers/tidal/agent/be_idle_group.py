@@ -93,19 +93,7 @@ class BEIdleGroup:
         if self.layout.driver is not CgroupDriver.CGROUPFS:
             self.swept = True
             return []
-        removed, left = [], False
-        for hierarchy in self._hierarchies():
-            d = hierarchy / self.relpath
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                continue
-            except OSError as error:
-                left = True
-                if error.errno not in (errno.ENOTEMPTY, errno.EBUSY):
-                    log.warning("BE idle group: cannot remove %s: %s", d, error)
-                continue
-            removed.append(d)
+        removed, left = self._remove_everywhere(self.relpath)
         if removed:
             log.info("BE idle group: switched off and empty, removed %s", ", ".join(map(str, removed)))
         self.swept = not left
@@ -135,6 +123,25 @@ class BEIdleGroup:
             return [self.layout.memory_dir(self.relpath).parent]
         return sorted(p for p in self.cgroup_root.iterdir() if p.is_dir() and not p.is_symlink())
 
+    def _remove_everywhere(self, relpath) -> tuple[list[Path], bool]:
+        """``relpath`` removed in every hierarchy where it is an empty cgroup: the directories
+        removed, and whether one is left (still holding a cgroup: EBUSY, ENOTEMPTY, kept quietly;
+        any other refusal logged)."""
+        removed, left = [], False
+        for hierarchy in self._hierarchies():
+            d = hierarchy / relpath
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                left = True
+                if error.errno not in (errno.ENOTEMPTY, errno.EBUSY):
+                    log.warning("BE idle group: cannot remove %s: %s", d, error)
+                continue
+            removed.append(d)
+        return removed, left
+
     def remove_gone(self, found: Iterable[str], on_node: Iterable[str]) -> list[Path]:
         """Remove the pod directories of ``found`` (UIDs in the group) no longer ``on_node``;
         returns those removed."""
@@ -143,18 +150,8 @@ class BEIdleGroup:
         gone = set(found) - set(on_node)
         removed = []
         for uid in sorted(gone):
-            pod = self.layout.pod_relpath(uid, PodQOSClass.BE_IDLE_GROUP)
-            for hierarchy in self._hierarchies():
-                d = hierarchy / pod
-                try:
-                    d.rmdir()
-                except FileNotFoundError:
-                    continue
-                except OSError as error:
-                    if error.errno not in (errno.ENOTEMPTY, errno.EBUSY):
-                        log.warning("BE idle group: cannot remove %s: %s", d, error)
-                    continue
-                removed.append(d)
-            if removed and removed[-1].name == pod.name:
+            pod_removed, _ = self._remove_everywhere(self.layout.pod_relpath(uid, PodQOSClass.BE_IDLE_GROUP))
+            if pod_removed:
                 log.info("BE idle group: removed the cgroups of pod %s, gone from the node", uid)
+            removed += pod_removed
         return removed

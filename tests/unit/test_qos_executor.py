@@ -3,6 +3,7 @@ write, and the registry's features in one round."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,74 @@ def test_a_write_the_kernel_refuses_with_eacces_is_an_error_not_a_crash(hierarch
     assert (cgroup / file).read_text() == before
     event = write_failure_event({}, {str(cgroup / file): "Permission denied"})
     assert event.reason == "TidalCgroupWriteFailed" and f"{cgroup / file}: Permission denied" in event.message
+
+
+@pytest.mark.parametrize("content", [b"", b'{"originals": {"/a": "1"', b"[1, 2]", b'{"originals": 3}', b"\x00\xff\xfe"])
+def test_a_journal_that_is_not_one_is_moved_aside_and_the_agent_starts(tmp_path, caplog, content):
+    """A journal cut short by a crash (a filesystem that lost the data behind a rename) or garbage:
+    moved aside with an error naming it and what is lost; the engine starts with an empty journal
+    and keeps journalling, instead of failing at every start (and `tidal-agent restore` with it)."""
+    import logging
+    path = tmp_path / "qos-journal.json"
+    path.write_bytes(content)
+    with caplog.at_level(logging.ERROR, logger="tidal.agent.executor.cgroupfs"):
+        engine = QoSEngine(path)
+    assert engine.journal.originals == {}
+    aside = list(tmp_path.glob("qos-journal.json.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == content
+    assert f"restore journal {path} is not a journal" in caplog.text and f"moved to {aside[0]}" in caplog.text
+    assert "original values of the cgroup files it named are lost" in caplog.text
+    assert engine.restore() == []
+    engine.journal.record(tmp_path / "x", "1")
+    assert json.loads(path.read_text()) == {"originals": {str(tmp_path / "x"): "1"}}
+
+
+def test_an_empty_original_is_written_back(hierarchy, real, tmp_path):
+    """Real cgroupfs: a v1 cpuset child starts with empty ``cpuset.cpus`` (v2 children too). A
+    write of "" (an open with O_TRUNC and no write(2)) changes nothing there, so restoring the
+    original took the journal entry off and left the pinning in place."""
+    from tidal.agent.collector.cgroups import CgroupVersion
+    base = Path("/sys/fs/cgroup") if hierarchy.version is CgroupVersion.V2 else Path("/sys/fs/cgroup/cpuset")
+    if not (base / "cpuset.cpus").exists():
+        pytest.skip(f"no cpuset controller at {base}")
+    from tidal_dev.testing.real_cgroups import below_own
+    parent = real.make(below_own(base, None if hierarchy.version is CgroupVersion.V2 else "cpuset") / real.name)
+    if hierarchy.version is CgroupVersion.V1:  # a v1 cpuset child needs its parent's cpus and mems
+        for file in ("cpuset.cpus", "cpuset.mems"):
+            (parent / file).write_text((parent.parent / file).read_text())
+    child = real.make(parent / "c1")
+    if (child / "cpuset.cpus").read_text().strip() != "":
+        pytest.skip("this kernel gives a new cpuset child CPUs (cgroup.clone_children)")
+    first = sorted(os.sched_getaffinity(0))[0]
+    executor = Executor(tmp_path / "qos-journal.json")
+    out = executor.execute([CgroupWrite(child, "cpuset.cpus", str(first))], [], [parent])
+    assert out.result.written and (child / "cpuset.cpus").read_text().strip() == str(first)
+    assert executor.restore() == []
+    assert (child / "cpuset.cpus").read_text().strip() == ""
+    assert executor.journal.originals == {}
+
+
+def test_a_lifted_v1_parent_quota_lets_the_same_round_raise_its_children(hierarchy, real, tmp_path):
+    """Real v1 cpu cgroups: a BE parent held to 50 ms a period, its pod and container clamped to
+    it; the next round no longer plans the parent (the quota lifted) and raises the children to
+    their batch quota. The parent's original (-1) goes back first, so the children's writes are
+    not refused (EINVAL) for a round, with a Warning Event each time."""
+    from tidal.agent.collector.cgroups import CgroupVersion
+    from tidal_dev.testing.real_cgroups import below_own
+    if hierarchy.version is not CgroupVersion.V1 or not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+        pytest.skip("the nested quota rule is cgroup v1's")
+    be = real.make(below_own(Path("/sys/fs/cgroup/cpu"), "cpu") / real.name / "besteffort")
+    pod = real.make(be / "pod1")
+    container = real.make(pod / "c1")
+
+    def quota(path, value):
+        return CgroupWrite(path, "cpu.cfs_quota_us", str(value))
+
+    executor = Executor(tmp_path / "qos-journal.json")
+    out = executor.execute([quota(be, 50_000), quota(pod, 50_000), quota(container, 50_000)], [], [be.parent])
+    assert not out.result.errors and len(out.result.written) == 3
+    out = executor.execute([quota(pod, 200_000), quota(container, 200_000)], [], [be.parent])
+    assert out.result.errors == [] and out.result.restore_problems == []
+    assert [(d / "cpu.cfs_quota_us").read_text().strip() for d in (be, pod, container)] == ["-1", "200000", "200000"]
+    assert executor.restore() == []
+    assert [(d / "cpu.cfs_quota_us").read_text().strip() for d in (be, pod, container)] == ["-1", "-1", "-1"]

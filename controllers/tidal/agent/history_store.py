@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
+from tidal.agent.durable import tmp_path_of, write_durably
 from tidal.agent.history import OnlineHistory
 
 log = logging.getLogger(__name__)
@@ -329,7 +330,7 @@ class HistoryStore:
 
     @property
     def tmp_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".tmp")
+        return tmp_path_of(self.path)
 
     def load(self, *, step_seconds: int, keep_steps: int, now: float) -> Loaded:
         try:
@@ -388,30 +389,7 @@ class HistoryStore:
         return True
 
     def _write(self, data: bytes) -> None:
-        tmp = self.tmp_path
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        try:  # the rename itself survives a power loss once the directory is synced
-            dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError:
-            pass
+        write_durably(self.path, data)
 
     def _failed(self, err: Exception) -> None:
         self.failures += 1

@@ -94,10 +94,18 @@ class Executor:
         for key in reread:
             self.known.pop(key, None)
         out = Outcome()
-        out.result = apply(writes, self.journal, roots, self.known)
         wanted = {w.key for w in writes}
         stale = [k for k in self.journal.originals if k not in wanted]
-        out.result.restore_problems = restore(self.journal, stale)
+        # Stale files first: on v1 a parent's quota lifted here (-1) lets the round raise its
+        # children's quotas, which the kernel refuses while the parent still holds less. What a
+        # restore could not do before the writes (a child's original above a parent's quota the
+        # writes lift) is tried once more after them.
+        problems = restore(self.journal, stale)
+        out.result = apply(writes, self.journal, roots, self.known)
+        retry = [key for key, _ in problems if key in self.journal.originals]
+        if retry:
+            problems = [p for p in problems if p[0] not in retry] + restore(self.journal, retry)
+        out.result.restore_problems = problems
         for key in stale:
             self.known.pop(key, None)
         if others:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from tidal.agent.collector.readers import read_small
+from tidal.agent.durable import write_durably
 
 __all__ = [
     "ApplyResult", "CgroupTrigger", "CgroupWrite", "RestoreJournal", "UnsafeWriteError", "V1_QUOTA_FILE",
@@ -31,6 +34,8 @@ __all__ = [
 ]
 
 V1_QUOTA_FILE = "cpu.cfs_quota_us"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -138,17 +143,43 @@ class RestoreJournal:
 
 
 def _load(path: Path) -> dict[str, str]:
-    if not path.exists():
+    """The originals journalled at ``path``; {} when there is no file. A file that is not a
+    journal (empty or cut short by a crash on a filesystem that lost the data, or garbage) is
+    moved aside to ``<name>.corrupt-<unix time>`` with an error in the log, and the agent starts
+    with an empty journal: the values it named cannot be put back, and failing at every start
+    would restore nothing either (nor let ``tidal-agent restore`` finish an uninstall)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {str(k): str(v) for k, v in data.get("originals", {}).items()}
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        originals = data["originals"] if isinstance(data, dict) else None
+        if not isinstance(originals, dict):
+            raise ValueError('not an object with an "originals" object')
+    except (ValueError, KeyError) as err:
+        aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+        try:
+            os.replace(path, aside)
+            kept = f"moved to {aside}"
+        except OSError as move_err:
+            kept = f"left in place ({move_err.strerror or move_err})"
+        log.error("restore journal %s is not a journal (%d bytes: %s); %s. The original values of the cgroup "
+                  "files it named are lost: files Tidal changed keep Tidal's values until their pods end. "
+                  "Starting with an empty journal.", path, len(raw), err, kept)
+        return {}
+    return {str(k): str(v) for k, v in originals.items()}
 
 
 def _write_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    write_durably(path, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+
+
+def _write_value(target: Path, value: str) -> None:
+    """Write ``value`` to a cgroup file. An empty value is written as a newline: an open with
+    O_TRUNC and no write(2) changes nothing in cgroupfs (``cpuset.cpus`` on v2 is empty by
+    default, and restoring it must make it empty again)."""
+    target.write_text(value or "\n", encoding="ascii")
 
 
 @dataclass
@@ -227,7 +258,7 @@ def _apply_pass(
                                          f"{journal.path}: {error.strerror or error}"))
             continue
         try:
-            target.write_text(write.value, encoding="ascii")
+            _write_value(target, write.value)
         except OSError as error:
             if error.errno == errno.ENOENT:
                 result.missing.append(write)
@@ -278,7 +309,7 @@ def restore(journal: RestoreJournal, only: Iterable[str] | None = None) -> list[
             target = Path(key)
             try:
                 if _normalize(target.name, target.read_text(encoding="ascii")) != original:
-                    target.write_text(original, encoding="ascii")
+                    _write_value(target, original)
             except FileNotFoundError:
                 pass
             except OSError as error:

@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidal.agent.durable import write_durably
+
 __all__ = ["JOURNAL_NAME", "SLICE_MAX_US", "SLICE_MIN_US", "Given", "SchedAttr", "SchedExecutor", "ThreadSlices",
            "ThreadSlicesReset", "get_attr", "probe", "set_slice", "start_time"]
 
@@ -220,10 +222,8 @@ class SchedExecutor:
             return
         data = {"version": 1, "threads": {str(t): [g.start, g.original_ns, g.given_ns]
                                           for t, g in sorted(self.originals.items())}}
-        tmp = self.journal.with_name(self.journal.name + ".tmp")
         try:
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, self.journal)
+            write_durably(self.journal, json.dumps(data).encode())
         except OSError as err:
             log.warning("%s not written (%s): an agent restart forgets which threads it changed", self.journal, err)
 

@@ -1,6 +1,7 @@
 import pytest
 
-from tidal.agent.history import OnlineHistory
+from tidal.agent.history import OnlineHistory, steady_wall_clock
+from tidal.agent.history_store import decode, encode
 from tidal.predict.predictors import Tidal
 
 
@@ -119,3 +120,41 @@ def test_a_node_without_online_pods_holds_nothing_back_from_its_first_sample():
     status = predictions.status(sampler, policy)
     assert status["onlinePeak"]["cpuMillicores"] == 0
     assert status["basis"]["regime"] == "no-online-pods"
+
+
+def test_a_clock_set_back_never_reopens_a_closed_step():
+    """A wall clock stepped back an hour while the agent runs: the samples go on into the open
+    step (no step is reopened, the pods' arrays stay aligned on the steps), and what is saved
+    still decodes."""
+    base = 1_700_000_100
+    h = OnlineHistory(step_seconds=300)
+    for i in range(5):
+        h.observe(base + i * 300, [("a", 1.0, 2.0)])
+    for i in range(6):  # set back an hour, usage rising
+        h.observe(base + 4 * 300 - 3600 + i * 300, [("a", 5.0, 2.0)])
+    assert h.newest_closed == (base + 3 * 300) // 300 and h.open_step == (base + 4 * 300) // 300
+    _, first, usage, _ = h.closed_pods()[0]
+    assert first + len(usage) - 1 == h.newest_closed
+    h.observe(base + 5 * 300, [("a", 1.0, 2.0)])  # the clock past the open step again: it closes
+    assert list(h.node_history().usage(0)) == [1.0, 1.0, 1.0, 1.0, 5.0]
+    decoded = decode(encode(h, node="n", saved_at=base + 5 * 300).data, node="n", step_seconds=300,
+                     keep_steps=h.keep_steps, now=base + 5 * 300)
+    assert decoded.history.newest_closed == h.newest_closed
+
+
+def test_the_steady_wall_clock_follows_the_monotonic_clock_not_the_wall():
+    wall, mono = [1_700_000_000.0], [50.0]
+    clock = steady_wall_clock(lambda: wall[0], lambda: mono[0])
+    assert clock() == 1_700_000_000.0
+    wall[0], mono[0] = 1_699_990_000.0, 60.0  # the wall set back ~3 h, 10 s later
+    assert clock() == 1_700_000_010.0
+
+
+def test_the_history_carries_the_unix_time_of_its_first_step():
+    """NodeHistory.start is the first step's time, so the shift times a predictor explains are
+    Unix times, the same at every report (not seconds since the window's moving start)."""
+    h = OnlineHistory(step_seconds=300)
+    h.observe(1_700_000_100, [("a", 1.0, 2.0)])
+    assert h.open_history().start == 1_700_000_100 // 300 * 300
+    h.observe(1_700_000_400, [("a", 1.0, 2.0)])
+    assert h.node_history().start == 1_700_000_100 // 300 * 300

@@ -13,9 +13,10 @@ Memory: two 8-byte floats per pod and step; 110 pods × 4,044 steps ≈ 7 MB at 
 """
 from __future__ import annotations
 
+import time
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tidal.predict.series import NodeHistory
 
@@ -23,6 +24,16 @@ STEP_SECONDS = 300
 KEEP_STEPS = 14 * 86400 // STEP_SECONDS + 12
 #: Unobserved steps up to this long repeat a pod's last reading; longer gaps count as absent.
 MAX_GAP_SECONDS = 3600
+
+
+def steady_wall_clock(wall: Callable[[], float] = time.time,
+                      monotonic: Callable[[], float] = time.monotonic) -> Callable[[], float]:
+    """Wall-clock seconds that never step: the wall clock read once, advanced by the monotonic
+    clock since. The history's steps are numbered from it, so a wall clock set back (or forward)
+    while the agent runs neither reopens a closed step nor skips steps; a restarted agent reads
+    the wall clock again (the history store refuses a history saved "in the future")."""
+    wall0, mono0 = wall(), monotonic()
+    return lambda: wall0 + (monotonic() - mono0)
 
 
 @dataclass
@@ -51,6 +62,8 @@ class OnlineHistory:
         """Add (uid, usage cores, request cores) of every online pod at time `now` (seconds).
         True when this closed a step (a new prediction is due)."""
         step = int(now // self.step_seconds)
+        if self._open_step is not None and step < self._open_step:
+            step = self._open_step  # a clock that went back: never reopen a closed step
         closed = False
         if self._open_step is not None and step > self._open_step:
             self._close()
@@ -106,7 +119,8 @@ class OnlineHistory:
                  step_seconds: int = STEP_SECONDS, keep_steps: int = KEEP_STEPS) -> "OnlineHistory":
         """A history holding these closed steps (as `closed_pods` gives them) and no open step,
         trimmed to `keep_steps` back from `newest_closed`. The next sample opens its step; steps
-        between `newest_closed` and it are absent, as for any pod that was away."""
+        between `newest_closed` and it repeat each pod's last reading up to `MAX_GAP_SECONDS`,
+        beyond that they are absent, as for any pod that was away (`_close`)."""
         history = cls(step_seconds=step_seconds, keep_steps=keep_steps)
         history.newest_closed = newest_closed
         oldest = newest_closed - keep_steps + 1
@@ -135,10 +149,11 @@ class OnlineHistory:
     def node_history(self) -> NodeHistory:
         """The closed steps as a NodeHistory (empty when no step has closed yet)."""
         uids = sorted(self._pods)
-        history = NodeHistory(uids, self.step_seconds)
         if not uids:
-            return history
+            return NodeHistory(uids, self.step_seconds)
         first = min(self._pods[u].first for u in uids)
+        # start: the first step's Unix time, so times a predictor derives from it are real ones
+        history = NodeHistory(uids, self.step_seconds, start=first * self.step_seconds)
         pods = [self._pods[u] for u in uids]
         for step in range(first, self.newest_closed + 1):
             usage, request = [], []
@@ -155,7 +170,8 @@ class OnlineHistory:
         sample): what a predictor can say before the first step closes. Every pod counts as on
         the node since the history started, as in a trace's first step."""
         uids = sorted(self._open)
-        history = NodeHistory(uids, self.step_seconds)
+        start = 0 if self._open_step is None else self._open_step * self.step_seconds
+        history = NodeHistory(uids, self.step_seconds, start=start)
         if uids:
             history.append([self._open[u][0] for u in uids], [self._open[u][1] for u in uids])
         return history

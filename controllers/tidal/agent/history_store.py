@@ -35,10 +35,11 @@ magic, malformed header or payload, negative or non-finite values), its checksum
 match, its version, node or step differ from this agent's, or it is stale: its newest step a
 whole keep window (14 days) or more before now — every step of it would be trimmed at the next
 close anyway — or not before now (the clock went back: its steps would be misaligned). Anything
-younger is kept, whatever the gap: the steps in between are absent (no usage, no request), as for
-a pod that was away. The predictor reads an absence conservatively (the pods are young again,
-counted at their request), while its calibration on the past days stays valid, so the warm-up
-is not paid again. A missing file is not an error ("no saved history"). A discarded file is left
+younger is kept, whatever the gap. Up to an hour of steps in between repeat each pod's last saved
+reading (:data:`tidal.agent.history.MAX_GAP_SECONDS`, as the traces treat missing readings); a
+longer gap is absent (no usage, no request), as for a pod that was away, which the predictor reads
+conservatively (the pods are young again, counted at their request). Either way its calibration
+on the past days stays valid, so the warm-up is not paid again. A missing file is not an error ("no saved history"). A discarded file is left
 in place until the next save replaces it.
 
 Writes are atomic — temporary file beside it, fsync, rename, fsync of the directory — so a crash

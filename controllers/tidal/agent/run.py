@@ -16,7 +16,7 @@ from tidal.agent.be_idle_group import BEIdleGroup
 from tidal.agent.be_placement import BEPlacement
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupLayoutError, detect_layout
 from tidal.agent.collector.sampler import Sampler
-from tidal.agent.history import STEP_SECONDS, OnlineHistory
+from tidal.agent.history import STEP_SECONDS, OnlineHistory, steady_wall_clock
 from tidal.agent.history_store import FILE_NAME as HISTORY_FILE, HistoryStore
 from tidal.agent.node_profile import write_status
 from tidal.agent.prediction import STATISTICS, online_peak, system_usage
@@ -219,7 +219,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     policy_watch = ObjectWatch(api, f"/apis/{qos.API_GROUP}/{qos.API_VERSION}/colocationpolicies",
                                DEFAULT_POLICY_NAME, what=f"ColocationPolicy {DEFAULT_POLICY_NAME}")
     predictions = Predictions(history_step_seconds)
-    predictions.restore(HistoryStore(Path(state_dir) / HISTORY_FILE, node), time.time())
+    history_clock = steady_wall_clock()  # the history's steps never follow a wall clock set back
+    predictions.restore(HistoryStore(Path(state_dir) / HISTORY_FILE, node), history_clock())
     # Probed once at start: kernels and hardware do not change under a running agent.
     # ... and which path sets BE resources at container creation: NRI (tidal-agent nri) or, without
     # it, this engine's reconcile after the container started.
@@ -261,7 +262,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         else:  # the group goes once its last pod has
             idle_group.switched_off(holding=bool(found & pods.pods.keys()))
         sampler.sample(placement.place(pods.pods.values()))
-        predictions.observe(sampler, time.time())
+        predictions.observe(sampler, history_clock())
         node_qos.observe_policy(policy_watch.object)
         node_qos.observe_node(node_watch.object)
 

@@ -159,11 +159,19 @@ def test_fresh_profile_gives_batch_resources_with_an_explained_breakdown():
     (_profile(age_seconds=181), "stale (181s old > degrade time 180s)"),
     ({"status": {}}, "no observedAt"),
     ({"status": {"observedAt": "yesterday", "predictions": {}}}, "no observedAt"),
+    # an agent whose clock runs ahead: its last report would stay fresh long after it died
+    (_profile(age_seconds=-3600), "observedAt is 3600s in the future (more than the 60s of clock skew allowed)"),
+    (_profile(age_seconds=-86400 * 365), "in the future"),
 ])
 def test_missing_or_stale_profiles_drive_batch_resources_to_zero(profile, note):
     decision = decide_node(_node(), profile, SETTINGS, NOW)
     assert decision.amounts == {qos.BATCH_CPU_RESOURCE: 0, qos.BATCH_MEMORY_RESOURCE: 0}
     assert any(note in n for n in decision.notes), decision.notes
+
+
+def test_a_profile_a_little_ahead_of_the_managers_clock_is_fresh():
+    decision = decide_node(_node(), _profile(age_seconds=-30), SETTINGS, NOW)  # within the clock skew allowed
+    assert decision.amounts[qos.BATCH_CPU_RESOURCE] == 6000 and not decision.notes
 
 
 def test_kubelet_reservation_is_not_subtracted_twice():

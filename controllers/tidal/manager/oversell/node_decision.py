@@ -183,6 +183,11 @@ def _quantity(resources: Mapping[str, Any] | None, name: str, parse) -> float | 
         return None
 
 
+#: How far a NodeProfile's observedAt may be ahead of the manager's clock (clock skew between
+#: nodes) and still count as fresh.
+MAX_CLOCK_SKEW_SECONDS = 60.0
+
+
 def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, settings: OversellSettings,
                 now: datetime.datetime) -> NodeDecision:
     """The batch resources `node` should offer now, with the breakdown of how.
@@ -201,11 +206,17 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
     report = NodeProfileStatus.from_status((profile or {}).get("status"))
     observed = _parse_time(report.observed_at)
     predictions = report.predictions or {}
-    fresh = observed is not None and (now - observed).total_seconds() <= settings.degrade_seconds
+    age = None if observed is None else (now - observed).total_seconds()
+    fresh = age is not None and -MAX_CLOCK_SKEW_SECONDS <= age <= settings.degrade_seconds
     if profile is None:
         notes.append("no NodeProfile: batch resources are 0 until the agent reports")
     elif observed is None:
         notes.append("NodeProfile has no observedAt: batch resources are 0")
+    elif age < -MAX_CLOCK_SKEW_SECONDS:
+        # a report from the future would stay "fresh" long after its agent died
+        notes.append(f"NodeProfile observedAt is {-age:.0f}s in the future (more than the "
+                     f"{MAX_CLOCK_SKEW_SECONDS:.0f}s of clock skew allowed): the node's clock and the manager's "
+                     f"disagree; batch resources are 0")
     elif not fresh:
         age = (now - observed).total_seconds()
         notes.append(f"NodeProfile is stale ({age:.0f}s old > degrade time {settings.degrade_seconds:.0f}s): "

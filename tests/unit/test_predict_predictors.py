@@ -291,3 +291,20 @@ def test_tidal_explains_the_headroom_form_when_it_is_the_choice() -> None:
     # P = (usage now + share × requests) × the choice's own margin, never below the usage now
     expected = (h.current_usage + share * h.current_request) * explained.get("choiceMargin", 1.0)
     assert explained["cpuCores"] == pytest.approx(min(expected, h.current_request), abs=1e-3)
+
+
+def test_tidal_warms_up_again_after_a_quiet_fortnight() -> None:
+    """Online pods for two days, none for over 14 days (every calibration window empties), then
+    another pod: the predictor is warming up again, on the peers' and the reference row's rules,
+    and still predicts at every step (it raised IndexError: the reference row's windows, dropped
+    once calibrated, were not rebuilt)."""
+    rng = random.Random(0)
+    n = 19 * DAY
+    a = [rng.uniform(0.5, 1.5) if i < 2 * DAY else 0.0 for i in range(n)]
+    b = [rng.uniform(0.5, 1.5) if i >= 17 * DAY else 0.0 for i in range(n)]
+    trace = Trace(step=STEP, start=0, series_ids=("a", "b"), usage=[a, b],
+                  request=[[2.0 if x > 0 else 0.0 for x in a], [2.0 if x > 0 else 0.0 for x in b]])
+    result = evaluate(trace, [Tidal()], warmup_seconds=86400).results[0]
+    assert 0.0 < result.reclaimed < 1.0
+    assert Tidal().explain(trace.history(17 * DAY + 6))["regime"] in ("warming-up", "fallback")  # b's first 30 min
+    assert Tidal().explain(trace.history())["regime"] == "calibrated"  # and calibrated again since

@@ -512,6 +512,8 @@ class _Engine:
         us = [history.usage(j)[s] for j in range(k)]  # this step's per-pod readings, once
         rs = [history.request(j)[s] for j in range(k)]
         if self.warming:
+            if not self.rc:  # warming up again (every calibration window emptied): windows anew
+                self.rc = [RollingSorted(history.steps(p.rc_window_seconds)) for _ in range(k)]
             rc = 0.0
             for j in range(k):
                 w = self.rc[j]

@@ -367,7 +367,7 @@ class CPUPriority:
 class CPUSuppression:
     """BE CPU suppression: a quota on the parent cgroup of all BE pods, recomputed every second
     as ``node CPUs x thresholdPercent / 100 - online usage - system usage``, never below
-    ``floorMillicores`` (system usage: the node's outside the pods, while
+    ``floorMillicores`` (system usage: the node's outside Tidal's pods, while
     ``overselling.includeSystemUsage``); in force as ``quota`` says."""
 
     enabled: bool = _boolean(
@@ -521,7 +521,8 @@ class Overselling:
     include_system_usage: bool = _boolean(
         "includeSystemUsage",
         True,
-        "Count the node's usage outside the pods (system daemons, kubelet, runtime, kernel): the "
+        "Count the node's usage outside Tidal's pods (system daemons, kubelet, runtime, kernel, pods "
+        "without a QoS level): the "
         "part beyond the kubelet's reservation is subtracted from batch resources, BE CPU suppression "
         "leaves all of it to the system, and eviction watermarks compare node usage. When false, only "
         "pods' usage counts for all three, as Volcano's agent with --include-system-usage=false.",

@@ -26,7 +26,7 @@ PLAN = {
     "web-0": (QoSLevel.HLS, 500 * MS, 1000, 512 * MiB),
     "db-0": (QoSLevel.LS, 1500 * MS, 2000, 4096 * MiB),
     "api-7d9f": (QoSLevel.LS, 250 * MS, 500, 256 * MiB),
-    "cache-1": (None, 100 * MS, 250, 1024 * MiB),  # no Tidal annotation: node usage only
+    "cache-1": (None, 100 * MS, 250, 1024 * MiB),  # no Tidal annotation: in node and system usage
     "batch-job-x2k": (QoSLevel.BE, 2000 * MS, 4000, 8192 * MiB),
     "etl-q8w": (QoSLevel.BE, 10 * MS, 100, 128 * MiB),
 }
@@ -330,7 +330,10 @@ def test_system_usage_is_node_minus_every_pod_clamped_at_zero(node_usage, pods, 
     assert system_usage(node_usage, pods) == expected
 
 
-def test_system_usage_counts_every_pod_and_is_summarised_per_window(node):
+def test_system_usage_is_outside_tidals_pods_and_is_summarised_per_window(node):
+    """System usage is the node's minus the pods with a QoS level: a pod without one (cache-1) is
+    not Tidal's to predict or reclaim, so its usage counts with the daemons' (subtracted with the
+    pods it would be counted nowhere, and BE could be offered what it uses)."""
     meminfo = node.proc / "meminfo"
     pods_memory = sum(p["workingSetBytes"] for p in node.expected["pods"].values())
     available_kb = 16310948 - (pods_memory + 300 * MiB) // 1024  # 300 MiB outside the pods
@@ -343,17 +346,18 @@ def test_system_usage_counts_every_pod_and_is_summarised_per_window(node):
     node.sampler.sample(node.pods)
     summary = node.sampler.summary()
     validate(summary, STATUS_SCHEMA)
-    # every pod counts, cache-1 (no Tidal level) included
+    # the pods' sum (the watermarks' without system usage) has every pod, cache-1 included
     assert node.sampler.pods_cpu_millicores == pytest.approx(sum(plan[1] for plan in PLAN.values()) / MS / 2)
     assert node.sampler.pods_memory_bytes == pods_memory
-    assert node.sampler.system_cpu_millicores == pytest.approx(3000 - 2180)
-    system_memory = (16310948 - available_kb) * 1024 - pods_memory
+    # the system's: 820 m outside every pod + cache-1's 50 m; 300 MiB + cache-1's working set
+    assert node.sampler.system_cpu_millicores == pytest.approx(3000 - 2180 + 50)
+    system_memory = (16310948 - available_kb) * 1024 - pods_memory + node.working_set("cache-1")
     assert node.sampler.system_memory_bytes == system_memory
     window = {u["windowSeconds"]: u for u in summary["systemUsage"]}[60]
-    assert window["samples"] == 1 and window["cpuMillicores"]["p95"] == 820
+    assert window["samples"] == 1 and window["cpuMillicores"]["p95"] == 870
     assert window["memoryBytes"]["max"] == system_memory
     cpu, memory = node.sampler.system_stats(300)
-    assert cpu.p95 == pytest.approx(820) and memory.p95 == system_memory
+    assert cpu.p95 == pytest.approx(870) and memory.p95 == system_memory
     # a pod starting between the reads: the pods' sum passes the node's, the system is 0, not less
     node.advance(scale=2.0, busy_ticks=300, idle_ticks=100)
     node.sampler.sample(node.pods)

@@ -5,7 +5,8 @@
 `overselling.windowSeconds` the trailing window of the node's *online* usage (HLS + LS);
 pods that have no usage yet are added at their request. The result goes to
 `NodeProfile.status.predictions`, where the oversell master reads it, beside
-`systemUsage` (:func:`system_usage`): the node's usage outside the pods over the same window.
+`systemUsage` (:func:`system_usage`): the node's usage outside Tidal's pods (daemons, kernel,
+pods without a QoS level) over the same window.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from tidal.agent.collector.histogram import WindowStats
 
 STATISTICS = ("p90", "p95", "p99", "max")
 
-#: The statistic of the node's usage outside the pods (system daemons, kubelet, runtime,
-#: kernel) reported as ``predictions.systemUsage``, over the same window as the online peak.
+#: The statistic of the node's usage outside Tidal's pods (system daemons, kubelet, runtime,
+#: kernel, pods without a QoS level) reported as ``predictions.systemUsage``, over the same window as the online peak.
 #: Not ``max``: the system usage is node usage minus the pods' sum, read milliseconds apart,
 #: so its extreme samples are mostly that skew (a pod's CPU rate over a shifted interval, a pod
 #: starting between the reads); p95 drops them and still follows what the daemons use for
@@ -53,7 +54,7 @@ def online_peak(cpu: WindowStats | None, memory: WindowStats | None, predictor: 
 
 def system_usage(cpu: WindowStats | None, memory: WindowStats | None, window_seconds: int,
                  statistic: str = SYSTEM_USAGE_STATISTIC) -> dict | None:
-    """``predictions.systemUsage``: the statistic of the node's usage outside the pods over the
+    """``predictions.systemUsage``: the statistic of the node's usage outside Tidal's pods over the
     window, with where it came from; None when the window has no sample yet."""
     if statistic not in STATISTICS:
         raise ValueError(f"statistic {statistic!r}: allowed {', '.join(STATISTICS)}")

@@ -82,7 +82,7 @@ class UsageWindow:
 
 @dataclass(frozen=True, kw_only=True)
 class SystemUsageWindow(UsageWindow):
-    """Usage outside the pods over one window length."""
+    """Usage outside Tidal's pods over one window length."""
 
     cpu_millicores: Statistics | None = prop(
         "cpuMillicores", "System CPU usage over the window, millicores."
@@ -181,8 +181,9 @@ class NodeProfileStatus:
     )
     system_usage: tuple[SystemUsageWindow, ...] | None = prop(
         "systemUsage",
-        "Usage outside the pods (node usage minus every pod's usage, clamped at 0: system "
-        "daemons, kubelet, container runtime, kernel), one summary per window length.",
+        "Usage outside Tidal's pods (node usage minus the usage of the pods with a QoS level, "
+        "clamped at 0: system daemons, kubelet, container runtime, kernel, pods without a QoS "
+        "level), one summary per window length.",
         list_map_keys=["windowSeconds"],
     )
     per_qos: QoSUsage | None = prop(
@@ -192,7 +193,7 @@ class NodeProfileStatus:
         "predictions",
         "The agent's predictions: predictor (name), onlinePeak {cpuMillicores, memoryBytes} "
         "(pods without usage counted at their request), systemUsage {cpuMillicores, "
-        "memoryBytes, statistic, windowSeconds, samples}: usage outside the pods over the "
+        "memoryBytes, statistic, windowSeconds, samples}: usage outside Tidal's pods over the "
         "prediction window; with a history predictor, steps (5-minute steps of history), basis "
         "{regime (warming-up, calibrated, fallback, shift-detected, no-online-pods), rule, "
         "margin, evidence, reason, shift or lastShift {detectedAt, changePointAt, guardUntil, "

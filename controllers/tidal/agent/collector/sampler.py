@@ -14,7 +14,7 @@ about once per ``sample_interval`` with the pods running on the node, described 
          "memoryBytes":   {"avg": .., "p50": .., "p90": .., "p95": .., "p99": .., "max": ..}},
         ...                                # a window without samples: only windowSeconds, samples 0
       ],
-      "systemUsage": [...same shape as usage...],  # node minus every pod: system daemons, kernel
+      "systemUsage": [...same shape as usage...],  # node minus Tidal's pods: daemons, kernel, no-level pods
       "perQoS": {
         "HLS": {                                   # likewise "LS" and "BE"
           "pods": 2,
@@ -38,13 +38,16 @@ Definitions:
   (CPU cores from ``cpuacct.usage``/``cpu.stat``, memory working set without inactive page cache).
   A pod with no usage for a resource yet (first sample of its CPU counter, cgroup not created
   yet or unreadable) counts at its request for that resource and is listed in ``podsAtRequest``
-  with the reason. Pods without a Tidal level are in the node usage only.
+  with the reason. Pods without a Tidal level are in no level: in the node usage and the system usage.
 * Window samples start with the second step (the first one only sets the CPU baselines), so CPU
   and memory of a window always have the same sample count.
-* System usage is node usage minus the usage of every pod on the node (every level, and pods
-  without a Tidal level), per resource and step, clamped at 0 (:func:`system_usage`): what system
-  daemons, the kubelet, the container runtime and the kernel use outside the pods. Pods without
-  usage count at their request here too, so system + pods adds up to the node's usage. CPU of
+* System usage is node usage minus the usage of Tidal's pods (those with a QoS level: HLS, LS,
+  BE), per resource and step, clamped at 0 (:func:`system_usage`): what system daemons, the
+  kubelet, the container runtime, the kernel *and pods without a QoS level* use. Those pods are
+  not Tidal's to predict or reclaim, but their usage is real: counted here, it is subtracted from
+  batch resources and left to them by BE suppression as the daemons' is (subtracted with the pods,
+  it would be counted nowhere, and BE could be offered what they use). Pods without usage count
+  at their request here too, so system + levels adds up to the node's usage. CPU of
   node and pods is read a few milliseconds apart, so the difference is noisy; a step where the
   pods' sum exceeds the node's usage gives 0, never a negative amount.
 * Online usage (HLS + LS, pods without usage at their request as above) has window aggregates of
@@ -192,9 +195,10 @@ def _utcnow() -> datetime:
 
 
 def system_usage(node: float | None, pods: float | None) -> float | None:
-    """Usage outside the pods, for one resource: ``node - pods``, clamped at 0.
+    """Usage outside Tidal's pods, for one resource: ``node - pods``, clamped at 0.
 
-    ``node`` is the kernel's view of the whole node, ``pods`` the sum over every pod on it. None
+    ``node`` is the kernel's view of the whole node, ``pods`` the sum over the pods with a QoS
+    level on it (pods without one stay in the difference, with the daemons: module docstring). None
     when either is unknown or not a finite number (no node sample yet: nothing to subtract
     from). Node and pods are read a few milliseconds apart, so the pods' sum can exceed the
     node's usage: that gives 0, not a negative amount.
@@ -290,7 +294,7 @@ class Sampler:
         self.node_memory_bytes: int | None = None
         self.node_memory_total_bytes: int | None = None
         #: every pod's usage at the last step (unmeasured pods at request), and the node's
-        #: usage outside them (:func:`system_usage`; None without a node sample)
+        #: usage outside Tidal's pods (:func:`system_usage`; None without a node sample)
         self.pods_cpu_millicores: float | None = None
         self.pods_memory_bytes: float | None = None
         self.system_cpu_millicores: float | None = None
@@ -322,8 +326,9 @@ class Sampler:
         self._pod_usage = {uid: self._sample_pod(pod) for uid, pod in pods.items()}
         self._files.sweep()
         self.pods_cpu_millicores, self.pods_memory_bytes = self.pods_current()
-        self.system_cpu_millicores = system_usage(self.node_cpu_millicores, self.pods_cpu_millicores)
-        self.system_memory_bytes = system_usage(self.node_memory_bytes, self.pods_memory_bytes)
+        tidal_cpu, tidal_memory = self._current(lambda pod: pod.tidal_level is not None)
+        self.system_cpu_millicores = system_usage(self.node_cpu_millicores, tidal_cpu)
+        self.system_memory_bytes = system_usage(self.node_memory_bytes, tidal_memory)
 
         if self.node_cpu_millicores is not None:
             self._node.add(self.node_cpu_millicores, self.node_memory_bytes, now)

@@ -15,7 +15,8 @@ The quota, recomputed every round (the agent runs it every second)::
 
 with ``threshold`` a fraction (default 0.65) and ``floor`` in millicores (default 500 = 0.5 CPU)
 so BE pods are never frozen entirely. v1: ``cpu.cfs_quota_us`` (period 100000); v2: ``cpu.max``.
-System usage is the node's usage outside the pods (daemons, kubelet, runtime, kernel), counted
+System usage is the node's usage outside Tidal's pods (daemons, kubelet, runtime, kernel, pods
+without a QoS level), counted
 while ``overselling.includeSystemUsage`` is on (the default; Koordinator's suppression subtracts
 it too): a node busy with its own daemons leaves BE less, so the online pods keep the idle CPU
 time they wake up into (measured: docs/benchmarks.md, Isolation).

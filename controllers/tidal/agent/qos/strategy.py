@@ -101,7 +101,8 @@ class NodeState:
     #: v1 only: where the ``cpu`` controller is mounted when it differs from the cpuacct root of
     #: ``layout`` (e.g. separate ``/sys/fs/cgroup/cpu`` and ``/sys/fs/cgroup/cpuacct``).
     cpu_controller_root: Path | None = None
-    #: the node's CPU usage outside the pods (node − pods: daemons, kubelet, runtime, kernel)
+    #: the node's CPU usage outside Tidal's pods (node − pods with a QoS level: daemons, kubelet,
+    #: runtime, kernel, pods without a level)
     #: when ``overselling.includeSystemUsage`` counts it, else 0; BE CPU suppression leaves it
     #: to them as it leaves online usage
     system_usage_millicores: float = 0.0

@@ -11,8 +11,8 @@ per resource (CPU in millicores, memory in bytes), clamped at 0, where
   at their request there);
 - the system overhead is what system daemons use *beyond* the kubelet's reservation, since
   allocatable already excludes the reservation (subtracting the reservation again would
-  count it twice). System usage is what the agent measures outside the pods (node usage minus
-  every pod's). It counts only with ``overselling.includeSystemUsage`` (default true); when
+  count it twice). System usage is what the agent measures outside Tidal's pods (node usage
+  minus the usage of the pods with a QoS level: pods without one count here, with the daemons). It counts only with ``overselling.includeSystemUsage`` (default true); when
   false, or when the agent reports none (an older agent), the overhead is 0 and the breakdown's
   ``systemOverheadReason`` says which;
 - the safety margin is ``overselling.safetyMarginPercent`` of allocatable — of the node, not

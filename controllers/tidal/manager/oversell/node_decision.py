@@ -7,8 +7,9 @@ The NodeProfile contract the agent writes (``status``, typed in ``tidal.api.node
     predictions:
       predictor: name of the predictor the agent ran
       onlinePeak:  {cpuMillicores, memoryBytes}   # pods without usage yet count at their request
-      systemUsage: {cpuMillicores, memoryBytes}   # optional: usage outside the pods (node − every
-                                                  # pod); counted only with overselling.includeSystemUsage
+      systemUsage: {cpuMillicores, memoryBytes}   # optional: usage outside Tidal's pods (node − the
+                                                  # pods with a QoS level); counted only with
+                                                  # overselling.includeSystemUsage
 
 Which nodes are oversold is `tidal.api.node_mode`'s rule: Tidal's oversubscription label, or
 Volcano's ``volcano.sh/oversubscription`` alias when the master did not write it itself. Any

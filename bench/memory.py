@@ -79,6 +79,10 @@ request whose file left the page cache waits for the disk, behind whatever the B
 ``p99_pooled_ms`` is one p99 over every round's requests of a treatment (bench/loadgen
 ``-latencies``): one stall sets a 15-s window's p99 by itself, so the median of rounds' p99s
 says mostly in which rounds a stall fell; pooled, a stall counts by the requests it delayed.
+``online_stall_ms`` is how long nginx's processes were delayed during the measured seconds, by
+kind (``cpu``: waiting for a CPU, ``memory``/``memory_full``: in reclaim or refaulting, ``io``:
+waiting for block I/O; PSI of a cgroup of the unified hierarchy holding them, bench/stalls.py);
+``node_stall_ms`` the same for the whole machine (``/proc/pressure``).
 """
 from __future__ import annotations
 
@@ -102,6 +106,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lab_background  # noqa: E402  (bench/, on the path just above)
+import stalls  # noqa: E402
 
 TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
 #: the runs of one round: ``be_solo`` is the BE job alone, folded into ``solo``'s record
@@ -210,6 +215,9 @@ def summarise(runs: Mapping[str, list[dict]]) -> dict[str, dict]:
         for key in ("node_workingset_pct", "online_refault_mib", "online_disk_read_kib", "budget_limit_hits"):
             if all(key in r for r in rows):
                 record[key] = round(statistics.median(r[key] for r in rows), 3)
+        for key in ("online_stall_ms", "node_stall_ms"):  # per kind of stall, the median of rounds
+            if all(key in r for r in rows):
+                record[key] = {k: round(statistics.median(r[key][k] for r in rows), 1) for k in rows[0][key]}
         solo_rows = runs.get("solo", [])
         if treatment != "solo" and len(solo_rows) == len(rows) and all(r["p99_ms"] for r in solo_rows):
             from isolation import vs_solo  # each round's p99 over the same round's solo
@@ -525,7 +533,7 @@ def main() -> int:
     from tidal_dev.lab.ports import free_port
     from tidal_dev.testing.kwok import kwok_node
     from tidal_dev.testing.local_kubelet import LocalKubelet
-    from tidal_dev.testing.real_cgroups import RealCgroups
+    from tidal_dev.testing.real_cgroups import RealCgroups, below_own
 
     loadgen = build_loadgen()
     workdir = Path(tempfile.mkdtemp(prefix="tidal-bench-memory-", dir=args.workdir_parent))
@@ -596,6 +604,13 @@ def main() -> int:
         web_adj = kubelet_burstable_oom_score_adj(web_request, budget_bytes)
 
         nginx = Nginx(workdir / "nginx", web.dirs)
+        # nginx's processes also in a cgroup of the unified hierarchy (no controller there): their PSI
+        web_psi = None
+        if stalls.UNIFIED.is_dir():
+            web_psi = stalls.group_for(cgroup_pids(web.dirs), cgroups.make(
+                below_own(stalls.UNIFIED, None) / f"{cgroups.name}-nginx"))
+        if web_psi is None:
+            log("no writable cgroup v2 hierarchy: nginx's stalls (PSI) are not reported")
         files = workdir / "nginx" / "www" / "files"
         files.mkdir()
         count = int(args.fileset_gib * GiB) // FILE_BYTES
@@ -692,6 +707,7 @@ def main() -> int:
             before = be.read() if be else None
             web_pids = cgroup_pids(web.dirs)
             web_read = disk_read_bytes(web_pids)
+            stalled = (stalls.read_totals(web_psi) if web_psi else None, stalls.read_totals(Path("/proc/pressure")))
             if run == "be_solo":
                 time.sleep(args.seconds)
                 result = {"p50_ms": 0.0, "p99_ms": 0.0, "errors": 0, "ok_per_s": 0.0}
@@ -701,6 +717,9 @@ def main() -> int:
                 pooled.setdefault(run, []).extend(int(v) for v in latencies.read_text().split())
             after = be.read() if be else None
             web_read = disk_read_bytes(web_pids) - web_read
+            stall = {"node_stall_ms": stalls.stall_ms(stalled[1], stalls.read_totals(Path("/proc/pressure")))}
+            if web_psi is not None:
+                stall["online_stall_ms"] = stalls.stall_ms(stalled[0], stalls.read_totals(web_psi))
             used, workingset = sampler.stop()
             watching.set()
             watcher.join()
@@ -745,7 +764,7 @@ def main() -> int:
                     "evictions": evictions, "online_refault_mib": round((refault_after - refault) * 4096 / MiB, 1),
                     "online_disk_read_kib": round(web_read / 1024),
                     "budget_limit_hits": int((budget / "memory.failcnt").read_text()) - failcnt,
-                    "load1": round(os.getloadavg()[0], 2), **agent_metrics}
+                    "load1": round(os.getloadavg()[0], 2), **stall, **agent_metrics}
 
         be_anon = (f"{args.be_anon_from_limit:g} % of its limit" if args.be_anon_from_limit
                    else f"{args.be_anon_gib:g} GiB")

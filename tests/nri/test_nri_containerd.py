@@ -16,12 +16,15 @@ import pytest
 from containerd_env import IMAGE, Containerd, build_binaries
 from nri_harness import PluginThread
 from tidal.agent.nri.decisions import BATCH_RESOURCES_ANNOTATION, page_rounded
+from tidal.agent.nri.main import nested_quota_rule
 
 # the first run builds containerd from source (a few minutes on 2 cores) inside the fixture
 pytestmark = pytest.mark.timeout(1800)
 
 CGROUP = Path("/sys/fs/cgroup")
 V2 = (CGROUP / "cgroup.controllers").exists()
+#: as `tidal-agent nri` decides it on this machine: cgroup v1 refuses a quota above an ancestor's
+RULE = nested_quota_rule(CGROUP)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +91,7 @@ def run_pod(c: Containerd, annotations: dict[str, str]) -> tuple[dict, str]:
 
 
 def test_be_container_gets_its_limits_in_real_cgroups(containerd):
-    plugin = PluginThread(containerd.nri_socket)
+    plugin = PluginThread(containerd.nri_socket, nested_quota_rule=RULE)
     try:
         wait_ready(plugin, containerd)
         assert plugin.plugin.runtime[0] == "containerd"
@@ -103,7 +106,7 @@ def test_be_container_gets_its_limits_in_real_cgroups(containerd):
                 assert cgroup_file("memory", be_dir, "memory.max") == str(page_rounded(300_000_000))
                 assert cgroup_file("cpu", ls_dir, "cpu.max") == "max 100000"
             else:
-                assert_be_v1(be_dir, shares=512, quota=50_000, memory=page_rounded(300_000_000))
+                assert_be_v1(be_dir, shares=512, quota=-1, memory=page_rounded(300_000_000))  # quota: the agent's
                 # the LS container keeps what the CRI request asked for (shares 2, no quota)
                 assert cgroup_file("cpu", ls_dir, "cpu.shares") == "2"
                 assert cgroup_file("cpu", ls_dir, "cpu.cfs_quota_us") == "-1"
@@ -112,7 +115,7 @@ def test_be_container_gets_its_limits_in_real_cgroups(containerd):
             if V2:
                 assert cgroup_file("cpu", be_dir, "cpu.max") == "50000 100000"
             else:
-                assert_be_v1(be_dir, shares=512, quota=50_000, memory=page_rounded(300_000_000))
+                assert_be_v1(be_dir, shares=512, quota=-1, memory=page_rounded(300_000_000))
         finally:
             for pod, parent in ((be, be_parent), (ls, ls_parent)):
                 containerd.cri("-cleanup", pod["pod"])
@@ -121,12 +124,61 @@ def test_be_container_gets_its_limits_in_real_cgroups(containerd):
         plugin.stop()
 
 
+def test_be_container_starts_under_a_parent_whose_quota_is_below_its_batch_cpu(containerd):
+    """A BE pod created while its parent is held to less CPU than the pod's batch-cpu (the
+    agent's suppression or interference quota on ``kubepods/besteffort``) must start. On cgroup
+    v1 the kernel refuses a container quota above an ancestor's (EINVAL): a plugin setting the
+    batch quota at creation made runc fail the container — checked here too — so it sets none
+    there and the container runs within its parent's bound; v2's ``cpu.max`` nests freely."""
+    tag = uuid.uuid4().hex[:8]
+    top = f"/tidal-nri-{tag}"
+    quota_dir = CGROUP / ("" if V2 else "cpu") / top.lstrip("/")
+    quota_dir.mkdir()
+    (quota_dir / ("cpu.max" if V2 else "cpu.cfs_quota_us")).write_text("20000 100000" if V2 else "20000")
+    batch = {"worker": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "300000000"}}
+    annotations = json.dumps({"colocation.tidal.io/qos-level": "BE", BATCH_RESOURCES_ANNOTATION: json.dumps(batch)})
+    pods = []
+
+    def create(name: str) -> dict:
+        result = containerd.cri("-pod-annotations", annotations, "-image", IMAGE, "-cgroup-parent",
+                                f"{top}/pod{name}", "-name", f"p-{name}", "-uid", f"uid-{name}")
+        if "pod" in result:
+            pods.append(result["pod"])
+        return result
+
+    try:
+        if not V2:  # what the plugin did before: the batch quota at creation, refused by the kernel
+            old = PluginThread(containerd.nri_socket, nested_quota_rule=False)
+            try:
+                wait_ready(old, containerd)
+                refused = create(f"{tag}a")
+                assert "error" in refused and "invalid argument" in refused["error"].lower(), refused
+            finally:
+                old.stop()
+        plugin = PluginThread(containerd.nri_socket, nested_quota_rule=RULE)
+        try:
+            wait_ready(plugin, containerd)
+            created = create(f"{tag}b")
+            assert "error" not in created, f"{created['error']}\ncontainerd log:\n{containerd.tail()}"
+            be_dir = f"{top}/pod{tag}b/{created['container']}"
+            if V2:
+                assert cgroup_file("cpu", be_dir, "cpu.max") == "50000 100000"
+            else:
+                assert_be_v1(be_dir, shares=512, quota=-1, memory=page_rounded(300_000_000))
+        finally:
+            plugin.stop()
+    finally:
+        for pod in pods:
+            containerd.cri("-cleanup", pod)
+        remove_cgroup_tree(top)
+
+
 def test_be_container_is_created_in_the_be_idle_group_with_its_limits(containerd):
     """``beIsolation.cpuPriority.idleGroup``: the BE container's cgroup is created in the BE
     idle group at the hierarchy's root, ``/tidal-be/pod<uid>``, with its batch limits, whatever
     the cgroup root of the pod's sandbox; the kubelet's pod cgroup keeps only the sandbox. An LS
     container stays where it was."""
-    plugin = PluginThread(containerd.nri_socket, be_idle_group=lambda: True)
+    plugin = PluginThread(containerd.nri_socket, be_idle_group=lambda: True, nested_quota_rule=RULE)
     tag = uuid.uuid4().hex[:8]
     root, uid = f"/tidal-nri-{tag}", str(uuid.uuid4())
     pods: dict[str, tuple[dict, str]] = {}
@@ -146,7 +198,7 @@ def test_be_container_is_created_in_the_be_idle_group_with_its_limits(containerd
         if V2:
             assert cgroup_file("memory", moved, "memory.max") == str(page_rounded(300_000_000))
         else:
-            assert_be_v1(moved, shares=512, quota=50_000, memory=page_rounded(300_000_000))
+            assert_be_v1(moved, shares=512, quota=-1, memory=page_rounded(300_000_000))
         assert not (CGROUP / ("" if V2 else "memory") / f"{root}/kubepods/besteffort/pod{uid}/{be['container']}"
                     .lstrip("/")).exists()
         ls, ls_parent = pods["LS"]
@@ -173,7 +225,7 @@ def test_existing_container_is_fixed_at_synchronize_and_lookup_updates_apply(con
         from tidal.agent.nri.decisions import BatchRequest
         return {"worker": BatchRequest(cpu_millicores=750, memory_bytes=100_000_000)}
 
-    plugin = PluginThread(containerd.nri_socket, pod_lookup=lookup)
+    plugin = PluginThread(containerd.nri_socket, pod_lookup=lookup, nested_quota_rule=RULE)
     try:
         if not V2:
             assert cgroup_file("cpu", early_dir, "cpu.cfs_quota_us") == "-1"
@@ -181,8 +233,8 @@ def test_existing_container_is_fixed_at_synchronize_and_lookup_updates_apply(con
         if V2:
             wait_file("cpu", early_dir, "cpu.max", "25000 100000")
         else:
-            wait_file("cpu", early_dir, "cpu.cfs_quota_us", "25000")
-            assert_be_v1(early_dir, shares=256, quota=25_000, memory=page_rounded(200_000_000))
+            wait_file("cpu", early_dir, "cpu.shares", "256")
+            assert_be_v1(early_dir, shares=256, quota=-1, memory=page_rounded(200_000_000))
 
         late, late_parent = run_pod(containerd, {"colocation.tidal.io/qos-level": "BE"})
         pods.append((late, late_parent))
@@ -191,8 +243,8 @@ def test_existing_container_is_fixed_at_synchronize_and_lookup_updates_apply(con
             wait_file("cpu", late_dir, "cpu.max", "75000 100000")
             assert cgroup_file("memory", late_dir, "memory.max") == str(page_rounded(100_000_000))
         else:
-            wait_file("cpu", late_dir, "cpu.cfs_quota_us", "75000")
-            assert_be_v1(late_dir, shares=768, quota=75_000, memory=page_rounded(100_000_000))
+            wait_file("cpu", late_dir, "cpu.shares", "768")
+            assert_be_v1(late_dir, shares=768, quota=-1, memory=page_rounded(100_000_000))
     finally:
         plugin.stop()
         for pod, parent in pods:

@@ -131,3 +131,40 @@ def test_sync_updates_only_what_differs():
         ("plain", ref({}), Resources()),
     ]
     assert [(cid, d.resources) for cid, d in sync_updates(rows)] == [("wrong", right)]
+
+
+@pytest.mark.parametrize("request_, expected", [
+    (None, Resources(cpu_shares=2)),
+    (BatchRequest(cpu_millicores=500), Resources(cpu_shares=512)),
+    (BatchRequest(cpu_millicores=500, memory_bytes=PAGE_SIZE * 4),
+     Resources(cpu_shares=512, memory_limit=PAGE_SIZE * 4)),
+])
+def test_no_be_quota_under_cgroup_v1s_nested_quota_rule(request_, expected):
+    """v1 refuses a container quota above its BE parent's, which moves every round: the plugin
+    leaves the quota to the agent's round (weights and memory nest freely: still set)."""
+    assert be_resources(request_, nested_quota_rule=True) == expected
+    be = {QOS: "BE", BATCH_RESOURCES_ANNOTATION: batch(c=("500", "0"))}
+    assert decide(ref(be), nested_quota_rule=True).resources == Resources(cpu_shares=512)
+
+
+def test_sync_updates_under_the_nested_quota_rule_leave_the_agents_clamped_quota_alone():
+    be = {QOS: "BE", BATCH_RESOURCES_ANNOTATION: batch(c=("500", "0"))}
+    rows = [
+        ("clamped", ref(be), Resources(cpu_shares=512, cpu_quota=20_000, cpu_period=100_000)),
+        ("unbounded", ref(be), Resources(cpu_shares=512)),
+        ("wrong-weight", ref(be), Resources(cpu_shares=2, cpu_quota=20_000, cpu_period=100_000)),
+    ]
+    assert [(cid, d.resources) for cid, d in sync_updates(rows, nested_quota_rule=True)] == [
+        ("wrong-weight", Resources(cpu_shares=512))]
+
+
+@pytest.mark.parametrize("controllers, rule", [
+    ("cpuset cpu io memory pids\n", False),  # cgroup v2 with the cpu controller
+    ("memory pids\n", True),                 # v2 without cpu (hybrid: cpu stays v1)
+    (None, True),                            # no cgroup.controllers: v1 (or nothing mounted)
+])
+def test_nested_quota_rule_of_the_plugins_cgroup_mount(tmp_path, controllers, rule):
+    from tidal.agent.nri.main import nested_quota_rule
+    if controllers is not None:
+        (tmp_path / "cgroup.controllers").write_text(controllers)
+    assert nested_quota_rule(tmp_path) is rule

@@ -10,7 +10,8 @@ same cgroup values:
 level  container resources at CreateContainer (and kept at UpdateContainer)
 =====  ==========================================================================================
 BE     batch-cpu m > 0: cpu shares = ``milli_cpu_to_shares(m)``, quota = ``milli_cpu_to_quota(m)``,
-       period = ``CFS_PERIOD_US``; batch-cpu absent: shares = 2 (the minimum weight).
+       period = ``CFS_PERIOD_US`` (cgroup v1: no quota, see below); batch-cpu absent: shares = 2
+       (the minimum weight).
        batch-memory b > 0: memory limit = b rounded down to the page size (≥ one page).
 LS     the NUMA cpuset (cpus and mems) from the ``ls_cpuset`` hook when NUMA affinity is on
        (:mod:`.numa`: the node engine's placement, :mod:`tidal.agent.qos.numa_affinity`), else nothing
@@ -25,6 +26,13 @@ cgroup (where it only orders the pod's own containers) and would make runc fail 
 kernels without it, so the plugin leaves priority to the engine. A BE pod is BestEffort to the
 kubelet (no native requests), so its pod cgroup already sits under the BestEffort cgroup, whose
 weight the kubelet keeps at the minimum.
+
+On cgroup v1 the plugin sets no CPU quota (``nested_quota_rule``): v1 refuses a container's
+``cpu.cfs_quota_us`` above an ancestor's (EINVAL), and the BE parent carries a quota that moves
+every round while BE is suppressed or delays the online threads; a quota checked against it at
+creation could be above it by the time runc writes it, and the container would fail to start.
+The container inherits its parents' bound until the agent's next round sets its quota, clamped
+to theirs (:func:`tidal.agent.qos.strategy.compose`). v2's ``cpu.max`` nests freely.
 
 Where the batch resources come from: the CRI (and so NRI) carries no extended resources. They
 are read from the pod annotation :data:`BATCH_RESOURCES_ANNOTATION`, which admission writes
@@ -220,12 +228,18 @@ def page_rounded(limit: int) -> int:
     return max(PAGE_SIZE, limit - limit % PAGE_SIZE)
 
 
-def be_resources(batch: BatchRequest | None) -> Resources:
-    """A BE container's resources from its batch request (None: nothing requested)."""
+def be_resources(batch: BatchRequest | None, *, nested_quota_rule: bool = False) -> Resources:
+    """A BE container's resources from its batch request (None: nothing requested).
+
+    ``nested_quota_rule``: the kernel refuses a CPU quota above an ancestor's (cgroup v1); then
+    no quota is set here (the module docstring says why), the agent's round sets it.
+    """
     cpu = batch.cpu_millicores if batch else 0
     memory = batch.memory_bytes if batch else 0
-    if cpu > 0:
+    if cpu > 0 and not nested_quota_rule:
         shares, quota, period = milli_cpu_to_shares(cpu), milli_cpu_to_quota(cpu), CFS_PERIOD_US
+    elif cpu > 0:
+        shares, quota, period = milli_cpu_to_shares(cpu), None, None
     else:
         shares, quota, period = MIN_SHARES, None, None
     return Resources(cpu_shares=shares, cpu_quota=quota, cpu_period=period,
@@ -233,13 +247,15 @@ def be_resources(batch: BatchRequest | None) -> Resources:
 
 
 def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
-           looked_up: Mapping[str, BatchRequest] | None = None) -> Decision:
+           looked_up: Mapping[str, BatchRequest] | None = None, nested_quota_rule: bool = False) -> Decision:
     """The resources one container gets at creation or update.
 
     Args:
         ref: the container and its pod.
         ls_cpuset: the NUMA cpuset hook for LS containers (None: NUMA affinity off).
         looked_up: batch requests read from the pod object, used when the annotation is absent.
+        nested_quota_rule: cgroup v1's rule that a quota may not exceed an ancestor's: no BE
+            CPU quota is set (:func:`be_resources`).
     """
     try:
         level = qos.qos_level_of(ref.pod_annotations)
@@ -262,7 +278,7 @@ def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
         requests = dict(looked_up)
     if requests is None:
         return Decision(level, be_resources(None), needs_lookup=True)
-    return Decision(level, be_resources(requests.get(ref.container_name)))
+    return Decision(level, be_resources(requests.get(ref.container_name), nested_quota_rule=nested_quota_rule))
 
 
 def _differs(wanted: Resources, current: Resources) -> bool:
@@ -270,11 +286,12 @@ def _differs(wanted: Resources, current: Resources) -> bool:
 
 
 def sync_updates(containers: Iterable[tuple[str, ContainerRef, Resources]], *,
-                 ls_cpuset: LSCpusetHook | None = None) -> list[tuple[str, Decision]]:
+                 ls_cpuset: LSCpusetHook | None = None, nested_quota_rule: bool = False) -> list[tuple[str, Decision]]:
     """At Synchronize: the existing containers whose resources differ from their decision.
 
     Args:
         containers: (container id, its ref, its current resources) for every running container.
+        nested_quota_rule: as :func:`decide`'s: the quota (the agent's, clamped) is not compared.
 
     Returns:
         (container id, decision) for each container to update; already-right ones are left out,
@@ -282,7 +299,7 @@ def sync_updates(containers: Iterable[tuple[str, ContainerRef, Resources]], *,
     """
     out = []
     for container_id, ref, current in containers:
-        decision = decide(ref, ls_cpuset=ls_cpuset)
+        decision = decide(ref, ls_cpuset=ls_cpuset, nested_quota_rule=nested_quota_rule)
         if decision.resources and _differs(decision.resources, current):
             out.append((container_id, decision))
     return out

@@ -103,6 +103,19 @@ def be_idle_group_enabled(policy_object: Callable[[], Mapping[str, Any] | None])
                          "BE containers created in the BE idle group")
 
 
+def nested_quota_rule(cgroup_root: Path) -> bool:
+    """Whether the node's CPU quotas follow cgroup v1's rule (a quota never above an ancestor's):
+    False only where ``cgroup_root`` is a cgroup v2 hierarchy with the cpu controller. The
+    plugin's container sees its own cgroup namespace there, of the node's version. When that
+    cannot be told (no cgroup mount), True: a BE container then gets its quota from the agent's
+    round, a second later, instead of failing to start."""
+    controllers = cgroup_root / "cgroup.controllers"
+    try:
+        return "cpu" not in controllers.read_text(encoding="ascii").split()
+    except OSError:
+        return True
+
+
 async def run_nri(args) -> None:
     stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
@@ -127,7 +140,8 @@ async def run_nri(args) -> None:
                 numa = NUMAPlacer(topology, numa_enabled(lambda: watch.object))
         try:
             plugin = TidalNRIPlugin(args.socket, name=args.plugin_name, index=args.plugin_index, pod_lookup=lookup,
-                                    numa=numa, be_idle_group=idle_group)
+                                    numa=numa, be_idle_group=idle_group,
+                                    nested_quota_rule=nested_quota_rule(Path("/sys/fs/cgroup")))
         except ValueError as err:
             raise SystemExit(f"tidal-agent nri: {err}") from None
         if getattr(args, "health_port", None) is not None:

@@ -135,12 +135,14 @@ class TidalNRIPlugin:
         call_timeout: limit on the plugin's own calls to the runtime (RegisterPlugin, UpdateContainers).
         be_idle_group: whether BE containers are created in the BE idle group (the policy's
             ``beIsolation.cpuPriority.idleGroup``, :mod:`.placement`); None: never.
+        nested_quota_rule: the node's cpu controller is cgroup v1, which refuses a CPU quota above
+            an ancestor's: BE containers get no quota from the plugin (:mod:`.decisions`).
     """
 
     def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, name: str = "tidal", index: str = "10",
                  ls_cpuset: LSCpusetHook | None = None, numa=None, pod_lookup: PodLookup | None = None,
                  backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0,
-                 be_idle_group: Callable[[], bool] | None = None) -> None:
+                 be_idle_group: Callable[[], bool] | None = None, nested_quota_rule: bool = False) -> None:
         if len(index) != 2 or not index.isascii() or not index.isdigit():
             raise ValueError(f"plugin index {index!r}: must be two digits (00-99), as NRI requires")
         if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
@@ -152,6 +154,7 @@ class TidalNRIPlugin:
         self.ls_cpuset = ls_cpuset if ls_cpuset is not None else numa
         self.pod_lookup = pod_lookup
         self.be_idle_group = be_idle_group
+        self.nested_quota_rule = nested_quota_rule
         self.backoff = backoff
         self.call_timeout = call_timeout
         #: Set while registered and configured; cleared when the connection is lost.
@@ -291,7 +294,8 @@ class TidalNRIPlugin:
                 self.numa.learn(ref, c.linux.resources.cpu.mems)
             rows.append((c.id, ref, current_resources(c.linux.resources)))
         updates = []
-        for container_id, decision in sync_updates(rows, ls_cpuset=self.ls_cpuset):
+        for container_id, decision in sync_updates(rows, ls_cpuset=self.ls_cpuset,
+                                                           nested_quota_rule=self.nested_quota_rule):
             log.info("NRI: synchronize: container %s (%s): %s", container_id, decision.level,
                      decision.resources.describe())
             updates.append(_update(container_id, decision.resources))
@@ -320,7 +324,8 @@ class TidalNRIPlugin:
     def _decide(self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources | None = None,
                 *, creating: bool = False) -> tuple[ContainerRef, Decision]:
         ref = container_ref(pod, container, resources, creating=creating)
-        decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=self._looked_up.get(pod.uid))
+        decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=self._looked_up.get(pod.uid),
+                          nested_quota_rule=self.nested_quota_rule)
         if decision.problem:
             log.warning("NRI: %s/%s container %s: %s", ref.namespace, ref.pod_name, ref.container_name,
                         decision.problem)
@@ -413,7 +418,8 @@ class TidalNRIPlugin:
             if requests is None:
                 return
             self._looked_up[ref.pod_uid] = requests
-            decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=requests)
+            decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=requests,
+                              nested_quota_rule=self.nested_quota_rule)
             if not decision.resources:
                 return
             update = _update(container_id, decision.resources)

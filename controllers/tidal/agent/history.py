@@ -7,7 +7,9 @@ its request. When a step ends it is closed into per-pod arrays, aligned on globa
 and trimmed to `keep_steps` (14 days and the horizon by default: what Tidal's predictor
 calibrates on). `node_history()` rebuilds a `NodeHistory` from them — pods absent at a step
 contribute no usage and no request, as in a trace — so any predictor of `tidal.predict` runs on
-the node exactly as it was evaluated.
+the node as it was evaluated, on the window only: once the node is older than the window the
+predictor's calibration starts at the window's start (`make bench-predict-agent-window` measures
+what that changes: docs/overselling.md).
 
 Memory: two 8-byte floats per pod and step; 110 pods × 4,044 steps ≈ 7 MB at most.
 """

@@ -448,6 +448,8 @@ class NodeQoS:
             effects = [d for d in effects if d.action is not Action.EVICT]
             for decision in held:
                 log.info("eviction held back (%s): %s", self.eviction_gate[1], decision.reason)
+                # it did not happen: no cooldown, and its pod stays a candidate
+                self._release(getattr(decision, "kind", "watermark"), decision.pod_uid or "")
         decisions += effects
         for decision in decisions:
             log.info("%s: %s", decision.action, decision.reason)
@@ -530,7 +532,8 @@ class NodeQoS:
         worker running), and this run's whose request or Event failed (the next round), are
         finished or dropped as eviction_journal.resume says."""
         assert self.evictions is not None and self._work is not None and self._wake is not None
-        when, note = (("before the agent restarted", FINISHED_NOTE) if not self._resumed
+        first = not self._resumed
+        when, note = (("before the agent restarted", FINISHED_NOTE) if first
                       else ("earlier (an API call failed)", RETRIED_NOTE))
         intents = [i for i in self.evictions.intents.values() if not self._resumed or i.uid in self._unsettled]
         self._resumed, self._unsettled = True, set()
@@ -539,11 +542,37 @@ class NodeQoS:
             log.info("%s/%s: eviction requested %s did not take effect (the pod runs): the "
                      "watermarks decide afresh", intent.namespace, intent.name, when)
             self.evictions.done(intent.uid)
+            self._release(intent.kind, intent.uid)  # no cooldown for what did not happen
         for intent in finish:
             log.info("%s/%s: eviction requested %s took effect: finishing it", intent.namespace, intent.name, when)
             self._work.put_nowait((dataclasses.replace(intent, reason=f"{intent.reason} {note}"), None))
+            if first:  # a restarted agent: the cooldown runs from the request, not from never
+                self._hold(intent.kind, self.clock() - max(0.0, time.time() - intent.requested_at))
         if finish:
             self._wake.set()
+
+    def _psi_machine(self):
+        return next((f.machine for f in self.engine.features if getattr(f, "name", "") == "psi-interference"),
+                    None)
+
+    def _release(self, kind: str, uid: str) -> None:
+        """An eviction that did not take effect (refused, failed, held back): the machine that
+        chose it (``kind``: ``watermark`` or ``psi``) may choose again at once, and not only this
+        pod; the other machine's cooldown is not touched."""
+        if kind == "psi":
+            machine = self._psi_machine()
+            if machine is not None:
+                machine.evicted.pop(uid, None)
+                machine.last_eviction = None
+            return
+        self.eviction.evicted.discard(uid)
+        self.eviction.last_eviction = None
+
+    def _hold(self, kind: str, at: float) -> None:
+        """An eviction of ``kind`` took effect at ``at`` (this clock's time): its cooldown runs from then."""
+        machine = self._psi_machine() if kind == "psi" else self.eviction
+        if machine is not None and (machine.last_eviction is None or machine.last_eviction < at):
+            machine.last_eviction = at
 
     def _queue(self, decision: Decision, pod: PodState | None) -> None:
         if self._work is None or pod is None:
@@ -612,12 +641,16 @@ class NodeQoS:
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:
-                    log.warning("eviction of %s/%s failed (%s): it will be chosen again",
-                                pod.namespace, pod.name, err)
-                    self.eviction.evicted.discard(pod.uid)
-                    self.eviction.last_eviction = None
                     if self.evictions is not None and pod.uid in self.evictions.intents:
-                        self._unsettled.add(pod.uid)  # took effect or not: the next round sorts it out
+                        # It may have taken effect (a timeout): the next round sorts it out, and
+                        # until then its cooldown stands (no second pod evicted for it).
+                        log.warning("eviction of %s/%s failed (%s): the next round checks whether it "
+                                    "took effect", pod.namespace, pod.name, err)
+                        self._unsettled.add(pod.uid)
+                    else:
+                        log.warning("eviction of %s/%s failed (%s): it will be chosen again",
+                                    pod.namespace, pod.name, err)
+                        self._release(getattr(decision, "kind", "watermark"), pod.uid)
                     continue
                 if took_effect is not None:
                     # Evicted: its cooldown stands whatever becomes of the Event (a failed Event
@@ -677,8 +710,7 @@ class NodeQoS:
             self.evictions.done(pod.uid)
         if outcome is EvictOutcome.BLOCKED:
             self.blocked[pod.uid] = self.clock() + BLOCKED_RETRY_SECONDS
-            self.eviction.evicted.discard(pod.uid)
-            self.eviction.last_eviction = None  # try the next candidate right away
+            self._release(intent.kind, pod.uid)  # try the next candidate right away
             message = f"eviction blocked by a PodDisruptionBudget; {decision.reason}"
             log.info("%s/%s: %s", pod.namespace, pod.name, message)
             await self.actions.event(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid,

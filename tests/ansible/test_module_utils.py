@@ -255,5 +255,5 @@ def test_policy_desired_spec_names_every_error():
         desired_spec(None, {"evictionWatermarks": {"cpu": {"lowPercent": 95}}, "overselling": {"windowSeconds": 1}}, False)
     assert [(e.path, e.message) for e in err.value.errors] == [
         ("spec.evictionWatermarks.cpu.lowPercent", "must be lower than highPercent, got lowPercent 95, highPercent 80"),
-        ("spec.overselling.windowSeconds", "must be between 60 and 86400, got 1"),
+        ("spec.overselling.windowSeconds", "must be between 60 and 1800, got 1"),
     ]

@@ -129,3 +129,17 @@ def test_the_web_console_only_displays_the_api_answer():
     # No capability or section name is matched in the page any more.
     for name in CAPABILITY_NAMES:
         assert f'"{name}"' not in source
+
+
+@pytest.mark.parametrize("suppression, interference, problems", [
+    (False, True, ["spec.beIsolation.cpuInterference: enabled but inactive while spec.beIsolation.cpuSuppression"
+                   ".enabled is false (it lowers BE CPU suppression's quota, which is not computed)"]),
+    (True, True, []),     # the default
+    (False, False, []),
+])
+def test_a_switch_another_one_keeps_inactive_is_a_problem(suppression, interference, problems):
+    from tidal.agent.qos.policy_status import policy_status
+    policy = ColocationPolicy.from_spec({"beIsolation": {"cpuSuppression": {"enabled": suppression},
+                                                         "cpuInterference": {"enabled": interference}}})
+    capabilities = [Capability(name, True, "ok") for name in CAPABILITY_NAMES]
+    assert policy_status(policy, 1, policy.eviction_watermarks, [], capabilities)["problems"] == problems

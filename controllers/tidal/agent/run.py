@@ -206,6 +206,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
 
     stop = stop or asyncio.Event()
     layout = node_layout(cgroup_root, cgroup_driver, kubelet_cgroup_root)
+    # the policy's default window and its maximum (overselling.windowSeconds ≤ 1800): every window
+    # a policy may ask for is within the samples kept
     window = ColocationPolicy.from_spec({}).overselling.window_seconds
     memory_cgroup = None
     if node_memory_cgroup is not None:  # a path in the memory hierarchy, as in /proc/<pid>/cgroup

@@ -496,8 +496,10 @@ class Overselling:
         "windowSeconds",
         default=300,
         minimum=60,
-        maximum=86400,
-        description="Length of the usage history the predictor reads, in seconds.",
+        maximum=1800,
+        description="Length of the usage window the statistic predictors (p90, p95, p99, max), the memory peak of "
+                    "the history predictors and the system usage read, in seconds; at most 1800, the 1-second "
+                    "samples the agent keeps (a longer window would silently read only those).",
     )
     safety_margin_percent: int = _integer(
         "safetyMarginPercent",

@@ -3,9 +3,10 @@
 
 * ``appliedGeneration`` — ``metadata.generation`` of the ColocationPolicy the agent runs;
 * ``effective`` — that policy's spec with the node's annotation overrides applied;
-* ``problems`` — what the node cannot do as asked, one line each: invalid overrides, and every
-  switched-on feature this node's kernel or hardware lacks (with the capability probe's reason).
-  Nothing is silently ignored.
+* ``problems`` — what the node cannot do as asked, one line each: invalid overrides, every
+  switched-on feature this node's kernel or hardware lacks (with the capability probe's reason),
+  and every switched-on feature another switch keeps inactive (:data:`DEPENDS_ON`). Nothing is
+  silently ignored.
 """
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from tidal.api.policy import ColocationPolicy, EvictionWatermarks
 
 from .capabilities import Capability
 
-__all__ = ["FEATURE_NEEDS", "policy_status", "unsupported_features"]
+__all__ = ["DEPENDS_ON", "FEATURE_NEEDS", "inactive_features", "policy_status", "unsupported_features"]
+
+#: A switched-on section that does nothing unless another one is on, and why.
+DEPENDS_ON = {
+    "beIsolation.cpuInterference": ("beIsolation.cpuSuppression",
+                                    "it lowers BE CPU suppression's quota, which is not computed"),
+}
 
 def _enabled(spec: Mapping[str, Any], path: str) -> bool:
     """A section's ``enabled``, or a boolean switch's value (``beIsolation.cpuPriority.idleGroup``)."""
@@ -45,8 +52,14 @@ def unsupported_features(spec: Mapping[str, Any], capabilities: Iterable[Capabil
     return problems
 
 
+def inactive_features(spec: Mapping[str, Any]) -> list[str]:
+    return [f"spec.{path}: enabled but inactive while spec.{needed}.enabled is false ({why})"
+            for path, (needed, why) in DEPENDS_ON.items() if _enabled(spec, path) and not _enabled(spec, needed)]
+
+
 def policy_status(policy: ColocationPolicy, generation: int, watermarks: EvictionWatermarks,
                   override_problems: Iterable[str], capabilities: Iterable[Capability]) -> dict[str, Any]:
     effective = replace(policy, eviction_watermarks=watermarks).to_spec()
     return {"appliedGeneration": int(generation), "effective": effective,
-            "problems": [*override_problems, *unsupported_features(effective, capabilities)]}
+            "problems": [*override_problems, *unsupported_features(effective, capabilities),
+                         *inactive_features(effective)]}

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.lab
 
 BIN = Path(sys.executable).parent
 LABELLED, UNLABELLED = "lab-node-1", "lab-node-2"
-DEGRADE_SECONDS = 10
+DEGRADE_SECONDS = 30  # the policy's minimum
 # its own leader election: a tidal-manager deployed into the lab (tidal_controllers) may hold the default one
 LEASE = "oversell-replay-test"
 

@@ -540,10 +540,11 @@ class Overselling:
     degrade_seconds: int = _integer(
         "degradeSeconds",
         default=180,
-        minimum=10,
+        minimum=30,
         maximum=86400,
         description="A NodeProfile report older than this, in seconds, "
-        "drives the node's batch resources to zero.",
+        "drives the node's batch resources to zero. At least 30: the agent reports every 10 s, and a "
+        "shorter time would drop the batch resources between two healthy reports.",
     )
     change_threshold_percent: int = _integer(
         "changeThresholdPercent",

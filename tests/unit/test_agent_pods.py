@@ -62,6 +62,37 @@ def test_pod_state_carries_what_the_pod_takes_of_the_nodes_requests(annotations,
     assert pod_state(pod, pod_info(pod)).node_requests == expected
 
 
+def _be_with_sidecar(sidecar_batch, main_started=True, other=None):
+    main = {"name": "main", "resources": {"limits": {qos.BATCH_CPU_RESOURCE: "500", qos.BATCH_MEMORY_RESOURCE: "512Mi"}}}
+    sidecar = {"name": "proxy", "restartPolicy": "Always", "resources": {"limits": sidecar_batch}}
+    init = {"name": "fetch", "resources": {"limits": {qos.BATCH_CPU_RESOURCE: "100", qos.BATCH_MEMORY_RESOURCE: "64Mi"}}}
+    pod = {"metadata": {"uid": "u1", "namespace": "ns", "name": "p", "annotations": {qos.QOS_ANNOTATION: "BE"}},
+           "spec": {"initContainers": [init, sidecar], "containers": [main, *([other] if other else [])]},
+           "status": {"phase": "Running", "qosClass": "BestEffort",
+                      "initContainerStatuses": [{"name": "fetch", "containerID": "containerd://init"},
+                                                {"name": "proxy", "containerID": "containerd://side"}],
+                      "containerStatuses": [{"name": "main", "containerID": "containerd://main"}] if main_started else []}}
+    return pod_state(pod, pod_info(pod))
+
+
+def test_a_be_pods_limits_count_its_sidecars_and_containers_not_started_yet():
+    """A sidecar (restartable init container) runs beside the containers: it gets its own batch
+    limits, and the pod-level limits (what the BE batch-resources strategy writes on the pod
+    cgroup) are the scheduler's pod amount, not the sum of the containers started so far. An
+    ordinary init container has ended: no limits of its own to enforce."""
+    mib = 1 << 20
+    state = _be_with_sidecar({qos.BATCH_CPU_RESOURCE: "200", qos.BATCH_MEMORY_RESOURCE: "256Mi"})
+    assert [(c.id, c.batch_cpu_millicores, c.batch_memory_bytes) for c in state.containers] == [
+        ("containerd://side", 200, 256 * mib), ("containerd://main", 500, 512 * mib)]
+    assert (state.batch_cpu_millicores, state.batch_memory_bytes) == (700, 768 * mib)
+    waiting = {"name": "late", "resources": {"limits": {qos.BATCH_CPU_RESOURCE: "300", qos.BATCH_MEMORY_RESOURCE: "1Gi"}}}
+    state = _be_with_sidecar({qos.BATCH_CPU_RESOURCE: "200", qos.BATCH_MEMORY_RESOURCE: "256Mi"}, other=waiting)
+    assert (state.batch_cpu_millicores, state.batch_memory_bytes) == (1000, 768 * mib + 1024 * mib)
+    # a sidecar without a CPU limit: no pod-level CPU limit (the kubelet's rule), memory still
+    state = _be_with_sidecar({qos.BATCH_MEMORY_RESOURCE: "256Mi"})
+    assert (state.batch_cpu_millicores, state.batch_memory_bytes) == (0, 768 * mib)
+
+
 @pytest.mark.parametrize("deletion, terminating", [(None, False), ("2026-11-27T03:00:00Z", True)])
 def test_pod_state_says_when_the_pod_is_on_its_way_out(deletion, terminating):
     pod = _pod({qos.QOS_ANNOTATION: "BE"})

@@ -92,9 +92,10 @@ class BEBatchResources:
             if not pod.containers:
                 continue
             pod_rel = layout.pod_relpath(pod.uid, pod.qos_class)
-            if all(c.batch_cpu_millicores > 0 for c in pod.containers):
+            # the pod-level limits: every container's and sidecar's, started or not (PodState.pod_batch)
+            if pod.batch_cpu_millicores > 0:
                 writes += self._cpu(state, cpu_dir(state, pod_rel), pod.batch_cpu_millicores, shares=False)
-            if all(c.batch_memory_bytes > 0 for c in pod.containers):
+            if pod.batch_memory_bytes > 0:
                 writes.append(self._memory(state, memory_dir(state, pod_rel), pod.batch_memory_bytes))
             for container in pod.containers:
                 rel = layout.container_relpath(pod.uid, pod.qos_class, container.id)

@@ -73,7 +73,7 @@ def ceiling_bytes(limit: int, level: int, step_percent: int) -> int:
 
 
 def _limited_be(pods: Iterable[PodState]) -> list[PodState]:
-    return [p for p in pods if p.is_be and p.containers and all(c.batch_memory_bytes > 0 for c in p.containers)]
+    return [p for p in pods if p.is_be and p.containers and p.batch_memory_bytes > 0]
 
 
 def reclaim_plan(level: int, config: MemoryReclaimConfig, pods: Iterable[PodState], layout: CgroupLayout) -> list[CgroupWrite]:

@@ -74,6 +74,12 @@ class PodState:
     node_requests: tuple[int, int] = (0, 0)
     #: deletionTimestamp set: on its way out (evicted, maybe by an earlier run of the agent)
     terminating: bool = False
+    #: the pod-level batch amount (cpu millicores, memory bytes) from its spec, as the scheduler
+    #: reserves it — every container, sidecars (restartable init containers) included, started
+    #: or not (:func:`tidal.api.pod_resources.pod_batch`) —, 0 for a resource some container has
+    #: no batch limit of (the pod then has no pod-level limit, as the kubelet's rule); None: the
+    #: sum of ``containers`` (a state built without the pod's spec)
+    pod_batch: tuple[int, int] | None = None
 
     @property
     def is_be(self) -> bool:
@@ -81,11 +87,17 @@ class PodState:
 
     @property
     def batch_cpu_millicores(self) -> int:
-        return sum(c.batch_cpu_millicores for c in self.containers)
+        if self.pod_batch is not None:
+            return self.pod_batch[0]
+        return sum(c.batch_cpu_millicores for c in self.containers) \
+            if all(c.batch_cpu_millicores > 0 for c in self.containers) else 0
 
     @property
     def batch_memory_bytes(self) -> int:
-        return sum(c.batch_memory_bytes for c in self.containers)
+        if self.pod_batch is not None:
+            return self.pod_batch[1]
+        return sum(c.batch_memory_bytes for c in self.containers) \
+            if all(c.batch_memory_bytes > 0 for c in self.containers) else 0
 
 
 @dataclass(frozen=True)

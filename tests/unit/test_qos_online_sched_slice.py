@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -190,12 +191,13 @@ def test_fair_threads_get_the_slice_others_are_left_alone(tmp_path) -> None:
     intent = ThreadSlices((_tasks(tmp_path, 11, 12, 13, 14, 15, 16),), 100)
     executor.execute([intent], done, problems)
     # SCHED_OTHER and SCHED_BATCH are changed (nice kept); FIFO (1) and IDLE (5) are not; a thread
-    # already at the slice needs no write
+    # already at the slice needs no write, but is journalled at the base slice (it inherited the
+    # slice from a thread that had it, as a new thread does: switched off, it goes back too)
     assert kernel.sets == [(11, 100_000), (12, 100_000), (16, 100_000)]
     assert kernel.threads[11].nice == 5
     assert (done, problems, executor.changed) == ({intent.key}, [], 3)
     assert executor.originals == {11: Given(7, BASE, 100_000), 12: Given(7, BASE, 100_000),
-                                  16: Given(7, 2_000_000, 100_000)}
+                                  15: Given(7, BASE, 100_000), 16: Given(7, 2_000_000, 100_000)}
 
 
 def test_each_thread_is_looked_at_once_and_forgotten_when_it_goes(tmp_path) -> None:
@@ -350,3 +352,47 @@ def test_the_probe_leaves_the_agents_threads_as_they_were() -> None:
     supported, reason = probe()
     assert get_attr(0) == before
     assert supported or "slice" in reason or reason
+
+
+def test_a_thread_that_inherited_the_slice_has_the_base_one_back_at_switch_off(tmp_path) -> None:
+    """Real threads, in the agent's order: the start's sweep (feature off), switched on (A gets the
+    slice), A creates B (B inherits A's slice: nothing for the executor to change), switched off.
+    B is put back too, not left at the slice for good."""
+    tids: dict[str, int] = {}
+    go, stop, made = threading.Event(), threading.Event(), threading.Event()
+
+    def child() -> None:
+        tids["B"] = threading.get_native_id()
+        made.set()
+        stop.wait()
+
+    def parent() -> None:
+        tids["A"] = threading.get_native_id()
+        go.wait()
+        thread = threading.Thread(target=child)
+        thread.start()
+        stop.wait()
+        thread.join()
+
+    a = threading.Thread(target=parent)
+    a.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "A" not in tids:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        base = get_attr(tids["A"]).runtime_ns
+        executor, done = SchedExecutor(journal=tmp_path / "sched-journal.json"), set()
+        executor.execute([ThreadSlicesReset((_tasks(tmp_path, tids["A"]),), 250)], done, [])  # the start's sweep
+        executor.execute([ThreadSlices((_tasks(tmp_path, tids["A"]),), 250)], done, [])
+        assert get_attr(tids["A"]).runtime_ns == 250_000
+        go.set()
+        assert made.wait(10)
+        assert get_attr(tids["B"]).runtime_ns == 250_000  # inherited
+        executor.execute([ThreadSlices((_tasks(tmp_path, tids["A"], tids["B"]),), 250)], done, [])
+        executor.execute([ThreadSlicesReset((), 250)], done, [])  # switched off (the sweep was at start)
+        assert (get_attr(tids["A"]).runtime_ns, get_attr(tids["B"]).runtime_ns) == (base, base)
+    finally:
+        go.set()
+        stop.set()
+        a.join()

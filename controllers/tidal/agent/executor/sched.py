@@ -275,6 +275,10 @@ class SchedExecutor:
                     self.put(tid, attr, slice_ns)
                     self.originals[tid] = Given(start, original, slice_ns)
                     self.changed += 1
+                elif attr.policy in FAIR and tid not in self.originals:
+                    # at the slice already: created by a thread that had it (a new thread inherits
+                    # its creator's), so it is ours to put back too, at the kernel's base slice
+                    self.originals[tid] = Given(self.start(tid), self._base(), slice_ns)
                 self.seen[tid] = slice_ns  # a thread of another policy: looked at once
             except OSError as err:
                 # exited meanwhile: nothing to do; a refusal (EPERM: no CAP_SYS_NICE) is not

@@ -357,10 +357,16 @@ class CPUPriority:
         "beside kubepods instead of below their pod's cgroup: idle against the online pods and the node's "
         "daemons alike, where a BE pod below kubepods is only idle among BE pods. The kubelet's pod-level "
         "usage of such a pod then counts only its sandbox (its containers' usage stays right). Applies to "
-        "containers created after the switch."
+        "containers created after the switch. Only with enabled: the group is idle through this strategy."
     )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+    @property
+    def idle_group_in_force(self) -> bool:
+        """BE containers go to the BE idle group: the switch on, and the strategy that makes the
+        group idle on (without it the group would compete at the root at the default weight)."""
+        return self.enabled and self.idle_group
 
 
 @dataclass(frozen=True)

@@ -143,3 +143,22 @@ def test_a_switch_another_one_keeps_inactive_is_a_problem(suppression, interfere
                                                          "cpuInterference": {"enabled": interference}}})
     capabilities = [Capability(name, True, "ok") for name in CAPABILITY_NAMES]
     assert policy_status(policy, 1, policy.eviction_watermarks, [], capabilities)["problems"] == problems
+
+
+def test_the_idle_group_is_in_force_only_with_be_cpu_priority():
+    """Without BE CPU priority nothing makes the group idle: BE containers would compete at the
+    cgroup root at the default weight. The agent and the NRI plugin read idle_group_in_force, and
+    the node reports the switch as inactive."""
+    from tidal.agent.nri.main import be_idle_group_enabled
+    from tidal.agent.qos.policy_status import policy_status
+    off = ColocationPolicy.from_spec({"beIsolation": {"cpuPriority": {"enabled": False, "idleGroup": True}}})
+    on = ColocationPolicy.from_spec({"beIsolation": {"cpuPriority": {"enabled": True, "idleGroup": True}}})
+    assert (off.be_isolation.cpu_priority.idle_group_in_force, on.be_isolation.cpu_priority.idle_group_in_force) \
+        == (False, True)
+    assert be_idle_group_enabled(lambda: {"metadata": {"resourceVersion": "1"}, "spec": off.to_spec()})() is False
+    assert be_idle_group_enabled(lambda: {"metadata": {"resourceVersion": "2"}, "spec": on.to_spec()})() is True
+    capabilities = [Capability(name, True, "ok") for name in CAPABILITY_NAMES]
+    assert policy_status(off, 1, off.eviction_watermarks, [], capabilities)["problems"] == [
+        "spec.beIsolation.cpuPriority.idleGroup: enabled but inactive while spec.beIsolation.cpuPriority.enabled is "
+        "false (the group is idle only through BE CPU priority: BE containers stay below their pods' cgroups)"]
+    assert policy_status(on, 1, on.eviction_watermarks, [], capabilities)["problems"] == []

@@ -258,7 +258,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # every tick (1 s): the sample, the prediction's history, the latest policy and Node
         found = placement.refresh()  # the group's BE pods
         idle_group.remove_gone(found, pods.pods.keys())
-        if node_qos.policy.be_isolation.cpu_priority.idle_group:
+        if node_qos.policy.be_isolation.cpu_priority.idle_group_in_force:
             idle_group.ensure()  # idle (the priority strategy) before a BE container lands there
             idle_group.bound_memory()
         else:  # the group goes once its last pod has

@@ -99,7 +99,7 @@ def numa_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Calla
 
 def be_idle_group_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Callable[[], bool]:
     """``beIsolation.cpuPriority.idleGroup`` of the ColocationPolicy (:func:`policy_switch`)."""
-    return policy_switch(policy_object, lambda p: p.be_isolation.cpu_priority.idle_group,
+    return policy_switch(policy_object, lambda p: p.be_isolation.cpu_priority.idle_group_in_force,
                          "BE containers created in the BE idle group")
 
 

@@ -25,6 +25,9 @@ __all__ = ["DEPENDS_ON", "FEATURE_NEEDS", "inactive_features", "policy_status", 
 DEPENDS_ON = {
     "beIsolation.cpuInterference": ("beIsolation.cpuSuppression",
                                     "it lowers BE CPU suppression's quota, which is not computed"),
+    "beIsolation.cpuPriority.idleGroup": ("beIsolation.cpuPriority",
+                                          "the group is idle only through BE CPU priority: BE containers "
+                                          "stay below their pods' cgroups"),
 }
 
 def _enabled(spec: Mapping[str, Any], path: str) -> bool:

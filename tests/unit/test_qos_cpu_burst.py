@@ -183,3 +183,19 @@ def test_feature_pod_state_skips_unstarted_containers_and_bad_quantities():
     assert feature_pod_state(obj, base).cpu == ()
     obj = pod_object({}, limits={"cpu": "lots"})
     assert feature_pod_state(obj, base).cpu == (ContainerCPU("containerd://abc", 250, 0),)
+
+
+@pytest.mark.parametrize("spec_limit, applied, expected", [
+    ("1", None, 1000),       # no resize: the spec's limit
+    ("2", "1", 1000),        # an increase not applied yet (deferred, infeasible): the quota in force
+    ("500m", "1", 500),      # a decrease: the new limit, so the burst never blocks the lower quota
+    ("1", "1", 1000),
+])
+def test_the_burst_fits_the_limit_in_force_during_an_in_place_resize(spec_limit, applied, expected):
+    """The kernel refuses a burst above the quota (and a quota lowered below the burst): the
+    limit the burst is capped at is the smaller of the spec's and the kubelet's (status)."""
+    obj = pod_object({}, limits={"cpu": spec_limit, "memory": "64Mi"})
+    if applied:
+        obj["status"]["containerStatuses"][0]["resources"] = {"limits": {"cpu": applied, "memory": "64Mi"}}
+    base = PodState("u1", PodQOSClass.BURSTABLE, None)
+    assert feature_pod_state(obj, base).cpu == (ContainerCPU("containerd://abc", 250, expected, "c"),)

@@ -81,16 +81,23 @@ def feature_pod_state(pod: Mapping[str, Any], base: PodState) -> FeaturePodState
         egress = qos.egress_bandwidth_limit_of(annotations)
     except qos.AnnotationValueError as err:
         egress_problem = str(err)
-    ids = {cs.get("name"): cs.get("containerID")
-           for cs in (pod.get("status") or {}).get("containerStatuses") or []}
+    statuses = {cs.get("name"): cs for cs in (pod.get("status") or {}).get("containerStatuses") or []}
     cpu = []
     for container in spec.get("containers") or []:
-        cid = ids.get(container.get("name"))
+        status = statuses.get(container.get("name")) or {}
+        cid = status.get("containerID")
         if not cid:
             continue
         resources = container.get("resources") or {}
-        cpu.append(ContainerCPU(cid, _millicores(resources.get("requests") or {}),
-                                _millicores(resources.get("limits") or {}), str(container.get("name") or "")))
+        limit = _millicores(resources.get("limits") or {})
+        # the limit in force: during an in-place resize the spec's and the kubelet's (the status's
+        # resources, what its cgroups hold) differ; a burst must fit the smaller (the kernel refuses
+        # a burst above the quota, and a quota lowered below the burst)
+        applied = _millicores(((status.get("resources") or {}).get("limits")) or {})
+        if limit and applied:
+            limit = min(limit, applied)
+        cpu.append(ContainerCPU(cid, _millicores(resources.get("requests") or {}), limit,
+                                str(container.get("name") or "")))
     volcano = None
     if qos.QOS_ANNOTATION not in annotations and qos.VOLCANO_QOS_ANNOTATION in annotations:
         volcano = str(annotations[qos.VOLCANO_QOS_ANNOTATION]).strip()

@@ -306,3 +306,38 @@ def test_this_machines_proc_files_parse():
     assert times.cpus >= 1 and times.total > times.busy >= 0
     info = read_meminfo()
     assert 0 < info.used_bytes < info.total_bytes
+
+
+THREADS = """import sys, threading
+stop = threading.Event()
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=stop.wait, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_read_small_reads_a_thread_list_longer_than_a_page_whole(real):
+    """Real cgroupfs: a cgroup's thread list is a seq_file, which gives about a page a read; a
+    process of 1,200 threads lists several pages of TIDs, every one of which is read."""
+    import subprocess
+    import sys
+
+    from tidal.agent.collector.readers import read_small
+    from tidal_dev.testing.real_cgroups import below_own
+    base = Path("/sys/fs/cgroup/cpu")
+    if not (base / "tasks").exists():
+        pytest.skip("no cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu")
+    group = real.make(below_own(base, "cpu") / real.name)
+    child = subprocess.Popen([sys.executable, "-c", THREADS, "1200"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        (group / "cgroup.procs").write_text(str(child.pid))
+        with open(group / "tasks") as f:  # buffered reads to the end
+            expected = f.read().split()
+        assert len(expected) > 1200 and len(" ".join(expected)) > 4096
+        assert read_small(group / "tasks").decode().split() == expected
+    finally:
+        child.kill()
+        child.wait()

@@ -270,14 +270,19 @@ def node_memory_in_cgroup(meminfo: MemInfo, limit_bytes: int | None, working_set
 # --- Thin file wrappers -----------------------------------------------------------------------
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def read_small(path: Path | str) -> bytes:
-    """A small kernel file (cgroup, proc: < 64 KiB) in one read, with no buffered file object:
-    the agent reads hundreds of them a round, and ``Path.read_text``'s text layer costs several
-    times the read itself."""
+    """A small kernel file (cgroup, proc), with no buffered file object: the agent reads hundreds
+    of them a round, and ``Path.read_text``'s text layer costs several times the read itself.
+    One read for a file under half a page (most cgroup files); a longer one is read until its
+    end: a ``seq_file`` (cgroup ``tasks``, ``cgroup.threads``) gives at most a page a read, less
+    the record that did not fit, so a first read near a page is not known to be the whole file."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         data = os.read(fd, 65536)
-        if len(data) < 65536:
+        if len(data) < _PAGE // 2:
             return data
         chunks = [data]
         while chunk := os.read(fd, 65536):

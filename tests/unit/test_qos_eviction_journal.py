@@ -240,12 +240,14 @@ def test_an_api_error_mid_eviction_is_sorted_out_the_next_round_not_at_the_next_
     assert FINISHED_NOTE not in event["message"]
 
 
-def test_an_eviction_whose_event_failed_keeps_its_cooldown_no_second_pod_evicted(tmp_path):
-    """The eviction took effect and only its Event failed: the eviction happened, so the
-    cooldown counts from it and no second BE pod is evicted the round after (it was, when any
-    API error reset the cooldown); the Event goes out that round, once."""
+@pytest.mark.parametrize("failed", ["event", "evict"])
+def test_an_eviction_that_took_effect_keeps_its_cooldown_whatever_call_failed(tmp_path, failed):
+    """The eviction took effect and its Event failed, or its request failed (a timeout) though
+    the pod was evicted: the eviction happened, so the cooldown counts from it and no second BE
+    pod is evicted the round after (it was, when any API error reset the cooldown); the round
+    after finds the pod terminating and the Event goes out, once."""
     path = tmp_path / "evictions-journal.json"
-    actions = Actions(path, fail=["event"])
+    actions = Actions(path, fail=[failed])
     agent = _agent(tmp_path, actions)
     agent.observe_policy({"metadata": {"resourceVersion": "2"}, "spec": {
         "evictionWatermarks": {"dwellSeconds": 0, "cooldownSeconds": 600}}})

@@ -26,26 +26,6 @@ from test_qos_restore_pending import until  # noqa: E402
 GiB = 1 << 30
 
 
-def test_a_request_that_failed_but_took_effect_keeps_the_cooldown(tmp_path):
-    """The Eviction API call fails (a timeout) though the pod was evicted: the next round finds
-    it terminating and finishes it; no second BE pod is evicted within the cooldown."""
-    actions = Actions(tmp_path / "evictions-journal.json", fail=["evict"])
-    agent = _agent(tmp_path, actions)
-    agent.observe_policy({"metadata": {"resourceVersion": "2"}, "spec": {
-        "evictionWatermarks": {"dwellSeconds": 0, "cooldownSeconds": 600}}})
-    other = dataclasses.replace(pods(10)[1], uid="be-2", name="batch-2")
-
-    async def rounds():
-        agent.round(Sample(), [*pods(10), other])
-        await until(lambda: not actions.fail)
-        await until(lambda: not agent._work.qsize() and agent._unsettled)
-        decided = agent.round(Sample(), [*TERMINATING, other])  # the request had taken effect
-        assert not [d for d in decided.decisions if d.pod_uid == "be-2"]
-        await until(lambda: actions.events)
-    _run(agent, rounds)
-    assert actions.evictions == [("ns", "batch")]
-
-
 def test_a_request_that_failed_and_did_not_take_effect_frees_the_machine(tmp_path):
     actions = Actions(tmp_path / "evictions-journal.json", fail=["evict"])
     agent = _agent(tmp_path, actions)

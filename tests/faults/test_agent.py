@@ -51,6 +51,19 @@ def _wait_restarted(core, agent) -> None:
              > _restarts_of(agent)["agent"], 60, "the same pod's agent container started again")
 
 
+def _without_eviction_cooldown(core, lab) -> None:
+    """An agent with no eviction cooldown in force, for a test that needs an eviction at once: an
+    earlier test's eviction, finished by an agent restarted after it, holds the cooldown from its
+    request (a restarted agent does not evict a second pod for it). A fresh agent, started with
+    an empty evictions journal, holds none."""
+    wait_for(lambda: not eviction_intents(lab), 60, "the evictions journal empty")
+    (agent,) = tidal_pods(core, "tidal-agent")
+    for pid in _agent_pids(agent):
+        os.kill(pid, signal.SIGKILL)
+    _wait_restarted(core, agent)
+    wait_for(lambda: pod_ready(tidal_pods(core, "tidal-agent")[0]), 60, "the restarted agent ready")
+
+
 def _labels(core) -> dict[str, str]:
     return core.read_node(REAL_NODE).metadata.labels or {}
 
@@ -262,6 +275,7 @@ def test_eviction_api_and_events_refused_the_agent_retries_and_evicts_once_with_
     journal round after round; once the API accepts it, exactly one TidalEvicted Event, said to
     come after an API error, and the journal empty; no restart, no traceback."""
     admission = client.AdmissionregistrationV1Api(core.api_client)
+    _without_eviction_cooldown(core, lab)  # the kill test before this one may have left one
     core.create_namespaced_pod(workload, _spinning_be_pod(image))
     admission.create_validating_webhook_configuration(_refusing(workload, EVICTIONS_RULE))
     try:

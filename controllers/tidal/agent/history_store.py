@@ -39,8 +39,8 @@ younger is kept, whatever the gap. Up to an hour of steps in between repeat each
 reading (:data:`tidal.agent.history.MAX_GAP_SECONDS`, as the traces treat missing readings); a
 longer gap is absent (no usage, no request), as for a pod that was away, which the predictor reads
 conservatively (the pods are young again, counted at their request). Either way its calibration
-on the past days stays valid, so the warm-up is not paid again. A missing file is not an error ("no saved history"). A discarded file is left
-in place until the next save replaces it.
+on the past days stays valid, so the warm-up is not paid again. A missing file is not an error
+("no saved history"). A discarded file is left in place until the next save replaces it.
 
 Writes are atomic — temporary file beside it, fsync, rename, fsync of the directory — so a crash
 leaves the old file or the new one. A failed write (disk full, EACCES, read-only) is logged once

@@ -15,8 +15,8 @@ from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.kube.client import KubeAPI
 from tidal.kube.watch import Watcher
-from tidal.api.pod_resources import (BatchRequest, batch_requested, container_batch, pod_batch, pod_node_requests,
-                                     requested)
+from tidal.api.pod_resources import (BatchRequest, batch_requested, container_batch, is_sidecar, pod_batch,
+                                     pod_node_requests, requested)
 
 log = logging.getLogger(__name__)
 
@@ -60,21 +60,19 @@ def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
     be = info.tidal_level is qos.QoSLevel.BE
     # the containers that run beside each other: sidecars (restartable init containers) and the
     # ordinary containers (an ordinary init container has ended before these start)
-    running = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    running += spec.get("containers") or []
+    running = [c for c in spec.get("initContainers") or [] if is_sidecar(c)] + list(spec.get("containers") or [])
+    batches = [container_batch(c) if be else BatchRequest() for c in running]
     containers = []
-    for container in running:
+    for container, batch in zip(running, batches):
         cid = ids.get(container.get("name"))
         if not cid:
             continue  # not started yet: its cgroup does not exist
-        batch = container_batch(container) if be else BatchRequest()
         containers.append(ContainerState(cid, batch.cpu_millicores, batch.memory_bytes))
     amount = None
     if be:  # the pod's limits count every container, started or not, as the scheduler does
         total = pod_batch(pod)
-        amounts = [container_batch(c) for c in running]
-        amount = (total.cpu_millicores if all(a.cpu_millicores > 0 for a in amounts) else 0,
-                  total.memory_bytes if all(a.memory_bytes > 0 for a in amounts) else 0)
+        amount = (total.cpu_millicores if all(b.cpu_millicores > 0 for b in batches) else 0,
+                  total.memory_bytes if all(b.memory_bytes > 0 for b in batches) else 0)
     priority = spec.get("priority")
     return PodState(uid=info.uid, qos_class=info.qos_class, tidal_level=info.tidal_level,
                     containers=tuple(containers), namespace=info.namespace, name=info.name,

@@ -25,7 +25,7 @@ from tidal.api import qos
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
 
 __all__ = ["BatchRequest", "batch_by_container", "batch_requested", "batch_requested_total", "container_batch",
-           "container_native", "pod_batch", "pod_native", "pod_node_requests", "requested"]
+           "container_native", "is_sidecar", "pod_batch", "pod_native", "pod_node_requests", "requested"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ def batch_by_container(pod: Mapping[str, Any]) -> dict[str, BatchRequest]:
             for container in (spec.get("initContainers") or []) + (spec.get("containers") or [])}
 
 
-def _sidecar(container: Mapping[str, Any]) -> bool:
+def is_sidecar(container: Mapping[str, Any]) -> bool:
+    """A restartable init container: it runs beside the pod's containers, as the scheduler counts it."""
     return container.get("restartPolicy") == "Always"
 
 
@@ -85,7 +86,7 @@ def _pod_amount(pod: Mapping[str, Any], amount_of: Callable[[Mapping[str, Any]],
     sidecars = init_peak = NO_BATCH
     for container in spec.get("initContainers") or []:
         amount = amount_of(container)
-        if _sidecar(container):
+        if is_sidecar(container):
             total += amount
             sidecars += amount
             init_peak = init_peak.max(sidecars)

@@ -236,10 +236,9 @@ def be_resources(batch: BatchRequest | None, *, nested_quota_rule: bool = False)
     """
     cpu = batch.cpu_millicores if batch else 0
     memory = batch.memory_bytes if batch else 0
-    if cpu > 0 and not nested_quota_rule:
-        shares, quota, period = milli_cpu_to_shares(cpu), milli_cpu_to_quota(cpu), CFS_PERIOD_US
-    elif cpu > 0:
-        shares, quota, period = milli_cpu_to_shares(cpu), None, None
+    if cpu > 0:
+        shares = milli_cpu_to_shares(cpu)
+        quota, period = (None, None) if nested_quota_rule else (milli_cpu_to_quota(cpu), CFS_PERIOD_US)
     else:
         shares, quota, period = MIN_SHARES, None, None
     return Resources(cpu_shares=shares, cpu_quota=quota, cpu_period=period,

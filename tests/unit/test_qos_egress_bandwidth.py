@@ -207,25 +207,36 @@ def test_online_traffic_pushes_be_egress_to_the_low_watermark(hierarchy, real, n
         wait_for(lambda: sh("ip", "netns", "exec", sink, "ss", "-Hltn", f"sport = :{port}").strip(), 30,
                  f"the iperf3 server listening on port {port}", interval=0.05)
 
-    def rounds(seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            assert actuator.round(time.monotonic(), True, cfg, pods, {}) == []
-            time.sleep(1.0)
+    caps, last = [], [time.monotonic()]
+
+    def rounds_until(done, seconds: float, what: str) -> None:
+        """A round every second (as the agent runs them: rates are per reading interval) until
+        ``done()``, failing after ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while True:
+            time.sleep(max(0.0, last[0] + 1.0 - time.monotonic()))
+            last[0] = time.monotonic()
+            assert actuator.round(last[0], True, cfg, pods, {}) == []
+            caps.append(actuator.cap_mbps)
+            if done():
+                return
+            assert time.monotonic() < deadline, f"{what} within {seconds} s (online {actuator.online_mbps:.1f} Mbit/s)"
 
     try:
-        rounds(2)
-        assert actuator.cap_mbps == NODE_MBPS * 0.4  # no online traffic: the high watermark
+        rounds_until(lambda: actuator.cap_mbps == NODE_MBPS * 0.4, 30, "the high watermark without online traffic")
         quiet = net.start(be_ns, "iperf3", "-c", "10.251.0.9", "-p", "5201", "-t", "3", "-J")
-        rounds(3.5)
+        rounds_until(lambda: quiet.poll() is not None, 60, "the BE transfer alone finished")
         be_alone = iperf_mbps(quiet)
-        # online traffic at 90 % of the node bandwidth, above the 80 % watermark
-        online = net.start(online_ns, "iperf3", "-c", "10.251.0.9", "-p", "5202", "-t", "10", "-b",
+        # online traffic at 90 % of the node bandwidth, above the 80 % watermark, for longer than
+        # the rounds below need even on a loaded machine
+        online = net.start(online_ns, "iperf3", "-c", "10.251.0.9", "-p", "5202", "-t", "25", "-b",
                            f"{NODE_MBPS * 0.9:.0f}M", "-J")
-        rounds(3)
-        assert actuator.cap_mbps == NODE_MBPS * 0.1, actuator.online_mbps
+        rounds_until(lambda: actuator.cap_mbps == NODE_MBPS * 0.1, 20, "the low watermark under online traffic")
+        del caps[:]
         squeezed = net.start(be_ns, "iperf3", "-c", "10.251.0.9", "-p", "5201", "-t", "3", "-J")
-        rounds(3.5)
+        rounds_until(lambda: squeezed.poll() is not None, 60, "the squeezed BE transfer finished")
+        assert online.poll() is None, "the online transfer ended before the squeezed BE transfer"
+        assert set(caps) == {NODE_MBPS * 0.1}, caps  # held at the low watermark all the while
         be_squeezed = iperf_mbps(squeezed)
         online_rate = iperf_mbps(online)
     finally:

@@ -15,7 +15,7 @@ def test_restore_node_puts_back_what_memory_reclaim_and_numa_affinity_changed(tm
     cpus.write_text("10-15")
     (state / "memory-reclaim-journal.json").write_text(json.dumps({"originals": {str(high): "max"}}))
     (state / "numa-journal.json").write_text(json.dumps({"originals": {str(cpus): "0-31"}}))
-    assert asyncio.run(restore_node(None, "n1", state)) == []
+    assert asyncio.run(restore_node(None, "n1", state, tmp_path)) == []
     assert high.read_text() == "max" and cpus.read_text() == "0-31"
     for name in ("memory-reclaim-journal.json", "numa-journal.json"):
         assert json.loads((state / name).read_text())["originals"] == {}

@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--node", default=os.environ.get("NODE_NAME"), required=not os.environ.get("NODE_NAME"))
     rs.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     rs.add_argument("--state-dir", type=Path, default=Path("/var/lib/tidal-agent"))
+    rs.add_argument("--cgroup-root", type=Path, default=Path("/sys/fs/cgroup"),
+                    help="where this process sees the cgroup filesystem (default /sys/fs/cgroup: on the host); "
+                         "files the agent's pod journalled under its own root are put back under this one")
     nri = sub.add_parser("nri", help="the NRI plugin: QoS resources set by containerd as containers are created")
     nri.add_argument("--socket", default=os.environ.get("NRI_SOCKET", _NRI_SOCKET),
                      help=f"the runtime's NRI socket (default $NRI_SOCKET or {_NRI_SOCKET})")
@@ -158,7 +161,7 @@ async def _run(args) -> None:
 async def _restore(args) -> int:
     from tidal.agent.run import restore_node
     async with connect(args.kubeconfig, "tidal-agent") as api:
-        problems = await restore_node(api, args.node, args.state_dir)
+        problems = await restore_node(api, args.node, args.state_dir, args.cgroup_root)
     for file, problem in problems:
         print(f"tidal-agent restore: {file}: {problem}")
     return 1 if problems else 0

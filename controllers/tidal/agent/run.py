@@ -235,7 +235,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     usage_metrics = scheduler_usage_metrics(registry)
     placement = BEPlacement(layout)
     idle_group = BEIdleGroup(layout, cgroup_root)
-    engine = QoSEngine(Path(state_dir) / "qos-journal.json")
+    engine = QoSEngine(Path(state_dir) / "qos-journal.json", cgroup_root=cgroup_root)
     node_qos = NodeQoS(node, layout, engine, supported_map(probed), NodeActions(api, node), metrics,
                        evictions=EvictionJournal(Path(state_dir) / EVICTIONS_FILE))
     watchers = [asyncio.create_task(w.run()) for w in (pods, node_watch, policy_watch)]
@@ -324,7 +324,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # switching a node's mode off deletes this agent at once, maybe before a round saw the
         # last label go: what it changed is put back on the way out.
         if node_watch.synced.is_set() and restore_on_exit(await node_now(api, node, node_watch.object)):
-            problems = await asyncio.shield(restore_node(api, node, state_dir))
+            problems = await asyncio.shield(restore_node(api, node, state_dir, cgroup_root))
             idle_group.remove_when_empty()  # the BE idle group too, unless BE pods still run there
             log.info("node %s: node mode off, restored what the agent changed%s", node,
                      f" (not restored: {problems})" if problems else "")
@@ -408,11 +408,13 @@ async def _report(api, node: str, status: dict, generation: int, reported: list,
         log.warning("NodeProfile %s not written: %s", node, err)
 
 
-async def restore_node(api, node: str, state_dir: Path) -> list[tuple[str, str]]:
+async def restore_node(api, node: str, state_dir: Path, cgroup_root: Path | str) -> list[tuple[str, str]]:
     """Uninstall / node mode off for good: every feature's undo (registry order) and every
-    journalled cgroup value put back — older agents' journals included — then the
-    offline-evicting taint removed, and the restore-pending label when nothing is left. Returns the files that could not be restored."""
-    problems = QoSEngine(Path(state_dir) / "qos-journal.json").restore()
+    journalled cgroup value put back — older agents' journals included, journalled under another
+    cgroup root (the agent's pod: /host/sys/fs/cgroup) read under ``cgroup_root`` — then the
+    offline-evicting taint removed, and the restore-pending label when nothing is left. Returns
+    the files that could not be restored."""
+    problems = QoSEngine(Path(state_dir) / "qos-journal.json", cgroup_root=cgroup_root).restore()
     if api is not None:
         actions = NodeActions(api, node)
         try:

@@ -64,7 +64,8 @@ class Outcome:
 
 class Executor:
     """The one writer, with the one journal at ``journal_path`` (``legacy``: older agents'
-    journals merged into it on start, see :class:`~.cgroupfs.RestoreJournal`).
+    journals merged into it on start; ``cgroup_root``: where this process sees the cgroup
+    filesystem, saved in the journal; see :class:`~.cgroupfs.RestoreJournal`).
 
     ``verify_every``: every this many rounds every planned file is read back from the kernel
     (drift made by others, e.g. a kubelet resetting a value, is repaired within this many
@@ -74,8 +75,9 @@ class Executor:
 
     def __init__(self, journal_path: Path | str, *, legacy: Iterable[Path | str] = (),
                  verify_every: int = 5, resctrl_remove: Callable[[Path], None] = Path.rmdir,
-                 shaper: TcShaper | None = None, sched: SchedExecutor | None = None) -> None:
-        self.journal = RestoreJournal(journal_path, legacy)
+                 shaper: TcShaper | None = None, sched: SchedExecutor | None = None,
+                 cgroup_root: Path | str | None = None) -> None:
+        self.journal = RestoreJournal(journal_path, legacy, cgroup_root)
         self.resctrl = ResctrlExecutor(resctrl_remove)
         self.tc = TcExecutor(shaper)
         self.sched = sched or SchedExecutor(journal=Path(journal_path).with_name(SCHED_JOURNAL_NAME))

@@ -90,7 +90,13 @@ def _check_safe(write: CgroupWrite | CgroupTrigger, roots: Sequence[Path]) -> No
 
 class RestoreJournal:
     """Original values of every file the agent changed, persisted as JSON at ``path``:
-    ``{"originals": {"<absolute file path>": "<original value>"}}``.
+    ``{"originals": {"<absolute file path>": "<original value>"}, "cgroupRoot": "<root>"}``.
+
+    ``cgroup_root`` is where the writer sees the cgroup filesystem (``--cgroup-root``: in the
+    agent's pod ``/host/sys/fs/cgroup``, on the host ``/sys/fs/cgroup``). It is saved with the
+    originals, and a journal recorded under another root is read with its paths moved to this
+    one: ``tidal-agent restore`` run on the host puts back what the agent's pod journalled. A
+    journal that records no root (agents before 0.1.0's upgrade of it) is read as it is.
 
     A file's original is recorded once (the first time the agent changes it) and kept until
     :func:`restore`; later changes never overwrite it. The file is written atomically
@@ -106,12 +112,18 @@ class RestoreJournal:
     agent changed. The legacy files are read at every start; once emptied they cost one read.
     """
 
-    def __init__(self, path: Path | str, legacy: Iterable[Path | str] = ()) -> None:
+    def __init__(self, path: Path | str, legacy: Iterable[Path | str] = (),
+                 cgroup_root: Path | str | None = None) -> None:
         self.path = Path(path)
-        self.originals: dict[str, str] = _load(self.path)
+        self.originals, recorded = _load(self.path)
+        self.cgroup_root = recorded if cgroup_root is None else str(cgroup_root)
+        if recorded is not None and self.cgroup_root != recorded:
+            self.originals = {_moved(key, recorded, self.cgroup_root): value for key, value in self.originals.items()}
+            log.info("restore journal %s: recorded under the cgroup root %s, read under %s", self.path, recorded,
+                     self.cgroup_root)
         merged = []
         for old in map(Path, legacy):
-            originals = _load(old)
+            originals, _ = _load(old)
             if originals:
                 for key, value in originals.items():
                     self.originals.setdefault(key, value)
@@ -139,11 +151,42 @@ class RestoreJournal:
             self.save()
 
     def save(self) -> None:
-        _write_atomic(self.path, {"originals": self.originals})
+        data: dict = {"originals": self.originals}
+        if self.cgroup_root is not None:
+            data["cgroupRoot"] = self.cgroup_root
+        _write_atomic(self.path, data)
+
+    def outside(self, key: str) -> str | None:
+        """Why a journalled file that is not there cannot be taken for a cgroup that is gone
+        (None: it can): it is not under this journal's cgroup root, or that root (on v1, the
+        file's hierarchy) does not exist here — the wrong ``--cgroup-root``, not a pod that
+        ended. Without a root, any missing file is taken for gone (as before roots were kept)."""
+        if self.cgroup_root is None:
+            return None
+        root = Path(self.cgroup_root)
+        rest = _under(key, self.cgroup_root)
+        if rest is None:
+            return f"not under the cgroup root {root}"
+        top = root if (root / "cgroup.controllers").exists() else root / rest.split("/", 1)[0]
+        if not top.is_dir():
+            return f"no cgroup hierarchy {top} here (is --cgroup-root right?)"
+        return None
 
 
-def _load(path: Path) -> dict[str, str]:
-    """The originals journalled at ``path``; {} when there is no file. A file that is not a
+def _under(key: str, root: str) -> str | None:
+    """``key``'s path below ``root`` (None: not below it)."""
+    prefix = root.rstrip("/") + "/"
+    return key[len(prefix):] if key.startswith(prefix) else None
+
+
+def _moved(key: str, old_root: str, new_root: str) -> str:
+    rest = _under(key, old_root)
+    return key if rest is None else f"{new_root.rstrip('/')}/{rest}"
+
+
+def _load(path: Path) -> tuple[dict[str, str], str | None]:
+    """The originals journalled at ``path`` and the cgroup root they were recorded under (None:
+    not recorded); ({}, None) when there is no file. A file that is not a
     journal (empty or cut short by a crash on a filesystem that lost the data, or garbage) is
     moved aside to ``<name>.corrupt-<unix time>`` with an error in the log, and the agent starts
     with an empty journal: the values it named cannot be put back, and failing at every start
@@ -151,12 +194,15 @@ def _load(path: Path) -> dict[str, str]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return {}
+        return {}, None
     try:
         data = json.loads(raw.decode("utf-8"))
         originals = data["originals"] if isinstance(data, dict) else None
         if not isinstance(originals, dict):
             raise ValueError('not an object with an "originals" object')
+        root = data.get("cgroupRoot")
+        if root is not None and not (isinstance(root, str) and root.startswith("/")):
+            raise ValueError(f'"cgroupRoot" is not an absolute path: {root!r}')
     except (ValueError, KeyError) as err:
         aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
         try:
@@ -167,8 +213,8 @@ def _load(path: Path) -> dict[str, str]:
         log.error("restore journal %s is not a journal (%d bytes: %s); %s. The original values of the cgroup "
                   "files it named are lost: files Tidal changed keep Tidal's values until their pods end. "
                   "Starting with an empty journal.", path, len(raw), err, kept)
-        return {}
-    return {str(k): str(v) for k, v in originals.items()}
+        return {}, None
+    return {str(k): str(v) for k, v in originals.items()}, root
 
 
 def _write_atomic(path: Path, data: dict) -> None:
@@ -295,7 +341,8 @@ def restore(journal: RestoreJournal, only: Iterable[str] | None = None) -> list[
     for those that failed.
 
     A cgroup that no longer exists (pod deleted) needs nothing restored and is dropped. Files
-    restored successfully (or gone) are removed from the journal; failures stay for a retry.
+    restored successfully (or gone) are removed from the journal; failures stay for a retry, and
+    so does a missing file the journal cannot take for gone (:meth:`RestoreJournal.outside`).
     """
     keys = journal.originals if only is None else [k for k in only if k in journal.originals]
     if not keys:
@@ -311,7 +358,10 @@ def restore(journal: RestoreJournal, only: Iterable[str] | None = None) -> list[
                 if _normalize(target.name, target.read_text(encoding="ascii")) != original:
                     _write_value(target, original)
             except FileNotFoundError:
-                pass
+                wrong_place = journal.outside(key)
+                if wrong_place is not None:  # kept: a cgroup that is there, seen from elsewhere
+                    problems.append((key, f"not restored: {wrong_place}"))
+                    continue
             except OSError as error:
                 problems.append((key, error.strerror or str(error)))
                 continue

@@ -73,13 +73,15 @@ class RoundOutcome:
 
 class QoSEngine:
     def __init__(self, journal_path: Path, verify_every: int = 5, *, options: Options = DEFAULT_OPTIONS,
-                 features: list[Feature] | None = None, legacy_journals: tuple[Path, ...] | None = None) -> None:
+                 features: list[Feature] | None = None, legacy_journals: tuple[Path, ...] | None = None,
+                 cgroup_root: Path | str | None = None) -> None:
         self.journal_path = Path(journal_path)
         self.options = options
         self.features = registry.features(options) if features is None else features
         if legacy_journals is None:
             legacy_journals = tuple(self.journal_path.with_name(n) for n in registry.LEGACY_JOURNALS)
-        self.executor = Executor(self.journal_path, legacy=legacy_journals, verify_every=verify_every)
+        self.executor = Executor(self.journal_path, legacy=legacy_journals, verify_every=verify_every,
+                                 cgroup_root=cgroup_root)
         self._static: tuple[object, dict[str, Plan]] | None = None
         self._roots: tuple[object, tuple[Path, ...]] | None = None
 

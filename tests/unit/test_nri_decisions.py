@@ -168,3 +168,28 @@ def test_nested_quota_rule_of_the_plugins_cgroup_mount(tmp_path, controllers, ru
     if controllers is not None:
         (tmp_path / "cgroup.controllers").write_text(controllers)
     assert nested_quota_rule(tmp_path) is rule
+
+
+def test_batch_resources_switched_off_gives_be_containers_nothing():
+    """``beIsolation.batchResources.enabled: false``: the agent's round sets no batch limits and
+    restores those it set; the plugin must not set them on new containers either (nothing would
+    ever take them off)."""
+    be = {QOS: "BE", BATCH_RESOURCES_ANNOTATION: batch(c=("500", "1048576"))}
+    off = decide(ref(be), batch_resources=False)
+    assert off.level is qos.QoSLevel.BE and not off.resources and not off.needs_lookup
+    assert decide(ref({QOS: "BE"}), batch_resources=False).needs_lookup is False
+    assert decide(ref({QOS: "LS"}), batch_resources=False).level is qos.QoSLevel.LS
+    rows = [("be", ref(be), Resources(cpu_shares=2))]
+    assert sync_updates(rows, batch_resources=False) == []
+
+
+def test_sync_updates_keep_what_was_read_from_the_pod_object():
+    """A BE pod without the annotation whose requests the plugin read from the API server: a
+    reconnect's Synchronize must not set its container back to the minimum shares."""
+    looked = {"uid": {"c": BatchRequest(cpu_millicores=500)}}
+    rows = [("c1", ref({QOS: "BE"}), Resources(cpu_shares=512, cpu_quota=50_000, cpu_period=100_000))]
+    assert sync_updates(rows, looked_up=looked) == []
+    assert [(cid, d.resources) for cid, d in sync_updates(rows)] == [("c1", Resources(cpu_shares=2))]  # as before
+    wrong = [("c1", ref({QOS: "BE"}), Resources(cpu_shares=2))]
+    assert [(cid, d.resources) for cid, d in sync_updates(wrong, looked_up=looked)] == [
+        ("c1", Resources(cpu_shares=512, cpu_quota=50_000, cpu_period=100_000))]

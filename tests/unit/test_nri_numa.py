@@ -166,6 +166,21 @@ def test_numa_enabled_follows_the_policy_object():
     assert enabled() is False
 
 
+def test_batch_resources_enabled_follows_the_policy_object_and_starts_on():
+    """On by default, and before any valid policy is seen (an invalid first one): a BE container
+    gets its batch limits, as the agent's round would set them."""
+    from tidal.agent.nri.main import batch_resources_enabled
+    off = {"metadata": {"resourceVersion": "1"}, "spec": {"beIsolation": {"batchResources": {"enabled": False}}}}
+    invalid = {"metadata": {"resourceVersion": "0"}, "spec": {"beIsolation": {"batchResources": {"enabled": "x"}}}}
+    current = [invalid]
+    enabled = batch_resources_enabled(lambda: current[0])
+    assert enabled() is True  # invalid before any valid one: the default
+    current[0] = off
+    assert enabled() is False
+    current[0] = None
+    assert enabled() is True  # no policy: the defaults
+
+
 # --- the plugin's handlers ------------------------------------------------------------------------
 
 def container(cid, name="app", shares=2048, cpus="", mems="", state=api.CONTAINER_UNKNOWN, pod_id="p1"):

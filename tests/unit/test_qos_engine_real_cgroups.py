@@ -181,6 +181,34 @@ def test_strategies_write_the_kernel_once_and_restore_everything(hierarchy, real
     assert json_originals(tmp_path / "journal.json") == {}
 
 
+def test_values_the_nri_plugin_set_at_creation_go_back_to_the_runtimes(hierarchy, real, tmp_path):
+    """Tidal's NRI plugin gives a BE container its shares and memory limit as it is created, so
+    the agent's round finds them in place with no original to journal: switched off (or
+    uninstalled) they used to stay for the container's life. The runtime's BestEffort values are
+    journalled for them instead, and restored."""
+    node = Node(hierarchy, real)
+    be = PodState(uid(), PodQOSClass.BEST_EFFORT, QoSLevel.BE, (ContainerState("containerd://c1", 500, 256 * MiB),))
+    dirs = node.add_pod(be)
+    c1 = dirs["containerd://c1"]
+    (c1["cpu"] / "cpu.shares").write_text("2")  # what runc sets from the CRI for a BestEffort container
+    before = snapshot([c1["cpu"], c1["memory"], dirs["pod"]["cpu"], dirs["pod"]["memory"]])
+    (c1["cpu"] / "cpu.shares").write_text("512")  # the plugin, at creation (v1: no quota, the agent's)
+    (c1["memory"] / "memory.limit_in_bytes").write_text(str(256 * MiB))
+    journal = RestoreJournal(tmp_path / "journal.json")
+    plan = BEBatchResources().plan(node.state([be], supported_map(probe())))
+    result = apply(plan, journal, node.roots)
+    assert result.errors == []
+    assert {str(w.target) for w in result.unchanged} >= {str(c1["cpu"] / "cpu.shares"),
+                                                          str(c1["memory"] / "memory.limit_in_bytes")}
+    originals = json_originals(tmp_path / "journal.json")
+    assert originals[str(c1["cpu"] / "cpu.shares")] == "2"
+    assert originals[str(c1["memory"] / "memory.limit_in_bytes")] == before[str(c1["memory"] / "memory.limit_in_bytes")]
+    again = apply(plan, RestoreJournal(tmp_path / "journal.json"), node.roots)  # a restarted agent
+    assert again.written == [] and json_originals(tmp_path / "journal.json") == originals
+    assert restore(journal) == []
+    assert snapshot([c1["cpu"], c1["memory"], dirs["pod"]["cpu"], dirs["pod"]["memory"]]) == before
+
+
 def json_originals(path: Path) -> dict:
     import json
 

@@ -40,11 +40,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CgroupWrite:
-    """Desired value of one cgroup file: ``<path>/<file>`` should read ``value``."""
+    """Desired value of one cgroup file: ``<path>/<file>`` should read ``value``.
+
+    ``pristine``: the value the kubelet and runtime give the file, when Tidal's NRI plugin may
+    have set ``value`` already as the container was created. Found at ``value`` and not
+    journalled, the file gets ``pristine`` journalled as its original, so that switching the
+    strategy off (or the node's mode, or an uninstall) puts the runtime's value back.
+    """
 
     path: Path
     file: str
     value: str
+    pristine: str | None = None
 
     @cached_property
     def target(self) -> Path:
@@ -295,6 +302,8 @@ def _apply_pass(
             result.missing.append(write)
             continue
         if current == write.value:
+            if write.pristine is not None and current != write.pristine and str(target) not in journal.originals:
+                _journal_pristine(write, journal)
             result.unchanged.append(write)
             continue
         try:
@@ -315,6 +324,18 @@ def _apply_pass(
             continue
         result.written.append(write)
     return refused
+
+
+def _journal_pristine(write: CgroupWrite, journal: RestoreJournal) -> None:
+    """A file found at the planned value that nothing journalled (Tidal's NRI plugin set it as
+    the container was created): its runtime value is its original. Nothing is written, so a
+    journal that cannot be saved is only logged; the file is seen again within a few rounds."""
+    try:
+        journal.record(write.target, write.pristine)
+    except OSError as error:
+        log.warning("%s: at Tidal's value %s since its creation; its original %s could not be journalled in %s "
+                    "(%s): a restore now would leave Tidal's value", write.target, write.value, write.pristine,
+                    journal.path, error.strerror or error)
 
 
 def trigger(requests: Iterable[CgroupTrigger], roots: Sequence[Path]) -> tuple[list[CgroupTrigger], list[tuple[str, str]]]:

@@ -246,7 +246,8 @@ def be_resources(batch: BatchRequest | None, *, nested_quota_rule: bool = False)
 
 
 def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
-           looked_up: Mapping[str, BatchRequest] | None = None, nested_quota_rule: bool = False) -> Decision:
+           looked_up: Mapping[str, BatchRequest] | None = None, nested_quota_rule: bool = False,
+           batch_resources: bool = True) -> Decision:
     """The resources one container gets at creation or update.
 
     Args:
@@ -255,6 +256,9 @@ def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
         looked_up: batch requests read from the pod object, used when the annotation is absent.
         nested_quota_rule: cgroup v1's rule that a quota may not exceed an ancestor's: no BE
             CPU quota is set (:func:`be_resources`).
+        batch_resources: the policy's ``beIsolation.batchResources.enabled``; off, a BE container
+            gets nothing here (the runtime's BestEffort values), as the agent's round then sets
+            nothing either.
     """
     try:
         level = qos.qos_level_of(ref.pod_annotations)
@@ -269,6 +273,8 @@ def decide(ref: ContainerRef, *, ls_cpuset: LSCpusetHook | None = None,
         if not cpuset or not cpuset.cpus:
             return Decision(level)
         return Decision(level, Resources(cpuset_cpus=cpuset.cpus, cpuset_mems=cpuset.mems or None))
+    if not batch_resources:
+        return Decision(level)
     try:
         requests = batch_requests_of(ref.pod_annotations)
     except BatchResourcesAnnotationError as err:
@@ -285,12 +291,17 @@ def _differs(wanted: Resources, current: Resources) -> bool:
 
 
 def sync_updates(containers: Iterable[tuple[str, ContainerRef, Resources]], *,
-                 ls_cpuset: LSCpusetHook | None = None, nested_quota_rule: bool = False) -> list[tuple[str, Decision]]:
+                 ls_cpuset: LSCpusetHook | None = None, nested_quota_rule: bool = False,
+                 looked_up: Mapping[str, Mapping[str, BatchRequest]] | None = None,
+                 batch_resources: bool = True) -> list[tuple[str, Decision]]:
     """At Synchronize: the existing containers whose resources differ from their decision.
 
     Args:
         containers: (container id, its ref, its current resources) for every running container.
         nested_quota_rule: as :func:`decide`'s: the quota (the agent's, clamped) is not compared.
+        looked_up: pod uid -> batch requests read from its pod object (:func:`decide`'s, per pod):
+            without them a BE pod without the annotation would be set back to the minimum shares.
+        batch_resources: as :func:`decide`'s.
 
     Returns:
         (container id, decision) for each container to update; already-right ones are left out,
@@ -298,7 +309,8 @@ def sync_updates(containers: Iterable[tuple[str, ContainerRef, Resources]], *,
     """
     out = []
     for container_id, ref, current in containers:
-        decision = decide(ref, ls_cpuset=ls_cpuset, nested_quota_rule=nested_quota_rule)
+        decision = decide(ref, ls_cpuset=ls_cpuset, nested_quota_rule=nested_quota_rule,
+                          looked_up=(looked_up or {}).get(ref.pod_uid), batch_resources=batch_resources)
         if decision.resources and _differs(decision.resources, current):
             out.append((container_id, decision))
     return out

@@ -69,9 +69,9 @@ def policy_switch(policy_object: Callable[[], Mapping[str, Any] | None], switch:
                   what: str) -> Callable[[], bool]:
     """Whether the ColocationPolicy (its raw object, None: none exists -> defaults) has ``switch``
     on; parsed once per resourceVersion, an invalid one keeps the last valid answer (as the agent
-    keeps the last valid policy). ``what`` names it in the log."""
+    keeps the last valid policy; the default policy's before any). ``what`` names it in the log."""
     from tidal.api.policy import ColocationPolicy, PolicyValidationError
-    seen: dict[str, Any] = {"key": object(), "enabled": False}
+    seen: dict[str, Any] = {"key": object(), "enabled": switch(ColocationPolicy.from_spec({}))}  # the default
 
     def enabled() -> bool:
         obj = policy_object()
@@ -103,6 +103,12 @@ def be_idle_group_enabled(policy_object: Callable[[], Mapping[str, Any] | None])
                          "BE containers created in the BE idle group")
 
 
+def batch_resources_enabled(policy_object: Callable[[], Mapping[str, Any] | None]) -> Callable[[], bool]:
+    """``beIsolation.batchResources.enabled`` of the ColocationPolicy (:func:`policy_switch`)."""
+    return policy_switch(policy_object, lambda p: p.be_isolation.batch_resources.enabled,
+                         "BE batch limits at container creation")
+
+
 def nested_quota_rule(cgroup_root: Path) -> bool:
     """Whether the node's CPU quotas follow cgroup v1's rule (a quota never above an ancestor's):
     False only where ``cgroup_root`` is a cgroup v2 hierarchy with the cpu controller. The
@@ -119,7 +125,7 @@ def nested_quota_rule(cgroup_root: Path) -> bool:
 async def run_nri(args) -> None:
     stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
-        lookup = numa = idle_group = None
+        lookup = numa = idle_group = batch = None
         lookups, kubeconfig = lookup_access(args.kubeconfig, args.in_cluster)
         if lookups:
             from tidal.api import qos
@@ -135,12 +141,13 @@ async def run_nri(args) -> None:
             task = asyncio.create_task(watch.run())
             stack.callback(task.cancel)
             idle_group = be_idle_group_enabled(lambda: watch.object)
+            batch = batch_resources_enabled(lambda: watch.object)
             topology = node_topology(Path(getattr(args, "sys_root", None) or "/sys"))
             if len(topology) > 1:
                 numa = NUMAPlacer(topology, numa_enabled(lambda: watch.object))
         try:
             plugin = TidalNRIPlugin(args.socket, name=args.plugin_name, index=args.plugin_index, pod_lookup=lookup,
-                                    numa=numa, be_idle_group=idle_group,
+                                    numa=numa, be_idle_group=idle_group, batch_resources=batch,
                                     nested_quota_rule=nested_quota_rule(Path("/sys/fs/cgroup")))
         except ValueError as err:
             raise SystemExit(f"tidal-agent nri: {err}") from None

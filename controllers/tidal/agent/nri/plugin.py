@@ -137,12 +137,15 @@ class TidalNRIPlugin:
             ``beIsolation.cpuPriority.idleGroup``, :mod:`.placement`); None: never.
         nested_quota_rule: the node's cpu controller is cgroup v1, which refuses a CPU quota above
             an ancestor's: BE containers get no quota from the plugin (:mod:`.decisions`).
+        batch_resources: whether BE containers get their batch limits here (the policy's
+            ``beIsolation.batchResources.enabled``); None: always (no policy to read).
     """
 
     def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, name: str = "tidal", index: str = "10",
                  ls_cpuset: LSCpusetHook | None = None, numa=None, pod_lookup: PodLookup | None = None,
                  backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0,
-                 be_idle_group: Callable[[], bool] | None = None, nested_quota_rule: bool = False) -> None:
+                 be_idle_group: Callable[[], bool] | None = None, nested_quota_rule: bool = False,
+                 batch_resources: Callable[[], bool] | None = None) -> None:
         if len(index) != 2 or not index.isascii() or not index.isdigit():
             raise ValueError(f"plugin index {index!r}: must be two digits (00-99), as NRI requires")
         if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
@@ -155,6 +158,7 @@ class TidalNRIPlugin:
         self.pod_lookup = pod_lookup
         self.be_idle_group = be_idle_group
         self.nested_quota_rule = nested_quota_rule
+        self.batch_resources = batch_resources
         self.backoff = backoff
         self.call_timeout = call_timeout
         #: Set while registered and configured; cleared when the connection is lost.
@@ -295,7 +299,8 @@ class TidalNRIPlugin:
             rows.append((c.id, ref, current_resources(c.linux.resources)))
         updates = []
         for container_id, decision in sync_updates(rows, ls_cpuset=self.ls_cpuset,
-                                                           nested_quota_rule=self.nested_quota_rule):
+                                                   nested_quota_rule=self.nested_quota_rule,
+                                                   looked_up=self._looked_up, batch_resources=self._batch_on()):
             log.info("NRI: synchronize: container %s (%s): %s", container_id, decision.level,
                      decision.resources.describe())
             updates.append(_update(container_id, decision.resources))
@@ -321,11 +326,14 @@ class TidalNRIPlugin:
             self.numa.forget_pod(req.pod.uid)
         return api.RemovePodSandboxResponse()
 
+    def _batch_on(self) -> bool:
+        return self.batch_resources is None or self.batch_resources()
+
     def _decide(self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources | None = None,
                 *, creating: bool = False) -> tuple[ContainerRef, Decision]:
         ref = container_ref(pod, container, resources, creating=creating)
         decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=self._looked_up.get(pod.uid),
-                          nested_quota_rule=self.nested_quota_rule)
+                          nested_quota_rule=self.nested_quota_rule, batch_resources=self._batch_on())
         if decision.problem:
             log.warning("NRI: %s/%s container %s: %s", ref.namespace, ref.pod_name, ref.container_name,
                         decision.problem)
@@ -419,7 +427,7 @@ class TidalNRIPlugin:
                 return
             self._looked_up[ref.pod_uid] = requests
             decision = decide(ref, ls_cpuset=self.ls_cpuset, looked_up=requests,
-                              nested_quota_rule=self.nested_quota_rule)
+                              nested_quota_rule=self.nested_quota_rule, batch_resources=self._batch_on())
             if not decision.resources:
                 return
             update = _update(container_id, decision.resources)

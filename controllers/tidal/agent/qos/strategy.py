@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -210,7 +210,7 @@ def compose(plans: Iterable[Iterable[CgroupWrite]], version: CgroupVersion) -> l
                 own = int(write.value)
                 limit = min(caps)
                 if own <= 0 or own > limit:
-                    write = CgroupWrite(path, file, str(limit))
+                    write = replace(write, value=str(limit))
         out.append(write)
     return out
 

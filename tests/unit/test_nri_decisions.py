@@ -96,6 +96,9 @@ def test_bad_qos_annotation_is_no_decision_with_a_reason(annotations, problem):
     ('{"c": {"kubernetes.io/batch-cpu": "lots"}}', "'kubernetes.io/batch-cpu'"),
     ('{"c": {"kubernetes.io/batch-memory": true}}', "must be a quantity string or an integer"),
     ('{"c": {"kubernetes.io/batch-memory": "-1"}}', "'kubernetes.io/batch-memory'"),
+    # a quota of m × 100 µs that does not fit the runtime's int64 failed CreateContainer
+    ('{"c": {"kubernetes.io/batch-cpu": "100P"}}', "'kubernetes.io/batch-cpu': at most 1000000000, got '100P'"),
+    ('{"c": {"kubernetes.io/batch-memory": "9Ei"}}', "'kubernetes.io/batch-memory': \"9Ei\" is too large"),
 ])
 def test_bad_batch_annotation_names_the_field(value, message):
     with pytest.raises(BatchResourcesAnnotationError, match=BATCH_RESOURCES_ANNOTATION) as err:

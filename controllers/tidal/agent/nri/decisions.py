@@ -172,6 +172,11 @@ class BatchResourcesAnnotationError(ValueError):
     """The batch-resources annotation cannot be read; ``str(error)`` names the field and rule."""
 
 
+#: The largest batch amounts the annotation may carry beyond what a quantity may be (memory:
+#: int64 bytes, the quantity parser's own bound): a million CPUs, in millicores.
+MAX_BATCH = {qos.BATCH_CPU_RESOURCE: 10 ** 9}
+
+
 def _quantity(container: str, key: str, value: object) -> int:
     where = f"annotation {BATCH_RESOURCES_ANNOTATION!r}: container {container!r}: {key!r}"
     if isinstance(value, bool) or not isinstance(value, (str, int)):
@@ -183,6 +188,9 @@ def _quantity(container: str, key: str, value: object) -> int:
         raise BatchResourcesAnnotationError(f"{where}: {err}") from None
     if count < 0:
         raise BatchResourcesAnnotationError(f"{where}: must not be negative, got {value!r}")
+    most = MAX_BATCH.get(key)
+    if most is not None and count > most:  # no node has it, and its quota (m × 100 µs) would not fit an int64
+        raise BatchResourcesAnnotationError(f"{where}: at most {most}, got {value!r}")
     return count
 
 

@@ -251,6 +251,21 @@ def test_plugin_learns_pinned_containers_at_synchronize_and_asks_nothing_for_the
     assert created.adjust.linux.resources.cpu.mems == "1"
 
 
+def test_placements_of_containers_that_ended_while_the_plugin_was_away_are_dropped_at_synchronize():
+    """Their StopContainer never reached the plugin (the runtime restarted, the connection was
+    lost): kept, a NUMA node looked full while empty and later LS containers crowded the other."""
+    plugin = TidalNRIPlugin("/nonexistent", numa=placer("two-node"))
+
+    async def main():
+        await plugin._create_container(api.CreateContainerRequest(pod=pod(), container=container("gone")))
+        placed = dict(plugin.numa.placements)
+        await plugin._synchronize(api.SynchronizeRequest(pods=[pod()], containers=[]))  # it ended meanwhile
+        return placed
+
+    placed = asyncio.run(main())
+    assert list(placed) == ["gone"] and plugin.numa.placements == {}
+
+
 # --- the agent's round does not fight the plugin -------------------------------------------------
 
 def ls_pod(uid, name, cid, request):

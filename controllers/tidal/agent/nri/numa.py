@@ -28,7 +28,7 @@ agent's round owns it). A stopped container's placement is forgotten.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from tidal.api import qos
@@ -115,6 +115,12 @@ class NUMAPlacer:
         if nodes is not None:
             self.placements[ref.container_id] = Placement(ref.pod_uid, ref.container_id, nodes,
                                                           ref.cpu_request_millicores)
+
+    def keep_only(self, container_ids: Collection[str]) -> None:
+        """At Synchronize: the runtime's containers are all there is; placements of containers
+        that ended while the plugin was away (their StopContainer never came) count no more."""
+        for cid in [cid for cid in self.placements if cid not in container_ids]:
+            del self.placements[cid]
 
     def forget(self, container_id: str) -> None:
         self.placements.pop(container_id, None)

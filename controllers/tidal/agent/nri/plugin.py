@@ -288,11 +288,16 @@ class TidalNRIPlugin:
         parts, self._sync_parts = self._sync_parts, []
         pods = {pod.id: pod for part in parts for pod in part.pods}
         containers = [c for part in parts for c in part.containers]
+        live = [c for c in containers if c.pod_sandbox_id in pods
+                and c.state in (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)]
+        # what ended while the plugin was away (no StopContainer, RemovePodSandbox came) is forgotten
+        if self.numa is not None:
+            self.numa.keep_only({c.id for c in live})
+        uids = {pod.uid for pod in pods.values()}
+        self._looked_up = {uid: got for uid, got in self._looked_up.items() if uid in uids}
         rows = []
-        for c in containers:
-            pod = pods.get(c.pod_sandbox_id)
-            if pod is None or c.state not in (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED):
-                continue
+        for c in live:
+            pod = pods[c.pod_sandbox_id]
             ref = container_ref(pod, c)
             if self.numa is not None:
                 self.numa.learn(ref, c.linux.resources.cpu.mems)

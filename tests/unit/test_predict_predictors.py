@@ -308,3 +308,34 @@ def test_tidal_warms_up_again_after_a_quiet_fortnight() -> None:
     assert 0.0 < result.reclaimed < 1.0
     assert Tidal().explain(trace.history(17 * DAY + 6))["regime"] in ("warming-up", "fallback")  # b's first 30 min
     assert Tidal().explain(trace.history())["regime"] == "calibrated"  # and calibrated again since
+
+
+@pytest.mark.parametrize("name", ["level-shift", "daily-cycle", "rare-spikes", "jobs", "mid-start"])
+def test_tidal_explains_every_number_of_its_prediction(name) -> None:
+    """The basis reproduces its cpuCores: the rule's own prediction (ruleCores), raised to the
+    floor (usage now + the young pods' idle requests) or capped at the requests when one of them
+    decided (``bound``, named in the reason), times the choice's margin. Before, a floor that
+    decided was nowhere: "koordinator × 0.715" next to a number that was the usage + arrivals."""
+    from tidal.predict.synthetic import GENERATORS
+    trace = GENERATORS[name](0)
+    h = NodeHistory(trace.series_ids, trace.step, start=trace.start)
+    bounds = set()
+    for i in range(min(len(trace.usage[0]), 3 * DAY)):
+        h.append([u[i] for u in trace.usage], [r[i] for r in trace.request])
+        if i % 23:
+            continue
+        e = Tidal().explain(h)
+        if "ruleCores" not in e or e["regime"] == "shift-detected":
+            continue  # no history yet; or the shift guard decided (explained under `choice`)
+        floor = e["usageNowCores"] + e.get("youngPodsIdleRequestCores", 0.0)
+        upper = max(h.current_request, e["usageNowCores"])
+        chosen = min(upper, max(e["ruleCores"], floor))
+        assert e["cpuCores"] == pytest.approx(min(upper, chosen * e.get("choiceMargin", 1.0)), abs=2e-3), (i, e)
+        bound = e.get("bound")
+        bounds.add(bound)
+        assert bound == ("floor" if floor > e["ruleCores"] + 1e-3 else bound)
+        if bound == "floor":
+            assert "raised to its floor, the usage now" in e["reason"], e["reason"]
+        elif bound == "requests":
+            assert "capped at the requests" in e["reason"], e["reason"]
+    print(f"\n{name}: bounds seen {sorted(map(str, bounds))}")

@@ -303,12 +303,28 @@ class Tidal(Predictor):
                         f"predictions of the usable rules over the window")
             if e.young_idle > 0:
                 out["youngPodsIdleRequestCores"] = round(e.young_idle, 4)
+        self._explain_bound(history, e, out)
         if choice.kind in CALIBRATED_KINDS and e.choice_margin() > 1.0:
             out["choiceMargin"] = round(e.choice_margin(), 4)
         if e.last_shift is not None:
             self._explain_shift(history, e, out)
         out["cpuCores"] = round(self.predict(history), 4)
         return out
+
+    @staticmethod
+    def _explain_bound(history: NodeHistory, e: _Engine, out: dict) -> None:
+        """The rule's own prediction (``ruleCores``) and, when the floor or the cap decided
+        instead, which (``bound``): never below the usage now + the young pods' idle requests,
+        never above the requests (or the usage, if higher)."""
+        rule, chosen, usage = e.current.at[-1], e.chosen[-1], history.total_usage[-1]
+        out.update(ruleCores=round(rule, 4), usageNowCores=round(usage, 4))
+        if chosen > rule + 1e-9:
+            out["bound"] = "floor"
+            out["reason"] += (f"; raised to its floor, the usage now ({usage:.3f} cores) + the young pods' idle "
+                              f"requests ({e.young_idle:.3f} cores), above the rule's {rule:.3f}")
+        elif chosen < rule - 1e-9:
+            out["bound"] = "requests"
+            out["reason"] += f"; capped at the requests ({chosen:.3f} cores), below the rule's {rule:.3f}"
 
     @staticmethod
     def _explain_shift(history: NodeHistory, e: _Engine, out: dict) -> None:

@@ -412,6 +412,10 @@ def test_predictions_survive_a_restart(tmp_path):
     status = third.status(sampler, policy)
     assert status["steps"] == steps + 6 and status["history"]["restored"]
     assert "provisional" not in status["basis"]
+    # the memory peak is the window's largest working set (the history predictors predict CPU)
+    assert status["memoryBasis"] == {"statistic": "max", "windowSeconds": policy.overselling.window_seconds,
+                                     "samples": status["memoryBasis"]["samples"]}
+    assert status["memoryBasis"]["samples"] >= 1
 
 
 def test_predictions_without_a_store_report_no_history_origin():

@@ -154,6 +154,44 @@ def test_fresh_profile_gives_batch_resources_with_an_explained_breakdown():
     assert status["cpuMillicores"]["formula"].startswith("max(0, allocatable × cap")
 
 
+TIDAL_BASIS = {"regime": "calibrated", "rule": "koordinator", "form": "all", "bound": "floor", "cpuCores": 2.0,
+               "margin": 0.7, "reason": "koordinator × 0.700 ...; raised to its floor"}
+MEMORY_BASIS = {"statistic": "max", "windowSeconds": 1800, "samples": 180}
+
+
+def _basis(**parts):
+    return {resource: {k: parts.get(resource, {}).get(k) for k in
+                       ("statistic", "windowSeconds", "samples", "regime", "rule", "form", "bound", "cpuCores",
+                        "provisional")}
+            for resource in ("cpu", "memory")}
+
+
+@pytest.mark.parametrize("predictions, expected", [
+    pytest.param({"basis": TIDAL_BASIS, "memoryBasis": MEMORY_BASIS},
+                 _basis(cpu={k: TIDAL_BASIS[k] for k in ("regime", "rule", "form", "bound", "cpuCores")},
+                        memory=MEMORY_BASIS), id="history-predictor"),
+    pytest.param({"predictor": "p95/1800s"}, _basis(cpu={"statistic": "p95", "windowSeconds": 1800},
+                                                    memory={"statistic": "p95", "windowSeconds": 1800}),
+                 id="statistic-predictor"),
+    pytest.param({}, None, id="an-older-agent-says-nothing"),
+])
+def test_the_oversell_status_says_where_each_peak_came_from(predictions, expected):
+    """status.oversell.peakBasis: what the decided amounts rest on, kept with them (the status is
+    rewritten only when the amounts change, while predictions.basis moves on every report). Every
+    key is written, null where it does not apply, so the merge patch drops an earlier one's."""
+    profile = _profile()
+    profile["status"]["predictions"].update(predictions)
+    status = decide_node(_node(), profile, SETTINGS, NOW).to_status(NOW)
+    assert status["peakBasis"] == expected
+
+
+def test_a_stale_profile_clears_the_peak_basis():
+    profile = _profile(age_seconds=181)
+    profile["status"]["predictions"].update(basis=TIDAL_BASIS, memoryBasis=MEMORY_BASIS)
+    status = decide_node(_node(), profile, SETTINGS, NOW).to_status(NOW)
+    assert "peakBasis" in status and status["peakBasis"] is None  # null: the merge patch removes the old one
+
+
 @pytest.mark.parametrize("profile, note", [
     (None, "no NodeProfile"),
     (_profile(age_seconds=181), "stale (181s old > degrade time 180s)"),

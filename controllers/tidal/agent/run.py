@@ -125,6 +125,8 @@ class Predictions:
         return {"predictor": name, "steps": len(self.history),
                 "onlinePeak": {"cpuMillicores": round(cores * 1000), "memoryBytes": round(memory.max)},
                 **({"basis": basis} if basis is not None else {}),
+                # the history predictors predict CPU; memory is the window's largest working set
+                "memoryBasis": {"statistic": "max", "windowSeconds": window, "samples": memory.samples},
                 **({"history": self.history_origin} if self.store is not None else {})}
 
 

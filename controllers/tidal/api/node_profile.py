@@ -197,7 +197,9 @@ class NodeProfileStatus:
         "prediction window; with a history predictor, steps (5-minute steps of history), basis "
         "{regime (warming-up, calibrated, fallback, shift-detected, no-online-pods), rule, "
         "margin, evidence, reason, shift or lastShift {detectedAt, changePointAt, guardUntil, "
-        "guardMargin, shiftsDetected}, provisional while no step has closed} and history {restored, steps, savedAt, "
+        "guardMargin, shiftsDetected}, ruleCores, usageNowCores, bound (floor or requests, when one decided "
+        "instead of the rule), provisional while no step has closed}, memoryBasis {statistic, windowSeconds, "
+        "samples: the memory peak, the window's largest working set} and history {restored, steps, savedAt, "
         "or the reason a saved history was discarded}.",
     )
     cpu_interference: dict[str, Any] | None = prop(
@@ -226,7 +228,9 @@ class NodeProfileStatus:
     oversell: dict[str, Any] | None = prop(
         "oversell",
         "Written by the oversell master only: the batch resources it computed for this node, "
-        "each input, the formula, the predictor and the time, so a user can see why.",
+        "each input, the formula, the predictor and the time, so a user can see why; peakBasis "
+        "{cpu, memory}: where each predicted online peak came from when it was decided (a window "
+        "statistic, or the history predictor's regime, rule, form and bound; null where not known).",
     )
     capabilities: tuple[Capability, ...] | None = prop(
         "capabilities",

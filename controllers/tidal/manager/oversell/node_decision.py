@@ -69,6 +69,8 @@ class NodeDecision:
     notes: tuple[str, ...] = field(default=())
     #: the node's mode (`tidal.api.node_mode.Mode`) the decision was made in
     mode: str | None = None
+    #: where each predicted online peak came from (:func:`peak_basis`), as it was when decided
+    peak_basis: dict[str, Any] | None = None
 
     @property
     def amounts(self) -> dict[str, int]:
@@ -80,7 +82,38 @@ class NodeDecision:
                "cpuMillicores": self.cpu.to_status(), "memoryBytes": self.memory.to_status()}
         if self.mode is not None:
             out["mode"] = self.mode
+        # always written (null: none): the status is merge-patched, and a key left out would keep
+        # an earlier decision's basis beside this decision's amounts
+        out["peakBasis"] = self.peak_basis
         return out
+
+
+#: The parts of a history predictor's CPU basis that say where its peak came from.
+CPU_BASIS_KEYS = ("regime", "rule", "form", "bound", "cpuCores", "provisional")
+#: Every key a resource's peak basis may have: each one is written, null when it does not apply
+#: (the status is merge-patched: a key left out would keep an earlier decision's value).
+BASIS_KEYS = ("statistic", "windowSeconds", "samples", *CPU_BASIS_KEYS)
+
+
+def peak_basis(predictions: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Where the profile's ``onlinePeak`` came from, per resource: a window statistic (the
+    statistic predictors: ``<statistic>/<window>s``; memory under the history predictors,
+    ``memoryBasis``) or the history predictor's regime, rule, form and any floor or cap
+    (``basis``). Kept with the amounts decided from it: ``predictions.basis`` beside it moves
+    on with every report, the decision only when its amounts do."""
+    out: dict[str, Any] = {}
+    predictor, basis, memory = (predictions.get(k) for k in ("predictor", "basis", "memoryBasis"))
+    if isinstance(basis, Mapping):
+        out["cpu"] = {k: basis[k] for k in CPU_BASIS_KEYS if k in basis}
+    statistic = re.fullmatch(r"([a-z0-9]+)/(\d+)s", predictor) if isinstance(predictor, str) else None
+    if statistic is not None:  # the statistic predictors report "<statistic>/<window>s"
+        for resource in ("cpu", "memory"):
+            out.setdefault(resource, {"statistic": statistic[1], "windowSeconds": int(statistic[2])})
+    if isinstance(memory, Mapping):
+        out["memory"] = dict(memory)
+    if not out:
+        return None
+    return {resource: {k: (out.get(resource) or {}).get(k) for k in BASIS_KEYS} for resource in ("cpu", "memory")}
 
 
 COLOCATION_ONLY_NOTE = "colocation-only node: BE pods keep native requests, no batch resources"
@@ -247,7 +280,7 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
     predictor = predictions.get("predictor") if isinstance(predictions.get("predictor"), str) else None
     return NodeDecision(meta.get("name", ""), breakdowns["cpu"], breakdowns["memory"], predictor,
                         report.observed_at,
-                        tuple(notes), str(mode.mode))
+                        tuple(notes), str(mode.mode), peak_basis(predictions) if fresh else None)
 
 
 def _not_oversold(node: Mapping[str, Any], mode: NodeMode, settings: OversellSettings) -> NodeDecision:

@@ -140,6 +140,25 @@ def test_convert_alibaba_writes_a_readable_gzipped_trace(tmp_path, capsys) -> No
     assert t.step == 300 and t.series_ids == ("m_1", "m_2")
 
 
+@pytest.mark.parametrize("command, option, data", [("convert-azure", "--cpu", "azure_cpu_small.csv"),
+                                                    ("convert-alibaba", "--usage", "alibaba_usage_small.csv")])
+@pytest.mark.parametrize("damage", ["gzip-cut-short", "not-utf-8"])
+def test_convert_names_an_input_that_is_not_a_text_csv(tmp_path, capsys, command, option, data, damage) -> None:
+    """A truncated download or a binary file: an error naming the file, never a traceback."""
+    import gzip
+    raw = (DATA / data).read_bytes()
+    if damage == "gzip-cut-short":
+        bad = tmp_path / f"{data}.gz"
+        bad.write_bytes(gzip.compress(raw)[:-12])  # the CRC and size trailer and some data gone
+    else:
+        bad = tmp_path / data
+        bad.write_bytes(b"\xff\xfe" + raw)
+    meta = "azure_meta_small.csv" if command == "convert-azure" else "alibaba_meta_small.csv"
+    code, _, err = run([command, option, str(bad), "--meta", str(DATA / meta), "-o", str(tmp_path / "o.csv")],
+                       capsys)
+    assert code == 1 and f"{bad}: not a text CSV file" in err and "Traceback" not in err, err
+
+
 def test_convert_reports_a_missing_file(tmp_path, capsys) -> None:
     code, _, err = run(["convert-azure", "--cpu", str(tmp_path / "none.csv"), "--meta",
                         str(DATA / "azure_meta_small.csv"), "-o", str(tmp_path / "o.csv")], capsys)
@@ -190,6 +209,22 @@ def write_node(path: Path, seed: int, steps: int = 60, pods: tuple[int, ...] = (
             lines.append(f"{i * 300},pod{j},{req * (0.1 + 0.6 * rng.random()):.4f},{req}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def test_the_5_minute_column_of_a_coarser_trace_says_what_it_counts(tmp_path, capsys) -> None:
+    """On an hourly trace the 5-minute window is one step (an hour): said under each table."""
+    hourly = tmp_path / "hourly.csv"
+    fine = write_node(tmp_path / "fine.csv", 1)
+    header, *rows = fine.read_text().splitlines()
+    hourly.write_text("\n".join([header, *(f"{int(t) * 12},{rest}" for t, rest in (r.split(",", 1) for r in rows))])
+                      + "\n")
+    code, out, _ = run(["evaluate", "--trace", str(hourly), "--warmup", "6h", "--predictors", "oracle,nsigma"], capsys)
+    assert code == 0 and "this trace's step is 3600 s, so the column counts the next step (60 min)" in out, out
+    code, out, _ = run(["evaluate", "--trace", str(fine), *FAST, "--predictors", "oracle,nsigma"], capsys)
+    assert code == 0 and "the column counts the next step" not in out
+    code, out, _ = run(["evaluate", "--trace", str(hourly), "--trace", str(fine), "--warmup", "1h",
+                        "--predictors", "oracle,nsigma"], capsys)
+    assert code == 0 and "5 min columns: traces with a step of 3600 s count their next step there" in out, out
 
 
 @pytest.fixture
@@ -321,7 +356,7 @@ def test_budgets_accept_percent_or_fraction(text: str, value: float) -> None:
     assert parse_budget(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["abc", "150%", "2", "-1%", "nan"])
+@pytest.mark.parametrize("text", ["abc", "150%", "2", "-1%", "nan", "1"])  # a bare 1: 100 %, or 1 % meant?
 def test_bad_budgets_are_usage_errors(text: str, capsys) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         parse_budget(text)

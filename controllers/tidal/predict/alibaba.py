@@ -61,6 +61,8 @@ def read_alibaba_meta(path: str | Path) -> dict[str, float]:
                     latest[machine] = (ts, cpu)
     except OSError as e:
         raise TraceFormatError(f"{label}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, EOFError) as e:  # not text, or a gzip file cut short
+        raise TraceFormatError(f"{label}: not a text CSV file: {e}") from None
     if not latest:
         raise TraceFormatError(f"{label}: no machines with a cpu_num")
     return {m: cpu for m, (_, cpu) in latest.items()}
@@ -110,6 +112,8 @@ def convert_alibaba(
                 readings += 1
     except OSError as e:
         raise TraceFormatError(f"{label}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, EOFError) as e:  # not text, or a gzip file cut short
+        raise TraceFormatError(f"{label}: not a text CSV file: {e}") from None
     except csv.Error as e:
         raise TraceFormatError(f"{label}: CSV error: {e}") from None
     rows = []

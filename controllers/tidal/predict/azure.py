@@ -86,6 +86,8 @@ def read_azure_meta(path: str | Path) -> dict[str, tuple[str, int]]:
                 out[vm] = (row[col["vm_category"]].strip(), int(cores) if cores.is_integer() else cores)
     except OSError as e:
         raise TraceFormatError(f"{label}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, EOFError) as e:  # not text, or a gzip file cut short
+        raise TraceFormatError(f"{label}: not a text CSV file: {e}") from None
     if not out:
         raise TraceFormatError(f"{label}: no VMs")
     return out
@@ -149,6 +151,8 @@ def convert_azure(
                 seen.add(vm)
     except OSError as e:
         raise TraceFormatError(f"{label}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, EOFError) as e:  # not text, or a gzip file cut short
+        raise TraceFormatError(f"{label}: not a text CSV file: {e}") from None
     rows.sort(key=lambda r: (r[0], r[1]))
     return AzureConversion(rows=rows, vms=len(seen), skipped_category=skipped, missing=missing)
 

@@ -67,14 +67,22 @@ def parse_duration(text: str) -> int:
     return int(seconds)
 
 
+FIVE_MINUTES = 300  # the short violation window of the tables
+
+
 def parse_budget(text: str) -> float:
-    """``1%``, ``0.5 %`` or ``0.01`` → a fraction in [0, 1]."""
+    """``1%``, ``0.5 %`` or ``0.01`` → a fraction in [0, 1]. A bare number is a fraction below 1:
+    a bare ``1`` (100 %, or 1 % meant?) is refused, as every number ≥ 1 without ``%``."""
     t = text.strip()
     percent = t.endswith("%")
     try:
         v = float(t[:-1] if percent else t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid budget {text!r} (use e.g. 1% or 0.01)") from None
+    if not percent and math.isfinite(v) and v >= 1:
+        raise argparse.ArgumentTypeError(
+            f"budget {text!r}: a number without % is a fraction below 1 (0.01 is 1 %); write {t}% for a percentage"
+        )
     if percent:
         v /= 100
     if not math.isfinite(v) or v < 0 or v > 1:
@@ -342,6 +350,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         for ev in evaluations:
             sys.stdout.write(format_table(ev) + "\n")
     sys.stdout.write(format_pooled(pooled))
+    coarse = sorted({ev.step_seconds for ev in evaluations if ev.step_seconds > FIVE_MINUTES})
+    if coarse:
+        sys.stdout.write(f"5 min columns: traces with a step of {', '.join(f'{s} s' for s in coarse)} count "
+                         f"their next step there, not 5 minutes.\n")
     return 0
 
 
@@ -480,6 +492,9 @@ def format_table(ev: Evaluation) -> str:
     )
     out.write(_budget_lines(ev.budget, ev.worst_node_budget, ev.baseline, ev.note, ev.results,
                             pooled=False))
+    if ev.step_seconds > FIVE_MINUTES:  # window_steps: at least one step
+        out.write(f"violation 5 min: this trace's step is {ev.step_seconds} s, so the column counts the next "
+                  f"step ({_hname(ev.step_seconds)}), not 5 minutes.\n")
     return out.getvalue()
 
 

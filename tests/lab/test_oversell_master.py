@@ -1,6 +1,7 @@
 """The oversell master against the lab's real API server and Volcano."""
 import asyncio
 import datetime
+import math
 
 import pytest
 from kubernetes import client
@@ -83,7 +84,7 @@ def test_batch_resources_appear_on_labelled_nodes_only_and_are_not_rewritten(lab
     first = cycle(lab)
     assert first.node_patches == 1
     assert _batch(core, OVERSOLD) == {qos.BATCH_CPU_RESOURCE: 6000,
-                                      qos.BATCH_MEMORY_RESOURCE: int(64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)}
+                                      qos.BATCH_MEMORY_RESOURCE: math.floor(64 * GiB * 0.6) - 8 * GiB - math.ceil(64 * GiB * 0.1)}
     assert _batch(core, PLAIN) == {}
     profile = oversell_setup.get_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, PLURAL, OVERSOLD)
     explained = profile["status"]["oversell"]["cpuMillicores"]
@@ -286,7 +287,7 @@ def test_volcano_annotation_mode_writes_volcanos_own_oversubscription_keys(lab, 
         assert node.metadata.annotations["colocation.tidal.io/volcano-oversubscription-written"] == "true"
         assert node.metadata.annotations["volcano.sh/oversubscription-cpu"] == "6000"
         assert int(node.metadata.annotations["volcano.sh/oversubscription-memory"]) == int(
-            64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)
+            math.floor(64 * GiB * 0.6) - 8 * GiB - math.ceil(64 * GiB * 0.1))
         assert not any(_batch(core, OVERSOLD).values())  # no extended resources in this mode
         assert cycle(lab, settings).node_patches == 0
     finally:

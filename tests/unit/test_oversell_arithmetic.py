@@ -83,6 +83,23 @@ def test_system_usage_is_subtracted_only_when_the_policy_counts_it(inputs, inclu
         assert "system usage unknown or invalid" in breakdown.reason
 
 
+@settings(max_examples=300, deadline=None)
+@given(allocatable=st.integers(0, 2 ** 45), peak=st.floats(0, 2 ** 44), usage=st.floats(0, 2 ** 44),
+       reserved=st.integers(0, 2 ** 40), cap=st.floats(0, 100), margin=st.floats(0, 100))
+def test_the_breakdown_adds_up_to_its_result(allocatable, peak, usage, reserved, cap, margin):
+    """A reader's capped − peak − overhead − margin is the result, as the breakdown shows them:
+    memory at 60 % of 16421869Ki (a fractional byte count) used to come out one byte short."""
+    b = batch_amount(ResourceInputs(allocatable, peak, usage, reserved), cap, margin)
+    assert b.result == max(0, b.capped - b.predicted_online_peak - b.system_overhead - b.safety_margin)
+    exact = allocatable * cap / 100 - peak - max(0.0, usage - reserved) - allocatable * margin / 100
+    assert b.result <= max(0.0, exact)  # never more than the formula gives
+
+
+def test_the_example_of_a_fractional_cap_adds_up():
+    b = batch_amount(ResourceInputs(16421869 * 1024, 3_000_000_000, 2_000_000_000), 60, 10)
+    assert b.capped - b.predicted_online_peak - b.system_overhead - b.safety_margin == b.result == 3_407_996_927
+
+
 def test_breakdown_keeps_its_keys_and_says_where_the_system_term_came_from():
     status = batch_amount(ResourceInputs(16000, 2000, 1500, 1000), 60, 10).to_status()
     assert {"result", "allocatable", "capPercent", "capped", "predictedOnlinePeak", "systemOverhead",
@@ -148,7 +165,7 @@ SETTINGS = OversellSettings.from_policy(ColocationPolicy.from_spec({}))
 def test_fresh_profile_gives_batch_resources_with_an_explained_breakdown():
     decision = decide_node(_node(), _profile(), SETTINGS, NOW)
     assert decision.amounts == {qos.BATCH_CPU_RESOURCE: 6000,
-                                qos.BATCH_MEMORY_RESOURCE: int(64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)}
+                                qos.BATCH_MEMORY_RESOURCE: math.floor(64 * GiB * 0.6) - 8 * GiB - math.ceil(64 * GiB * 0.1)}
     status = decision.to_status(NOW)
     assert status["predictor"] == "tidal" and status["cpuMillicores"]["predictedOnlinePeak"] == 2000
     assert status["cpuMillicores"]["formula"].startswith("max(0, allocatable × cap")

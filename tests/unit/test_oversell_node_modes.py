@@ -3,6 +3,7 @@ alias, not the alias the master wrote itself), the oversell types, and the Volca
 its marker: the pure decision table-driven, then one-off cycles against a fake API."""
 import asyncio
 import datetime
+import math
 
 import pytest
 
@@ -19,7 +20,7 @@ GiB = 1024 ** 3
 CO, OV = qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL
 VOV, MARK = qos.VOLCANO_OVERSUBSCRIPTION_LABEL, VOLCANO_LABEL_WRITTEN_ANNOTATION
 CPU_OK = 16000 * 60 // 100 - 2000 - 1600          # 16 cores, cap 60 %, peak 2000 m, margin 10 %
-MEMORY_OK = int(64 * GiB * 0.6 - 8 * GiB - 64 * GiB * 0.1)
+MEMORY_OK = math.floor(64 * GiB * 0.6) - 8 * GiB - math.ceil(64 * GiB * 0.1)
 SETTINGS = OversellSettings()
 VOLCANO = OversellSettings(reporting_mode="volcanoAnnotations")
 

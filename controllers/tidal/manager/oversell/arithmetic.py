@@ -135,11 +135,12 @@ def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_perce
     reserved = inputs.system_reserved if _usable(inputs.system_reserved) else 0.0
     overhead = max(0.0, system_usage - reserved) if include else 0.0
     margin = allocatable * safety_margin_percent / 100
-    raw = capped - inputs.predicted_online_peak - overhead - margin
-    result = max(0, math.floor(raw))
+    # the terms as the breakdown shows them (the cap rounded down, what it gives up rounded up),
+    # and the result from them: a reader's capped − peak − overhead − margin is the result
+    terms = math.floor(capped), math.ceil(inputs.predicted_online_peak), math.ceil(overhead), math.ceil(margin)
+    result = max(0, terms[0] - terms[1] - terms[2] - terms[3])
     reason = "ok" if result > 0 else "online peak, overhead and margin fill the capped allocatable"
-    return Breakdown(result, int(allocatable), cap_percent, int(capped), math.ceil(inputs.predicted_online_peak),
-                     math.ceil(overhead), math.ceil(margin), reason, *_system_fields(inputs, include),
+    return Breakdown(result, int(allocatable), cap_percent, *terms, reason, *_system_fields(inputs, include),
                      overhead_reason)
 
 

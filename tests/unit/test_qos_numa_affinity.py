@@ -116,6 +116,27 @@ def test_actuator_on_a_recorded_tree(tmp_path, caplog, version):
     assert actuator.journal.originals == {} and actuator.placements == {}
 
 
+def test_a_cpuset_the_nri_plugin_set_at_creation_goes_back_to_the_shared_pool(tmp_path):
+    """The plugin pinned the LS container as it was created, so the agent finds the pin in place
+    and has no original: switched off, the container gets the kubelet's shared pool and every
+    NUMA node (it kept the pin for life before)."""
+    layout = CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path), CgroupDriver.SYSTEMD)
+    api = ls("1111-aaaa", "api", ("containerd://a1", 2000, "app"))
+    d = tmp_path / layout.container_relpath(api.uid, api.qos_class, "containerd://a1")
+    d.mkdir(parents=True)
+    (d / "cpuset.cpus").write_text("10-15,24-31\n")  # the plugin's, at creation
+    (d / "cpuset.mems").write_text("1\n")
+    actuator = NUMAAffinityActuator(layout, tmp_path / "numa.json", sys_root=DATA / "two-node",
+                                    cpu_manager_state=STATIC)
+    assert actuator.round(True, [api]) == []
+    assert (d / "cpuset.cpus").read_text() == "10-15,24-31\n"  # nothing written: already right
+    pool = format_cpu_list(frozenset().union(*shareable(read_topology(DATA / "two-node"),
+                                                         parse_cpu_manager_state(STATIC.read_text())).values()))
+    assert actuator.journal.originals == {str(d / "cpuset.cpus"): pool, str(d / "cpuset.mems"): "0-1"}
+    assert actuator.round(False, [api]) == []
+    assert (d / "cpuset.cpus").read_text() == pool and (d / "cpuset.mems").read_text() == "0-1"
+
+
 def test_no_cpu_manager_state_file_means_every_cpu_is_shareable(tmp_path):
     actuator = NUMAAffinityActuator(CgroupLayout(CgroupHierarchy(CgroupVersion.V2, tmp_path, tmp_path),
                                                  CgroupDriver.CGROUPFS), tmp_path / "j.json",

@@ -203,6 +203,11 @@ def numa_plan(placements: Iterable[Placement], free_cpus: Mapping[int, frozenset
               pods: Mapping[str, FeaturePodState], layout: CgroupLayout) -> list[CgroupWrite]:
     root = cpuset_root(layout)
     writes = []
+    # what the kubelet and runtime give an LS container: the shared pool, every NUMA node; the
+    # original journalled for a cpuset Tidal's NRI plugin set as the container was created
+    pool = frozenset().union(*free_cpus.values())
+    pristine_cpus = format_cpu_list(pool) if pool else None
+    pristine_mems = format_cpu_list(free_cpus) if free_cpus else None
     for p in placements:
         pod = pods.get(p.pod_uid)
         cpuset = cpuset_of(p.nodes, free_cpus)
@@ -211,8 +216,8 @@ def numa_plan(placements: Iterable[Placement], free_cpus: Mapping[int, frozenset
         cpus, mems = cpuset
         path = root / layout.container_relpath(pod.uid, pod.qos_class, p.container_id)
         # mems first: a v1 cpuset needs both set, and neither may be empty
-        writes.append(CgroupWrite(path, "cpuset.mems", mems))
-        writes.append(CgroupWrite(path, "cpuset.cpus", cpus))
+        writes.append(CgroupWrite(path, "cpuset.mems", mems, pristine=pristine_mems))
+        writes.append(CgroupWrite(path, "cpuset.cpus", cpus, pristine=pristine_cpus))
     return writes
 
 

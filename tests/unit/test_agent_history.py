@@ -66,6 +66,8 @@ def test_the_default_predictor_runs_on_the_agents_history_and_is_conservative_wh
 class _StubSampler:
     """The two things Predictions reads from a Sampler."""
 
+    node_cpu_millicores = 1000.0  # not the first tick: a CPU rate exists
+
     def __init__(self, usages, stats):
         self._usages, self._stats = usages, stats
 
@@ -158,3 +160,31 @@ def test_the_history_carries_the_unix_time_of_its_first_step():
     assert h.open_history().start == 1_700_000_100 // 300 * 300
     h.observe(1_700_000_400, [("a", 1.0, 2.0)])
     assert h.node_history().start == 1_700_000_100 // 300 * 300
+
+
+def test_the_first_tick_after_a_start_stays_out_of_the_history(tmp_path):
+    """A started (or restarted) agent has no CPU rate at its first tick, so every pod would count
+    at its request there; the step keeps its maximum, so it held every online pod at its request
+    and, restored into a calibrated history, pinned the default predictor at the requests for
+    hours after each restart. The windows skip that tick; so does the history."""
+    import sys
+    from pathlib import Path
+
+    from tidal.agent.run import Predictions
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_collector_sampler import Node  # a recorded cgroup tree under the real Sampler
+    node = Node("v2-cgroupfs", tmp_path)
+    predictions = Predictions()
+    t = 1_000_000 * 300 + 10.0  # 10 s into a 5-minute step
+    for i in range(60):
+        if i:
+            node.advance()
+        node.sampler.sample(node.pods)
+        predictions.observe(node.sampler, t + i)
+    node.advance()
+    node.sampler.sample(node.pods)
+    predictions.observe(node.sampler, t + 300)  # closes the step
+    steps = {uid: (list(usage), list(request)) for uid, _, usage, request in predictions.history.closed_pods()}
+    assert len(steps) == 3
+    for usage, request in steps.values():
+        assert usage[0] < request[0], steps  # measured (half the request here), not the request

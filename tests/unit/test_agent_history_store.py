@@ -346,6 +346,8 @@ def test_the_saved_file_respects_the_cap_and_says_so_once(tmp_path, caplog):
 
 # -- a restart of the agent's predictions --------------------------------------------------------
 class _Sampler:
+    node_cpu_millicores = 1000.0  # not the first tick: a CPU rate exists
+
     def __init__(self):
         from tidal.agent.collector.histogram import WindowStats
         self.usages = []

@@ -215,7 +215,8 @@ def read_long_csv(path: Path) -> NodeTrace:
 
 class ReplayedNode:
     """One fake node: the window aggregates and predictions a real agent keeps, fed by the trace.
-    It offers the two Sampler methods `Predictions` reads, so the same prediction code runs."""
+    It offers what `Predictions` reads of a Sampler (two methods and the node's CPU), so the same
+    prediction code runs."""
 
     def __init__(self, name: str, offset: float, step_seconds: int) -> None:
         self.name, self.offset = name, offset
@@ -224,6 +225,8 @@ class ReplayedNode:
         self.predictions = Predictions(step_seconds=step_seconds)
         self._usages: list[PodUsage] = []
         self._now = 0.0
+        #: the replayed pods' CPU (millicores): every replayed reading is a measured one
+        self.node_cpu_millicores: float = 0.0
 
     def observe(self, pods: list[tuple[str, float, float]], now_wall: float, trace_time: float,
                 memory_bytes_per_core: int, peak: float = 0.0) -> None:
@@ -234,6 +237,7 @@ class ReplayedNode:
                                  usage * 1000, round(usage * memory_bytes_per_core))
                         for sid, usage, request in pods]
         self._now = now_wall
+        self.node_cpu_millicores = sum(usage for _, usage, _ in pods) * 1000
         self.predictions.observe(self, trace_time)
         cores = sum(usage for _, usage, _ in pods)
         if peak > cores:

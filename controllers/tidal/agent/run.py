@@ -70,6 +70,11 @@ class Predictions:
         return origin
 
     def observe(self, sampler: Sampler, now_wall: float) -> None:
+        if sampler.node_cpu_millicores is None:
+            # the sampler's first tick (an agent started or restarted): no CPU rate yet, so every
+            # pod would count at its request and the step, which keeps its maximum, would hold
+            # them there — the windows skip this tick too
+            return
         online = []
         for usage in sampler.pod_usages():
             pod = usage.pod

@@ -5,7 +5,6 @@ live BE pods (re-listed, paged, every few minutes)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 
@@ -21,13 +20,9 @@ log = logging.getLogger(__name__)
 
 
 async def read_settings(api) -> OversellSettings:
-    """The policy's overselling settings. Overselling switched off offers nothing: the ratio
-    becomes 0, so oversold nodes go to 0."""
-    policy = await read_policy(api)
-    settings = OversellSettings.from_policy(policy)
-    if not policy.overselling.enabled:
-        settings = dataclasses.replace(settings, ratio_percent=0)
-    return settings
+    """The policy's overselling settings. Overselling switched off offers nothing: every oversold
+    node goes to 0 (``OversellSettings.enabled``; a node's ratio annotation does not override it)."""
+    return OversellSettings.from_policy(await read_policy(api))
 
 
 def export_cycle(metrics: ManagerMetrics, result: CycleResult, now: float) -> None:

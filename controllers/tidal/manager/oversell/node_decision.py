@@ -50,13 +50,15 @@ class OversellSettings:
     change_threshold_percent: float = 10
     reporting_mode: str = "extendedResources"
     include_system_usage: bool = True
+    #: ``overselling.enabled``: off, every node offers 0, whatever its annotations
+    enabled: bool = True
 
     @classmethod
     def from_policy(cls, policy) -> "OversellSettings":
         o = policy.overselling
         return cls(o.ratio_percent, o.safety_margin_percent, o.degrade_seconds,
                    o.change_threshold_percent, str(getattr(o.reporting_mode, "value", o.reporting_mode)),
-                   o.include_system_usage)
+                   o.include_system_usage, o.enabled)
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,9 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
     annotations = meta.get("annotations") or {}
     mode = mode_of(node)
     if not mode.oversold:
-        return _not_oversold(node, mode, settings)
+        return _zero(node, mode, settings, not_oversold_note(mode, node))
+    if not settings.enabled:  # before the node's own ratio, which would otherwise override the policy's 0
+        return _zero(node, mode, settings, DISABLED_NOTE)
     notes: list[str] = [*mode.conflicts, *mode.problems]
     ratio = _override(annotations, RATIO_OVERRIDE_ANNOTATION, settings.ratio_percent, notes)
     margin = _override(annotations, MARGIN_OVERRIDE_ANNOTATION, settings.safety_margin_percent, notes)
@@ -283,9 +287,12 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
                         tuple(notes), str(mode.mode), peak_basis(predictions) if fresh else None)
 
 
-def _not_oversold(node: Mapping[str, Any], mode: NodeMode, settings: OversellSettings) -> NodeDecision:
+DISABLED_NOTE = "overselling.enabled is false in the ColocationPolicy: batch resources 0 on every node"
+
+
+def _zero(node: Mapping[str, Any], mode: NodeMode, settings: OversellSettings, note: str) -> NodeDecision:
+    """0 for both resources, for ``note`` (a node not oversold, overselling off); the profile unread."""
     status = node.get("status") or {}
-    note = not_oversold_note(mode, node)
     breakdowns = {}
     for resource, _, _, parse in RESOURCES:
         allocatable = _quantity(status.get("allocatable"), resource, parse)
@@ -305,7 +312,7 @@ def current_amounts(node: Mapping[str, Any], reporting_mode: str) -> dict[str, i
                                  (qos.BATCH_MEMORY_RESOURCE, VOLCANO_MEMORY_ANNOTATION)):
             try:
                 out[name] = int(float(annotations[annotation]))
-            except (KeyError, ValueError):
+            except (KeyError, ValueError, OverflowError):  # absent, not a number, inf ("1e999")
                 out[name] = None
         return out
     allocatable = (node.get("status") or {}).get("allocatable") or {}

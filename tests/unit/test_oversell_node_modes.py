@@ -314,3 +314,71 @@ def test_the_next_cycle_finishes_a_half_written_node_and_then_writes_nothing():
 def test_a_node_and_breakdown_that_agree_are_not_written_again():
     node = _node({OV: "true"}, batch={CPU: str(CPU_OK), MEMORY: str(MEMORY_OK)})
     assert _cycle([node], SETTINGS, [_with_breakdown(_profile(), CPU_OK, MEMORY_OK)])[0] == []
+
+
+# -- found by review (2026-12-02): a node's odd annotation, overselling switched off, a reporting
+# mode switched, one node's write failing
+
+def test_an_infinite_volcano_annotation_on_any_node_stops_nothing():
+    """``float("1e999")`` is inf and ``int(inf)`` raised OverflowError in the node cache's
+    transform: every cycle failed, for every node, in both reporting modes."""
+    odd = _node({}, {VOLCANO_CPU_ANNOTATION: "1e999"}, name="odd")  # not even oversold
+    stale = _node({OV: "true"}, None, {CPU: "6000", MEMORY: str(8 * GiB)}, name="n1")
+    old = {**_profile("n1"), "status": {"observedAt": "2024-05-01T10:00:00Z"}}  # two hours old: stale
+    for settings in (SETTINGS, VOLCANO):
+        writes, result = _cycle([odd, stale], settings, [old])
+        assert result.decisions["n1"].amounts == {CPU: 0, MEMORY: 0}
+        assert any(path.endswith("/n1/status") or path.endswith("/n1") for _, path, _ in writes), writes
+
+
+def test_overselling_switched_off_is_not_overridden_by_a_nodes_ratio():
+    settings = OversellSettings(enabled=False)
+    node = _node({OV: "true"}, {"colocation.tidal.io/oversell-ratio-percent": "80"},
+                 {CPU: "6000", MEMORY: str(8 * GiB)})
+    decision = decide_node(node, _profile(), settings, NOW)
+    assert decision.amounts == {CPU: 0, MEMORY: 0}
+    assert decision.notes == ("overselling.enabled is false in the ColocationPolicy: batch resources 0 on every "
+                              "node",)
+    writes, _ = _cycle([node], settings)
+    assert [ops for kind, _, ops in writes if kind == "json"][0]["/status/allocatable/kubernetes.io~1batch-cpu"] == "0"
+
+
+def test_a_switch_to_volcano_annotations_drives_the_extended_resources_left_to_0():
+    """Written in extendedResources mode, then the policy says volcanoAnnotations: the extended
+    resources stayed on the node for ever (and were never driven to 0 with the node's label)."""
+    node = _node({CO: "true"}, None, {CPU: "6000", MEMORY: str(8 * GiB)})  # colocation-only now
+    writes, _ = _cycle([node], VOLCANO)
+    status = [ops for kind, _, ops in writes if kind == "json"]
+    assert status == [{f"/status/{part}/kubernetes.io~1batch-{r}": "0"
+                       for part in ("capacity", "allocatable") for r in ("cpu", "memory")}]
+    oversold = _node({OV: "true"}, None, {CPU: "6000", MEMORY: str(8 * GiB)})  # oversold: Volcano's keys instead
+    writes, _ = _cycle([oversold], VOLCANO)
+    assert [w[0] for w in writes if w[0] in ("json", "strategic")] == ["strategic", "json"]
+    node["status"]["allocatable"].update({CPU: "0", MEMORY: "0"})  # once undone, not written again
+    node["status"]["capacity"].update({CPU: "0", MEMORY: "0"})
+    assert _cycle([node], VOLCANO)[0] == []
+
+
+def test_a_switch_to_extended_resources_removes_the_volcano_keys_the_master_wrote():
+    written = _node({OV: "true", VOV: "true"}, {**_volcano(3000, GiB), MARK: "true"})
+    writes, _ = _cycle([written], SETTINGS)
+    strategic = [body["metadata"] for kind, _, body in writes if kind == "strategic"]
+    assert strategic == [{"labels": {VOV: None}, "annotations": {MARK: None, VOLCANO_CPU_ANNOTATION: None,
+                                                                 VOLCANO_MEMORY_ANNOTATION: None}}]
+    users = _node({VOV: "true"}, _volcano(3000, GiB))  # the user's own Volcano label: not the master's to remove
+    assert [w for w in _cycle([users], SETTINGS)[0] if w[0] == "strategic"] == []
+
+
+def test_one_nodes_failed_write_stops_no_other_node():
+    class Failing(FakeAPI):
+        async def json_patch(self, path, ops):
+            if "/gone/" in path:
+                raise RuntimeError("404 nodes gone not found")
+            await super().json_patch(path, ops)
+
+    nodes = [_node({OV: "true"}, name=n) for n in ("a", "gone", "b")]
+    api = Failing(nodes, [_profile(n["metadata"]["name"]) for n in nodes])
+    result = asyncio.run(OversellMaster(api, SETTINGS, clock=lambda: NOW).cycle())
+    assert set(result.failed) == {"gone"} and "404" in result.failed["gone"]
+    assert sorted(path for kind, path, _ in api.writes if kind == "json") == [
+        "/api/v1/nodes/a/status", "/api/v1/nodes/b/status"]

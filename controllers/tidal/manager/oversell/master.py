@@ -33,10 +33,10 @@ from tidal.api import qos
 from tidal.api.json_patch import escape as _escape
 from tidal.kube import KubeAPI, NotFound, Watcher, custom_path, error_summary
 from tidal.manager.oversell.arithmetic import should_write
-from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_MEMORY_ANNOTATION,
-                                                  NodeDecision, OversellSettings, breakdown_disagrees,
-                                                  current_amounts, decide_node, master_wrote_volcano_label,
-                                                  mode_of, volcano_label_changes)
+from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_LABEL_WRITTEN_ANNOTATION,
+                                                  VOLCANO_MEMORY_ANNOTATION, NodeDecision, OversellSettings,
+                                                  breakdown_disagrees, current_amounts, decide_node,
+                                                  master_wrote_volcano_label, mode_of, volcano_label_changes)
 
 log = logging.getLogger(__name__)
 NODES = "/api/v1/nodes"
@@ -56,6 +56,27 @@ class CycleResult:
     profile_patches: int = 0
     events: int = 0
     decisions: dict[str, NodeDecision] = field(default_factory=dict)
+    #: node -> why its writes failed this cycle (retried by the next one; the others went on)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def other_mode_leftovers(node: dict, reporting_mode: str) -> tuple[str, Any] | None:
+    """What the other reporting mode left on the node, to undo (None: nothing), after the
+    policy's ``reportingMode`` changed: in ``volcanoAnnotations`` mode, batch extended resources
+    in its status (``("status", json patch)`` to 0); in ``extendedResources`` mode, the Volcano
+    label, marker and annotations the master wrote (``("metadata", strategic patch)`` removing
+    them; a Volcano label it did not write, and its annotations, are left alone)."""
+    if reporting_mode == "volcanoAnnotations":
+        stale = [k for k, v in current_amounts(node, "extendedResources").items() if v]
+        return ("status", node_status_patch(node, {k: 0 for k in stale})) if stale else None
+    if not master_wrote_volcano_label(node):
+        return None
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    metadata: dict[str, Any] = {"annotations": {VOLCANO_LABEL_WRITTEN_ANNOTATION: None, VOLCANO_CPU_ANNOTATION: None,
+                                                VOLCANO_MEMORY_ANNOTATION: None}}
+    if qos.VOLCANO_OVERSUBSCRIPTION_LABEL in labels:
+        metadata["labels"] = {qos.VOLCANO_OVERSUBSCRIPTION_LABEL: None}
+    return ("metadata", {"metadata": metadata})
 
 
 def node_status_patch(node: dict, amounts: dict[str, int]) -> list[dict[str, Any]]:
@@ -182,34 +203,51 @@ class OversellMaster:
             mode = mode_of(node)
             current = current_amounts(node, self.settings.reporting_mode)
             label_changes = volcano_label_changes(node, mode) if volcano else {}
-            if not mode.oversold and not any(current.values()) and not label_changes:
+            leftovers = other_mode_leftovers(node, self.settings.reporting_mode)
+            if not mode.oversold and not any(current.values()) and not label_changes and not leftovers:
                 continue  # never oversold, nothing to undo
             result.nodes += 1
             decision = decide_node(node, profiles.get(name), self.settings, now)
             result.decisions[name] = decision
             desired = decision.amounts
-            if label_changes or any(should_write(current[k], desired[k], self.settings.change_threshold_percent)
-                                    for k in desired) or breakdown_disagrees(profiles.get(name), current, decision.notes):
-                writes.append(self._write(node, decision, current, name in profiles, now, result, label_changes))
+            if label_changes or leftovers or any(
+                    should_write(current[k], desired[k], self.settings.change_threshold_percent) for k in desired) \
+                    or breakdown_disagrees(profiles.get(name), current, decision.notes):
+                writes.append((name, self._write(node, decision, current, name in profiles, now, result,
+                                                 label_changes, leftovers)))
         # Bounded concurrency: a cycle that changes thousands of nodes stays within seconds
         # without flooding the API server (its priority and fairness limits still apply).
         semaphore = asyncio.Semaphore(MAX_CONCURRENT_WRITES)
 
-        async def bounded(write):
+        async def bounded(name, write):
             async with semaphore:
-                await write
+                try:
+                    await write
+                except Exception as err:  # one node's failure (gone, throttled) stops no other's
+                    result.failed[name] = error_summary(err)
+                    log.warning("node %s: writing its batch resources failed, the next cycle retries: %s",
+                                name, error_summary(err))
 
-        await asyncio.gather(*(bounded(w) for w in writes))
+        await asyncio.gather(*(bounded(name, w) for name, w in writes))
         return result
 
     async def _write(self, node: dict, decision: NodeDecision, current: dict, has_profile: bool,
-                     now: datetime.datetime, result: CycleResult, label_changes: dict | None = None) -> None:
+                     now: datetime.datetime, result: CycleResult, label_changes: dict | None = None,
+                     leftovers: tuple[str, Any] | None = None) -> None:
         name, desired = decision.node, decision.amounts
         if self.settings.reporting_mode == "volcanoAnnotations":
             await self.api.strategic_patch(f"{NODES}/{name}", volcano_patch(desired, label_changes))
         else:
             await self._patch_node_status(name, node_status_patch(node, desired))
         result.node_patches += 1
+        if leftovers is not None:  # the other reporting mode's amounts, after a switch of reportingMode
+            kind, patch = leftovers
+            if kind == "status":
+                await self._patch_node_status(name, patch)
+            else:
+                await self.api.strategic_patch(f"{NODES}/{name}", patch)
+            log.info("node %s: what the other reporting mode wrote is undone (%s)", name, kind)
+            result.node_patches += 1
         log.info("node %s: batch-cpu %s -> %s m, batch-memory %s -> %s bytes", name,
                  current[qos.BATCH_CPU_RESOURCE], desired[qos.BATCH_CPU_RESOURCE],
                  current[qos.BATCH_MEMORY_RESOURCE], desired[qos.BATCH_MEMORY_RESOURCE])

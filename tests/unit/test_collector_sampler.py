@@ -336,8 +336,10 @@ def test_system_usage_is_outside_tidals_pods_and_is_summarised_per_window(node):
     pods it would be counted nowhere, and BE could be offered what it uses)."""
     meminfo = node.proc / "meminfo"
     pods_memory = sum(p["workingSetBytes"] for p in node.expected["pods"].values())
-    available_kb = 16310948 - (pods_memory + 300 * MiB) // 1024  # 300 MiB outside the pods
-    meminfo.write_text(re.sub(r"MemAvailable:\s+\d+", f"MemAvailable:   {available_kb}", meminfo.read_text()))
+    # the node's working set, on the pods' basis (MemTotal − MemFree − Inactive(file)): 300 MiB
+    # outside the pods; MemAvailable (which counts all page cache as free) plays no part
+    free_kb = 16310948 - 288704 - (pods_memory + 300 * MiB) // 1024
+    meminfo.write_text(re.sub(r"MemFree:\s+\d+", f"MemFree:   {free_kb}", meminfo.read_text()))
     node.sampler.sample(node.pods)
     first = node.sampler.summary()
     assert node.sampler.system_cpu_millicores is None  # no node CPU rate on the first step
@@ -351,7 +353,7 @@ def test_system_usage_is_outside_tidals_pods_and_is_summarised_per_window(node):
     assert node.sampler.pods_memory_bytes == pods_memory
     # the system's: 820 m outside every pod + cache-1's 50 m; 300 MiB + cache-1's working set
     assert node.sampler.system_cpu_millicores == pytest.approx(3000 - 2180 + 50)
-    system_memory = (16310948 - available_kb) * 1024 - pods_memory + node.working_set("cache-1")
+    system_memory = (16310948 - free_kb - 288704) * 1024 - pods_memory + node.working_set("cache-1")
     assert node.sampler.system_memory_bytes == system_memory
     window = {u["windowSeconds"]: u for u in summary["systemUsage"]}[60]
     assert window["samples"] == 1 and window["cpuMillicores"]["p95"] == 870

@@ -91,6 +91,12 @@ class CpuTimes:
 class MemInfo:
     total_bytes: int
     available_bytes: int
+    #: the node's working set on the pods' basis (what a pod's is: usage − inactive file, so
+    #: active page cache counts): ``MemTotal − MemFree − Inactive(file)``, or the node cgroup's
+    #: working set; None when the kernel does not give those lines. System usage is this minus
+    #: the pods' working sets: ``used_bytes`` (MemAvailable counts all page cache as free) minus
+    #: them lost the pods' active page cache from the daemons' memory.
+    working_set_bytes: int | None = None
 
     @property
     def used_bytes(self) -> int:
@@ -227,8 +233,9 @@ _MEMINFO_UNITS = {"kB": 1024, "": 1}
 
 
 def parse_meminfo(text: str, source: str = "/proc/meminfo") -> MemInfo:
-    """``MemTotal`` and ``MemAvailable`` of ``/proc/meminfo``, in bytes."""
-    wanted = {"MemTotal": None, "MemAvailable": None}
+    """``MemTotal`` and ``MemAvailable`` of ``/proc/meminfo``, in bytes (and the working set
+    from ``MemFree`` and ``Inactive(file)`` when both are there)."""
+    wanted = {"MemTotal": None, "MemAvailable": None, "MemFree": None, "Inactive(file)": None}
     for number, line in enumerate(text.splitlines(), 1):
         key, sep, rest = line.partition(":")
         if key not in wanted:
@@ -239,10 +246,13 @@ def parse_meminfo(text: str, source: str = "/proc/meminfo") -> MemInfo:
             raise ParseError(source, f"expected '{key}: <integer> kB', got {line!r}", number)
         unit = _MEMINFO_UNITS[fields[1] if len(fields) == 2 else ""]
         wanted[key] = _int(fields[0], source, number, f"an integer for {key}") * unit
-    missing = [k for k, v in wanted.items() if v is None]
+    missing = [k for k in ("MemTotal", "MemAvailable") if wanted[k] is None]
     if missing:
         raise ParseError(source, f"no {' or '.join(missing)} line")
-    return MemInfo(total_bytes=wanted["MemTotal"], available_bytes=wanted["MemAvailable"])
+    free, inactive = wanted["MemFree"], wanted["Inactive(file)"]
+    working_set = None if free is None or inactive is None else max(0, wanted["MemTotal"] - free - inactive)
+    return MemInfo(total_bytes=wanted["MemTotal"], available_bytes=wanted["MemAvailable"],
+                   working_set_bytes=working_set)
 
 
 #: v1 reports "no limit" as the largest page-aligned signed 64-bit value; anything this large is none
@@ -264,7 +274,8 @@ def node_memory_in_cgroup(meminfo: MemInfo, limit_bytes: int | None, working_set
     it has none or a larger one), available the capacity minus the cgroup's working set (at
     least 0)."""
     total = meminfo.total_bytes if limit_bytes is None else min(meminfo.total_bytes, limit_bytes)
-    return MemInfo(total_bytes=total, available_bytes=max(0, total - working_set_bytes))
+    return MemInfo(total_bytes=total, available_bytes=max(0, total - working_set_bytes),
+                   working_set_bytes=working_set_bytes)
 
 
 # --- Thin file wrappers -----------------------------------------------------------------------

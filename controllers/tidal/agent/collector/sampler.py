@@ -328,7 +328,9 @@ class Sampler:
         self.pods_cpu_millicores, self.pods_memory_bytes = self.pods_current()
         tidal_cpu, tidal_memory = self._current(lambda pod: pod.tidal_level is not None)
         self.system_cpu_millicores = system_usage(self.node_cpu_millicores, tidal_cpu)
-        self.system_memory_bytes = system_usage(self.node_memory_bytes, tidal_memory)
+        # on the pods' basis (active page cache counted): MemAvailable's "used" lost the pods' from it
+        node_working_set = meminfo.working_set_bytes if meminfo.working_set_bytes is not None else meminfo.used_bytes
+        self.system_memory_bytes = system_usage(node_working_set, tidal_memory)
 
         if self.node_cpu_millicores is not None:
             self._node.add(self.node_cpu_millicores, self.node_memory_bytes, now)

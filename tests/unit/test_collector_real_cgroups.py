@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 import time
 from pathlib import Path
 
@@ -199,3 +200,34 @@ def test_sampler_node_memory_is_the_node_cgroups_limit_and_working_set(hierarchy
     active_file = stat["total_active_file" if hierarchy.version is CgroupVersion.V1 else "active_file"]
     assert 95 * MiB <= sampler.node_memory_bytes <= 140 * MiB + active_file
     assert abs(sampler.node_memory_bytes - working_set) <= 8 * MiB
+
+
+def test_new_page_cache_is_not_working_set_between_memory_stat_reads(hierarchy, real):
+    """``memory.stat`` (the inactive file cache subtracted from the usage) is read every 5th
+    step; a 200 MiB file written between two reads counted as working set until the next one,
+    a peak of the window out of nothing (411 MiB for a pod using 13). Usage grown since the last
+    read has memory.stat read again at once."""
+    layout = CgroupLayout(
+        CgroupHierarchy(hierarchy.version, below_own(hierarchy.cpu_root, cpu_controller(hierarchy)),
+                        below_own(hierarchy.memory_root, memory_controller(hierarchy))),
+        CgroupDriver.CGROUPFS, kubelet_root=f"/{real.name}")
+    pod = PodInfo(uid=f"{secrets.token_hex(4)}-0000-4000-8000-{secrets.token_hex(6)}", namespace="default",
+                  name="cache", qos_class=PodQOSClass.BURSTABLE, tidal_level=QoSLevel.LS,
+                  cpu_request_millicores=100, memory_request_bytes=10 * MiB)
+    relpath = layout.pod_relpath(pod.uid, pod.qos_class)
+    memory = real.make(layout.memory_dir(relpath))
+    real.make(layout.cpu_dir(relpath))
+    sampler = Sampler(layout, windows=(60,))
+    sampler.sample([pod])  # memory.stat read: 4 steps to go before the next read
+    before = sampler.pod_usage(pod.uid).memory_bytes
+    target = real.tmp_path / "cache-file-200"
+    writer = f"echo $$ > {memory}/cgroup.procs && dd if=/dev/zero of={target} bs=1M count=200 status=none"
+    subprocess.run(["sh", "-c", writer], check=True, timeout=60)
+    wait_for_memory_stat(memory, hierarchy.version)  # the kernel's statistics have the new cache
+    sampler.sample([pod])
+    seen = sampler.pod_usage(pod.uid).memory_bytes
+    truth = read_memory_working_set(memory, hierarchy.version)
+    print(f"\nworking set before {before / MiB:.1f} MiB; after a 200 MiB file: sampler {seen / MiB:.1f} MiB, "
+          f"usage − inactive file now {truth / MiB:.1f} MiB")
+    assert abs(seen - truth) <= 16 * MiB, (seen / MiB, truth / MiB)
+    assert seen < before + 100 * MiB  # the file's cache is not working set

@@ -115,6 +115,10 @@ DEFAULT_POD_HALF_LIFE = 24 * 3600.0
 
 #: The levels whose sum is the node's online usage (DESIGN.md, "The QoS model").
 ONLINE_LEVELS = (QoSLevel.HLS, QoSLevel.LS)
+#: a pod's memory usage grown by more than this share of it (and :data:`STAT_REREAD_MIN_BYTES`)
+#: since its ``memory.stat`` was read has that re-read at once (:meth:`Sampler._working_set`)
+STAT_REREAD_GROWTH = 1 / 16
+STAT_REREAD_MIN_BYTES = 4 << 20
 
 REASON_FIRST_SAMPLE = "no usage yet: first CPU sample"
 REASON_NO_RATE = "no CPU rate this step: counter went back or the interval was too short"
@@ -284,7 +288,8 @@ class Sampler:
         self._histograms: dict[str, PodHistograms] = {}
         self._pod_usage: dict[str, PodUsage] = {}
         self._dirs: dict[tuple[str, PodQOSClass], tuple[Path, Path]] = {}
-        self._inactive: dict[str, tuple[int, int]] = {}
+        #: per pod: (its memory cgroup, inactive file cache, steps left before a re-read, usage then)
+        self._inactive: dict[str, tuple[Path, int, int, int]] = {}
         self._files = OpenFiles()
         #: memory.stat (inactive page cache) is re-read every this many steps per pod
         self.stat_every = 5
@@ -404,13 +409,21 @@ class Sampler:
     def _working_set(self, uid: str, memory_dir: Path, version) -> int:
         """Usage every step; the inactive page cache subtracted from it (``memory.stat``, the
         larger file) re-read every ``stat_every`` steps: it moves slowly, and reading it for
-        every pod every second was a third of the agent's CPU."""
+        every pod every second was a third of the agent's CPU. Re-read at once when the usage
+        grew by more than :data:`STAT_REREAD_GROWTH` of what it was at the last read (at least
+        :data:`STAT_REREAD_MIN_BYTES`): new file cache — a file written or read — starts
+        inactive, and counted as working set until the next read it made a peak of the window
+        out of nothing. And when the pod's memory cgroup is another (the BE idle group)."""
         usage = read_memory_usage(memory_dir, version, self._files.read)
         cached = self._inactive.get(uid)
-        if cached is None or cached[1] <= 0:
-            cached = (read_inactive_file(memory_dir, version, self._files.read), self.stat_every)
-        self._inactive[uid] = (cached[0], cached[1] - 1)
-        return working_set_bytes(usage, cached[0])
+        grew = cached is not None and usage - cached[3] > max(STAT_REREAD_MIN_BYTES, cached[3] * STAT_REREAD_GROWTH)
+        if cached is None or cached[0] != memory_dir or cached[2] <= 0 or grew:
+            # after growth, read once more next step too: the kernel flushes memory.stat lazily
+            # (up to 2 s), so this read may not have the new cache yet
+            steps = min(2, self.stat_every) if grew else self.stat_every
+            cached = (memory_dir, read_inactive_file(memory_dir, version, self._files.read), steps, usage)
+        self._inactive[uid] = (*cached[:2], cached[2] - 1, cached[3])
+        return working_set_bytes(usage, cached[1])
 
     def level_current(self, level: QoSLevel) -> tuple[float, float]:
         """(CPU millicores, memory bytes) of a level at the last step, unmeasured pods at request."""

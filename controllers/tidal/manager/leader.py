@@ -4,7 +4,10 @@
 `LeaderElector.run(work)` acquires the lease (or waits for it to expire), runs `work()` as a
 task while renewing, and cancels the task as soon as a renewal has not succeeded within
 `renew_deadline` — before the lease can expire for others — so two replicas never both do
-the leader's writes. Then it goes back to acquiring.
+the leader's writes. Then it goes back to acquiring. The deadline counts from when the last
+successful renewal *began* (its renewTime), and no renewal is begun past it: an attempt takes
+up to twice `retry_seconds`, so the work stops by `renew_deadline` + that, within the lease
+(10 + 4 s of 15 by default) — the other replicas' clocks aside.
 """
 from __future__ import annotations
 
@@ -100,6 +103,7 @@ class LeaderElector:
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         while not stop.is_set():
+            began = loop.time()
             if not await self._attempt():
                 await _sleep_or_stop(stop, self.retry_seconds)
                 continue
@@ -107,16 +111,22 @@ class LeaderElector:
             self.transitions += 1
             log.info("%s became leader of %s/%s", self.identity, self.namespace, self.name)
             task = asyncio.create_task(work())
-            last_renewal = loop.time()
+            # when the renewal that holds the lease began: the renewTime it wrote is taken then,
+            # and others count the lease's duration from it (not from when the write returned)
+            last_renewal = began
             try:
                 while not stop.is_set() and not task.done():
                     await _sleep_or_stop(stop, self.retry_seconds)
+                    if loop.time() - last_renewal > self.renew_deadline:
+                        break  # no attempt begun past the deadline: one could end after the lease
+                    began = loop.time()
                     if await self._attempt():
-                        last_renewal = loop.time()
+                        last_renewal = began
                     elif loop.time() - last_renewal > self.renew_deadline:
-                        log.warning("%s lost the lease %s/%s: stopping the leader's work",
-                                    self.identity, self.namespace, self.name)
                         break
+                if not stop.is_set() and not task.done():
+                    log.warning("%s lost the lease %s/%s: stopping the leader's work",
+                                self.identity, self.namespace, self.name)
             finally:
                 self.is_leader = False
                 task.cancel()

@@ -138,6 +138,12 @@ def test_node_decision_reads_system_usage_and_honours_the_switch(include, system
     (1000, 900, 10, True),
     (1000, 1000, 10, False),
     (1000, 1001, 0, True),        # threshold 0: every change
+    # a large threshold holds increases back, never decreases of 10 % or more: at 100 % the node
+    # kept offering 10000 m where 1 was decided
+    (10000, 1, 100, True),
+    (10000, 5001, 50, True),
+    (10000, 9100, 50, False),     # 9 % down: within the 10 % a decrease may wait
+    (10000, 14000, 50, False),    # 40 % up: the policy's threshold
 ])
 def test_node_is_patched_only_when_the_change_is_worth_it(current, desired, threshold, write):
     assert should_write(current, desired, threshold) is write

@@ -286,6 +286,11 @@ def test_breakdown_disagrees(oversell, current, disagrees):
     # only the figures changed (a stale profile's age): not worth a write every cycle
     (["NodeProfile is stale (301s old > degrade time 300s)"], ["NodeProfile is stale (306s old > degrade time 300s)"],
      False),
+    (["NodeProfile observedAt is 75s in the future (more than the 60s of clock skew allowed)"],
+     ["NodeProfile observedAt is 80s in the future (more than the 60s of clock skew allowed)"], False),
+    # an override's value changed (its amounts within the threshold): the note said 62 while 63 decided
+    (["annotation colocation.tidal.io/oversell-ratio-percent=62 overrides the policy (60)"],
+     ["annotation colocation.tidal.io/oversell-ratio-percent=63 overrides the policy (60)"], True),
 ])
 def test_a_breakdown_whose_notes_disagree_is_written_again(published, notes, disagrees):
     profile = {"status": {"oversell": {"cpuMillicores": {"result": 1}, "memoryBytes": {"result": 2},

@@ -558,7 +558,8 @@ class Overselling:
         minimum=0,
         maximum=100,
         description="Relative change, in percent, below which batch resources are not rewritten "
-        "on the node.",
+        "on the node (a decrease is written from 10 % whatever this is: the node must not offer much "
+        "more than was decided).",
     )
     reporting_mode: ReportingMode = _choice(
         "reportingMode",

@@ -144,14 +144,23 @@ def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_perce
                      overhead_reason)
 
 
+#: a decrease is written once it reaches this share of the current value, whatever the policy's
+#: (larger) threshold: the node must not offer BE much more than was decided
+MAX_DECREASE_THRESHOLD_PERCENT = 10
+
+
 def should_write(current: int | None, desired: int, threshold_percent: float) -> bool:
     """Hysteresis for node updates: write when there is no value yet, when the value crosses 0
-    (either way), or when it moved by at least `threshold_percent` of the current value.
-    Small drifts are not written, so the API server is not patched in a loop."""
+    (either way), or when it moved by at least `threshold_percent` of the current value — a
+    decrease by at least :data:`MAX_DECREASE_THRESHOLD_PERCENT` whatever the threshold (at 100 %
+    no decrease short of 0 was ever written). Small drifts are not written, so the API server is
+    not patched in a loop."""
     if current is None:
         return True
     if current == desired:
         return False
     if current == 0 or desired == 0:
         return True
+    if desired < current:
+        threshold_percent = min(threshold_percent, MAX_DECREASE_THRESHOLD_PERCENT)
     return abs(desired - current) * 100 >= threshold_percent * current

@@ -325,8 +325,9 @@ def current_amounts(node: Mapping[str, Any], reporting_mode: str) -> dict[str, i
 
 
 def _gist(notes) -> list[str]:
-    """Notes without their figures (a stale profile's age changes every cycle, its meaning not)."""
-    return [re.sub(r"[0-9][0-9.]*", "#", note) for note in notes or ()]
+    """Notes without their durations (a stale profile's age changes every cycle, its meaning
+    not); other figures — an override's value — stay: a changed one is published."""
+    return [re.sub(r"[0-9][0-9.]*s\b", "#s", note) for note in notes or ()]
 
 
 def breakdown_disagrees(profile: Mapping[str, Any] | None, current: Mapping[str, int | None],

@@ -104,7 +104,10 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
         def finished():
             return _labels(core).get(PENDING) is None and not not_restored(changed) and not journal_originals(lab)
         wait_for(finished, 90, "the restarted agent restored every journalled value and removed the label",
-                 interval=0.25)
+                 interval=0.25, describe=lambda: (
+                     f"label: {_labels(core).get(PENDING)}; not restored: {not_restored(changed)}; journal: "
+                     f"{journal_originals(lab)}\nagent log:\n{logs_since(core, agent, 'agent', started)[-4000:]}"
+                     f"\nNRI log:\n{logs_since(core, agent, 'nri', started)[-2000:]}"))
         took = time.monotonic() - killed
         assert _node_events(core, "TidalNodeRestored", before), "a TidalNodeRestored Event on the node"
         wait_for(lambda: not tidal_pods(core, "tidal-agent"), 60, "the DaemonSet deletes the agent pod once restored")

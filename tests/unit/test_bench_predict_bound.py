@@ -63,7 +63,8 @@ def test_the_cli_prints_a_line_per_trace_and_the_summary(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--tau", "1"], "--tau must be between 0 and 1"),
-    (["--budget", "2"], "budget '2' must lie between 0 and 1"),
+    (["--budget", "2"], "budget '2': a number without % is a fraction below 1"),
+    (["--budget", "200%"], "budget '200%' must lie between 0 and 1"),
 ])
 def test_the_cli_refuses_bad_arguments_naming_them(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as refused:

@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 V1_QUOTA_FILE = "cpu.cfs_quota_us"
+V1_MEMORY_LIMIT = "memory.limit_in_bytes"
+V1_MEMSW_LIMIT = "memory.memsw.limit_in_bytes"
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +233,34 @@ def _write_atomic(path: Path, data: dict) -> None:
 def _write_value(target: Path, value: str) -> None:
     """Write ``value`` to a cgroup file. An empty value is written as a newline: an open with
     O_TRUNC and no write(2) changes nothing in cgroupfs (``cpuset.cpus`` on v2 is empty by
-    default, and restoring it must make it empty again)."""
-    target.write_text(value or "\n", encoding="ascii")
+    default, and restoring it must make it empty again).
+
+    A v1 memory limit the kernel refuses (EINVAL) for being above the cgroup's memory+swap limit
+    takes that limit up with it first (:func:`_raise_memsw`)."""
+    try:
+        target.write_text(value or "\n", encoding="ascii")
+    except OSError as error:
+        if error.errno != errno.EINVAL or target.name != V1_MEMORY_LIMIT or not _raise_memsw(target, value):
+            raise
+        target.write_text(value, encoding="ascii")
+
+
+def _raise_memsw(limit: Path, value: str) -> bool:
+    """cgroup v1 keeps a memory limit at or below the memory+swap limit. The runtime sets both to
+    the same value when it is given a memory limit (NRI's adjustment at creation included: Tidal's
+    plugin sets BE containers' batch memory so), so putting back the runtime's unlimited value, or
+    raising a limit, must raise memory+swap first, to the same value: the runtime's own pairing
+    (no swap beyond the limit; both unlimited for a BestEffort container). Whether it was raised."""
+    memsw = limit.with_name(V1_MEMSW_LIMIT)
+    try:
+        current, wanted = int(memsw.read_text(encoding="ascii")), int(value)
+    except (OSError, ValueError):  # no swap accounting, or not a number: not this refusal
+        return False
+    if wanted != -1 and wanted <= current:
+        return False
+    memsw.write_text(value, encoding="ascii")
+    log.info("%s raised to %s first: the kernel keeps %s at or below it", memsw, value, limit.name)
+    return True
 
 
 @dataclass

@@ -135,6 +135,27 @@ def test_update_keeps_be_limits_on_the_updated_container(runtime, start_plugin):
     runtime.cmd("remove_pod", pod_id="be")
 
 
+def test_a_node_whose_mode_is_off_gets_no_container_changed(runtime, start_plugin):
+    """Colocation switched off: the agent is putting back what Tidal changed. A kubelet's update
+    (its CPU manager's after a restart) must not bring the batch limits back, nor Synchronize,
+    nor a creation; switched on again, the plugin adjusts as before."""
+    mode = {"on": True}
+    connect(runtime, start_plugin, node_active=lambda: mode["on"])
+    runtime.cmd("run_pod", pod=pod("be", "BE", BE_BATCH))
+    assert adjusted(runtime.cmd("create", pod_id="be", container={"id": "c1", "name": "worker"})) == BE_WORKER
+    mode["on"] = False
+    answer = runtime.cmd("update", container_id="c1",
+                         resources={"cpu": {"shares": {"value": "2"}, "quota": {"value": "0"}}})
+    assert all(flat((u.get("linux") or {}).get("resources")) == {} for u in answer["update"])
+    assert adjusted(runtime.cmd("create", pod_id="be", container={"id": "c2", "name": "worker"})) == {}
+    runtime.restart()
+    runtime.cmd("wait_plugins", n=1, timeout_ms=10_000)
+    sync = runtime.wait_event("synchronize", lambda e: e["containers"] == 2 and not e["at_start"])
+    assert sync["updates"] == []
+    mode["on"] = True
+    assert adjusted(runtime.cmd("create", pod_id="be", container={"id": "c3", "name": "worker"})) == BE_WORKER
+
+
 def test_synchronize_updates_existing_containers_once(runtime, start_plugin):
     # containers created while no plugin was connected keep the kubelet's values
     runtime.cmd("run_pod", pod=pod("be", "BE", BE_BATCH))

@@ -181,6 +181,19 @@ def test_batch_resources_enabled_follows_the_policy_object_and_starts_on():
     assert enabled() is True  # no policy: the defaults
 
 
+@pytest.mark.parametrize("synced, node, on", [
+    (False, None, True),  # not read yet: on, as the DaemonSet runs the agent where the mode is on
+    (True, {"metadata": {"labels": {"colocation.tidal.io/colocation": "true"}}}, True),
+    (True, {"metadata": {"labels": {"volcano.sh/oversubscription": "true"}}}, True),  # an alias
+    (True, {"metadata": {"labels": {"colocation.tidal.io/restore-pending": "true"}}}, False),
+    (True, {"metadata": {}}, False),
+    (True, None, False),  # the node is gone
+])
+def test_node_active_reads_the_node_mode_as_the_agent_does(synced, node, on):
+    from tidal.agent.nri.main import node_active
+    assert node_active(lambda: node, lambda: synced)() is on
+
+
 # --- the plugin's handlers ------------------------------------------------------------------------
 
 def container(cid, name="app", shares=2048, cpus="", mems="", state=api.CONTAINER_UNKNOWN, pod_id="p1"):

@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
                           "(default $KUBECONFIG; in a pod, without it: the service account)")
     nri.add_argument("--in-cluster", action="store_true",
                      help="API server lookups with the service account, and fail at start without one")
+    nri.add_argument("--node", default=os.environ.get("NODE_NAME"),
+                     help="with API server access: the node whose colocation mode the plugin follows (default "
+                          "$NODE_NAME); while the mode is off it changes no container. Without it: always on")
     nri.add_argument("--health-address", default="0.0.0.0", help="address of /healthz and /readyz")
     nri.add_argument("--health-port", type=int,
                      help="serve /healthz (the process answers) and /readyz (registered with the runtime) "

@@ -109,6 +109,27 @@ def batch_resources_enabled(policy_object: Callable[[], Mapping[str, Any] | None
                          "BE batch limits at container creation")
 
 
+def node_active(node_object: Callable[[], Mapping[str, Any] | None], synced: Callable[[], bool]) -> Callable[[], bool]:
+    """Whether the node's colocation mode is on (either switch, aliases included, as the agent
+    reads it: :func:`tidal.api.node_mode.node_mode`), from its raw object; a node gone is off.
+    Before the node is first read: on (the agent's DaemonSet runs where the mode is on, or a
+    restore is pending). A change is logged once."""
+    from tidal.api.node_mode import node_mode
+    seen = {"active": True}
+
+    def active() -> bool:
+        if not synced():
+            return True
+        meta = (node_object() or {}).get("metadata") or {}
+        on = node_mode(meta.get("labels"), meta.get("annotations")).active
+        if on != seen["active"]:
+            log.info("NRI: the node's colocation mode is %s: containers are %s", "on" if on else "off",
+                     "adjusted at creation" if on else "left as the kubelet asks")
+            seen["active"] = on
+        return on
+    return active
+
+
 def nested_quota_rule(cgroup_root: Path) -> bool:
     """Whether the node's CPU quotas follow cgroup v1's rule (a quota never above an ancestor's):
     False only where ``cgroup_root`` is a cgroup v2 hierarchy with the cpu controller. The
@@ -125,7 +146,7 @@ def nested_quota_rule(cgroup_root: Path) -> bool:
 async def run_nri(args) -> None:
     stop = stop_on_signals()
     async with contextlib.AsyncExitStack() as stack:
-        lookup = numa = idle_group = batch = None
+        lookup = numa = idle_group = batch = active = None
         lookups, kubeconfig = lookup_access(args.kubeconfig, args.in_cluster)
         if lookups:
             from tidal.api import qos
@@ -142,12 +163,18 @@ async def run_nri(args) -> None:
             stack.callback(task.cancel)
             idle_group = be_idle_group_enabled(lambda: watch.object)
             batch = batch_resources_enabled(lambda: watch.object)
+            node = getattr(args, "node", None)
+            if node:
+                node_watch = ObjectWatch(api, "/api/v1/nodes", node, what=f"Node {node}")
+                node_task = asyncio.create_task(node_watch.run())
+                stack.callback(node_task.cancel)
+                active = node_active(lambda: node_watch.object, node_watch.synced.is_set)
             topology = node_topology(Path(getattr(args, "sys_root", None) or "/sys"))
             if len(topology) > 1:
                 numa = NUMAPlacer(topology, numa_enabled(lambda: watch.object))
         try:
             plugin = TidalNRIPlugin(args.socket, name=args.plugin_name, index=args.plugin_index, pod_lookup=lookup,
-                                    numa=numa, be_idle_group=idle_group, batch_resources=batch,
+                                    numa=numa, be_idle_group=idle_group, batch_resources=batch, node_active=active,
                                     nested_quota_rule=nested_quota_rule(Path("/sys/fs/cgroup")))
         except ValueError as err:
             raise SystemExit(f"tidal-agent nri: {err}") from None

@@ -139,13 +139,18 @@ class TidalNRIPlugin:
             an ancestor's: BE containers get no quota from the plugin (:mod:`.decisions`).
         batch_resources: whether BE containers get their batch limits here (the policy's
             ``beIsolation.batchResources.enabled``); None: always (no policy to read).
+        node_active: whether the node's colocation mode is on (:func:`tidal.api.node_mode.node_mode`);
+            while it is off the plugin changes no container, at creation, update or Synchronize:
+            the agent is putting back what Tidal changed (restore-pending), and a kubelet's update
+            (its CPU manager's, after a restart) must not bring Tidal's limits back. None: on.
     """
 
     def __init__(self, socket_path: str | Path = DEFAULT_SOCKET, *, name: str = "tidal", index: str = "10",
                  ls_cpuset: LSCpusetHook | None = None, numa=None, pod_lookup: PodLookup | None = None,
                  backoff: tuple[float, float] = (0.5, 30.0), call_timeout: float = 5.0,
                  be_idle_group: Callable[[], bool] | None = None, nested_quota_rule: bool = False,
-                 batch_resources: Callable[[], bool] | None = None) -> None:
+                 batch_resources: Callable[[], bool] | None = None,
+                 node_active: Callable[[], bool] | None = None) -> None:
         if len(index) != 2 or not index.isascii() or not index.isdigit():
             raise ValueError(f"plugin index {index!r}: must be two digits (00-99), as NRI requires")
         if not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
@@ -159,6 +164,7 @@ class TidalNRIPlugin:
         self.be_idle_group = be_idle_group
         self.nested_quota_rule = nested_quota_rule
         self.batch_resources = batch_resources
+        self.node_active = node_active
         self.backoff = backoff
         self.call_timeout = call_timeout
         #: Set while registered and configured; cleared when the connection is lost.
@@ -303,6 +309,11 @@ class TidalNRIPlugin:
                 self.numa.learn(ref, c.linux.resources.cpu.mems)
             rows.append((c.id, ref, current_resources(c.linux.resources)))
         updates = []
+        if not self._active():
+            log.info("NRI: synchronized %d pods, %d containers; the node's colocation mode is off: no updates",
+                     len(pods), len(containers))
+            self.ready.set()
+            return api.SynchronizeResponse()
         for container_id, decision in sync_updates(rows, ls_cpuset=self.ls_cpuset,
                                                    nested_quota_rule=self.nested_quota_rule,
                                                    looked_up=self._looked_up, batch_resources=self._batch_on()):
@@ -331,6 +342,9 @@ class TidalNRIPlugin:
             self.numa.forget_pod(req.pod.uid)
         return api.RemovePodSandboxResponse()
 
+    def _active(self) -> bool:
+        return self.node_active is None or self.node_active()
+
     def _batch_on(self) -> bool:
         return self.batch_resources is None or self.batch_resources()
 
@@ -345,6 +359,10 @@ class TidalNRIPlugin:
         return ref, decision
 
     async def _create_container(self, req: api.CreateContainerRequest) -> api.CreateContainerResponse:
+        if not self._active():
+            log.info("NRI: create %s/%s container %s: the node's colocation mode is off, left as it is",
+                     req.pod.namespace, req.pod.name, req.container.name)
+            return api.CreateContainerResponse()
         ref, decision = self._decide(req.pod, req.container, creating=True)
         reply = api.CreateContainerResponse()
         res = decision.resources
@@ -367,6 +385,8 @@ class TidalNRIPlugin:
         return reply
 
     async def _update_container(self, req: api.UpdateContainerRequest) -> api.UpdateContainerResponse:
+        if not self._active():
+            return api.UpdateContainerResponse()
         ref, decision = self._decide(req.pod, req.container,
                                      req.linux_resources if req.HasField("linux_resources") else None)
         reply = api.UpdateContainerResponse()

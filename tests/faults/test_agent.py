@@ -518,6 +518,14 @@ while True:
 LIMIT_64MI = str(64 << 20)
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (its SigCgt mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(core, workload, image, recovery):
     """The kernel refuses a memory limit with EBUSY (cgroup v1: below what the cgroup uses, and
     nothing to reclaim: anonymous memory, no swap). Set up with the agent frozen: a BE pod's
@@ -545,6 +553,11 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
         wait_for(lambda: all(read(f) == LIMIT_64MI for f in limits), 30, "the BE pod's 64 MiB limits")
         (hog,) = map(int, read(container / "cgroup.procs").split())
         (agent,) = tidal_pods(core, "tidal-agent")
+        # The kubelet's static CPU manager updates a new container once (its first reconcile, within
+        # 10 s), and the NRI plugin keeps the 64 MiB in that update: after the raise below it would
+        # take the limit back down under the process being tested.
+        wait_for(lambda: f"update {workload}/hog container" in logs_since(core, agent, "nri", started), 30,
+                 "the kubelet's first update of the BE container, kept by the NRI plugin")
         pids = _agent_pids(agent)
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
@@ -554,9 +567,16 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
                 for file in ([memsw] if memsw.exists() else []) + [limit]:
                     if int(read(file)) < 512 << 20:
                         file.write_text(str(512 << 20))
+            # SIGUSR1 before Python has its handler would end the process (the default action)
+            wait_for(lambda: _catches(hog, signal.SIGUSR1) and _catches(hog, signal.SIGUSR2), 30,
+                     "the BE process ready for its signals")
             os.kill(hog, signal.SIGUSR1)
             wait_for(lambda: int(read(container / "memory.usage_in_bytes")) > 160 << 20, 30,
-                     "the BE process holding 160 MiB")
+                     "the BE process holding 160 MiB", describe=lambda: "; ".join(
+                         f"{f}: {read(f) if f.exists() else 'gone'}" for f in (
+                             *limits, *(f.with_name("memory.memsw.limit_in_bytes") for f in limits),
+                             container / "memory.usage_in_bytes", container / "memory.failcnt",
+                             container / "cgroup.procs")))
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)

@@ -32,9 +32,9 @@ PENDING = qos.RESTORE_PENDING_NODE_LABEL
 MODE_LABELS = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)
 
 
-def _agent_pids(pod) -> list[int]:
-    """The processes of the agent pod's `agent` container (cgroup v1 cpu hierarchy)."""
-    status = next(s for s in pod.status.container_statuses if s.name == "agent")
+def _agent_pids(pod, container: str = "agent") -> list[int]:
+    """The processes of the agent pod's `agent` (or other) container (cgroup v1 cpu hierarchy)."""
+    status = next(s for s in pod.status.container_statuses if s.name == container)
     base = CGROUP / "cpu/tidal-lab/kubepods" / pod.status.qos_class.lower() / f"pod{pod.metadata.uid}"
     procs = base / status.container_id.split("://", 1)[1] / "cgroup.procs"
     return [int(p) for p in procs.read_text().split()]
@@ -528,8 +528,8 @@ def _catches(pid: int, signum: int) -> bool:
 
 def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(core, workload, image, recovery):
     """The kernel refuses a memory limit with EBUSY (cgroup v1: below what the cgroup uses, and
-    nothing to reclaim: anonymous memory, no swap). Set up with the agent frozen: a BE pod's
-    64 MiB limits raised by hand to 512 MiB and 160 MiB taken. Must hold: the agent's writes of
+    nothing to reclaim: anonymous memory, no swap). Set up with the agent pod (agent and NRI
+    plugin) frozen: a BE pod's 64 MiB limits raised by hand to 512 MiB and 160 MiB taken. Must hold: the agent's writes of
     its 64 MiB are refused and said so — a Warning Event TidalCgroupWriteFailed naming the files
     and "Device or resource busy", `tidal_agent_cgroup_write_errors_total` counting the tries,
     the kernel's limit kept, the process not killed; the agent neither restarts nor stops
@@ -558,7 +558,10 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
         # take the limit back down under the process being tested.
         wait_for(lambda: f"update {workload}/hog container" in logs_since(core, agent, "nri", started), 30,
                  "the kubelet's first update of the BE container, kept by the NRI plugin")
-        pids = _agent_pids(agent)
+        # The NRI plugin frozen too until the process holds its memory: a later UpdateContainer of
+        # the kubelet's (its CPU manager's, when the shared pool changes) had the plugin keep the
+        # 64 MiB, which took the raised limit back down before the allocation (OOM-killed).
+        pids = _agent_pids(agent) + _agent_pids(agent, "nri")
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         try:

@@ -109,7 +109,9 @@ def test_agent_sigkilled_in_the_middle_of_a_restore_is_started_again_and_finishe
                      f"{journal_originals(lab)}\nagent log:\n{logs_since(core, agent, 'agent', started)[-4000:]}"
                      f"\nNRI log:\n{logs_since(core, agent, 'nri', started)[-2000:]}"))
         took = time.monotonic() - killed
-        assert _node_events(core, "TidalNodeRestored", before), "a TidalNodeRestored Event on the node"
+        # The agent sends it before it removes the label; the API server's list may lag its watch.
+        wait_for(lambda: _node_events(core, "TidalNodeRestored", before), 30, "a TidalNodeRestored Event on the node",
+                 describe=lambda: f"agent log:\n{logs_since(core, agent, 'agent', started)[-3000:]}")
         wait_for(lambda: not tidal_pods(core, "tidal-agent"), 60, "the DaemonSet deletes the agent pod once restored")
         recovery("agent killed mid-restore", took,
                  f"from the SIGKILL: the kubelet restarted it and it put back {len(changed)} changed values")

@@ -75,17 +75,24 @@ def test_a_value_that_cannot_go_back_keeps_it_round_after_round(tmp_path):
 
 
 class RecordingActions:
-    def __init__(self):
-        self.labels, self.events = [], []
+    def __init__(self, label_failures: int = 0):
+        self.labels, self.events, self.calls = [], [], []
+        self.label_failures = label_failures  # this many label patches refused first
 
     async def set_offline_taint(self, want):
         return False
 
     async def set_label(self, key, value):
+        if self.label_failures:
+            self.label_failures -= 1
+            self.calls.append("label refused")
+            raise RuntimeError("the API server refused the patch")
         self.labels.append((key, value))
+        self.calls.append(f"label {value}")
 
     async def event(self, **event):
         self.events.append(event)
+        self.calls.append(event["reason"])
 
 
 async def until(condition):
@@ -113,6 +120,33 @@ def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path)
     assert actions.labels == [(LABEL, "true"), (LABEL, None)]
     assert [e["reason"] for e in actions.events] == ["TidalRestorePending", "TidalNodeRestored"]
     assert all(e["kind"] == "Node" and e["name"] == "n1" for e in actions.events)
+    # The restored Event goes before the label: once it is gone the DaemonSet deletes the agent's
+    # pod, and an Event still to send would be lost with it.
+    assert actions.calls == ["label true", "TidalRestorePending", "TidalNodeRestored", "label None"]
+
+
+def test_a_label_removal_refused_is_tried_again_with_one_restored_event(tmp_path):
+    agent = node_qos(tmp_path, {CO: "true"})
+    agent.actions = actions = RecordingActions()
+
+    async def rounds():
+        agent.start()
+        try:
+            agent.round(Sample(), pods(10))
+            await until(lambda: actions.labels)
+            actions.label_failures = 2
+            _off(agent)
+            for refused in (1, 2):  # each round wakes the worker, which tries the removal again
+                agent.round(Sample(), pods(10))
+                await until(lambda: actions.calls.count("label refused") == refused)
+            agent.round(Sample(), pods(10))
+            await until(lambda: len(actions.labels) == 2)
+        finally:
+            await agent.stop()
+
+    asyncio.run(rounds())
+    assert actions.calls == ["label true", "TidalRestorePending", "TidalNodeRestored", "label refused",
+                             "label refused", "label None"]
 
 
 @pytest.mark.parametrize("before, now, expected", [

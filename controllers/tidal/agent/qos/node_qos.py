@@ -62,6 +62,14 @@ BLOCKED_RETRY_SECONDS = 30.0
 API_TIMEOUT_SECONDS = 10.0
 
 
+async def within_api_timeout(awaitable):
+    """`awaitable`'s result, or TimeoutError after API_TIMEOUT_SECONDS. Not ``asyncio.wait_for``:
+    on Python 3.11 it returns the result of an awaitable that finished just as its task was
+    cancelled, and the cancellation is lost (the API worker then ran on after ``stop``)."""
+    async with asyncio.timeout(API_TIMEOUT_SECONDS):
+        return await awaitable
+
+
 def usage_percent(sampler: Sampler, node_cpus: float) -> dict[str, float]:
     """Node CPU and memory usage in percent of capacity (a resource without a sample is absent)."""
     usage = {}
@@ -141,7 +149,7 @@ def restore_event(pending: bool) -> tuple[str, str]:
                 f"every value it changed is put back")
     return ("TidalNodeRestored",
             f"every value the agent changed on this node is put back; {qos.RESTORE_PENDING_NODE_LABEL} "
-            f"removed, so the agent leaves the node")
+            f"is removed now, so the agent leaves the node")
 
 
 #: At most this many failing files are named in one Event (the count says how many there are).
@@ -299,6 +307,8 @@ class NodeQoS:
         self.node_tainted: bool | None = None  # as last seen at the API server
         #: the restore-pending label as last seen at the API server (None: node not seen yet)
         self.restore_labelled: bool | None = None
+        #: the TidalNodeRestored Event of the label's pending removal is sent (it goes first)
+        self._restored_event_sent = False
         #: whether the last round with the mode off put everything back (None: no such round yet)
         self.undo_clean: bool | None = None
         self._rounds_seen = False
@@ -592,30 +602,34 @@ class NodeQoS:
         self._worker = asyncio.create_task(self._run_worker())
 
     async def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            try:
-                await self._worker
-            except asyncio.CancelledError:
-                pass
-            self._worker = None
+        """Cancel the API worker and wait until it has ended. Cancelled again until it has: a
+        cancellation must never be lost (the agent's restore on its way out waits for this)."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        while not worker.done():
+            worker.cancel()
+            await asyncio.wait({worker}, timeout=1.0)
+        if not worker.cancelled() and worker.exception() is not None:
+            log.warning("the API worker of node %s had ended: %s", self.node, worker.exception())
 
     async def _run_worker(self) -> None:
         assert self._work is not None and self._wake is not None
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=5.0)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(5.0):
+                    await self._wake.wait()
+            except TimeoutError:
                 pass
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._sync_taint(), API_TIMEOUT_SECONDS)
+                await within_api_timeout(self._sync_taint())
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # retried on the next wake-up or after 5 s
                 log.warning("taint of node %s not updated: %s", self.node, err)
             try:
-                await asyncio.wait_for(self._sync_restore_label(), API_TIMEOUT_SECONDS)
+                await within_api_timeout(self._sync_restore_label())
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # retried on the next wake-up or after 5 s
@@ -627,9 +641,9 @@ class NodeQoS:
                     continue
                 if isinstance(decision, NodeEvent):
                     try:
-                        await asyncio.wait_for(self.actions.event(
+                        await within_api_timeout(self.actions.event(
                             kind="Node", name=self.node, namespace="", uid=None, reason=decision.reason,
-                            message=decision.message, warning=decision.warning), API_TIMEOUT_SECONDS)
+                            message=decision.message, warning=decision.warning))
                     except asyncio.CancelledError:
                         raise
                     except Exception as err:
@@ -637,7 +651,7 @@ class NodeQoS:
                     continue
                 assert pod is not None
                 try:
-                    took_effect = await asyncio.wait_for(self._evict(decision, pod), API_TIMEOUT_SECONDS)
+                    took_effect = await within_api_timeout(self._evict(decision, pod))
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:
@@ -678,9 +692,21 @@ class NodeQoS:
         want = self.want_restore_label
         if self.restore_labelled == want:
             return
+        if not want and not self._restored_event_sent:
+            # Before the label goes: without it the DaemonSet deletes this pod at once, and an
+            # Event still in flight when the agent is stopped would be lost (the CI run of 1e8a9bf).
+            # Sent once, however often the label's removal has to be tried again.
+            await self._restore_event(want)
+            self._restored_event_sent = True
         await self.actions.set_label(qos.RESTORE_PENDING_NODE_LABEL, "true" if want else None)
         self.restore_labelled = want
-        reason, message = restore_event(want)
+        if want:
+            self._restored_event_sent = False
+            await self._restore_event(want)
+
+    async def _restore_event(self, pending: bool) -> None:
+        assert self.actions is not None
+        reason, message = restore_event(pending)
         log.info("node %s: %s", self.node, message)
         await self.actions.event(kind="Node", name=self.node, namespace="", uid=None, reason=reason,
                                  message=message)
@@ -689,7 +715,7 @@ class NodeQoS:
         """The evidence of an eviction that took effect (`_evidence`); an API error keeps its
         intent in the journal, and the next round sorts it out (`_resume_evictions`)."""
         try:
-            await asyncio.wait_for(self._evidence(intent), API_TIMEOUT_SECONDS)
+            await within_api_timeout(self._evidence(intent))
         except asyncio.CancelledError:
             raise
         except Exception as err:

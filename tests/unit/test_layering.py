@@ -17,12 +17,13 @@ PRODUCT = ROOT / "controllers" / "tidal"
 ALLOWED = {
     "tidal.api": set(),
     "tidal.cache": set(),
+    "tidal.tasks": set(),
     "tidal.kube": {"tidal.api"},
     "tidal.metrics": {"tidal.api"},
     "tidal.crds": {"tidal.api"},
     "tidal.predict": {"tidal.api"},
-    "tidal.manager": {"tidal.api", "tidal.kube", "tidal.metrics", "tidal.crds", "tidal.predict"},
-    "tidal.agent": {"tidal.api", "tidal.kube", "tidal.metrics", "tidal.predict"},
+    "tidal.manager": {"tidal.api", "tidal.kube", "tidal.metrics", "tidal.crds", "tidal.predict", "tidal.tasks"},
+    "tidal.agent": {"tidal.api", "tidal.kube", "tidal.metrics", "tidal.predict", "tidal.tasks"},
     "tidal.console": {"tidal.api", "tidal.kube", "tidal.metrics", "tidal.cache", "tidal.crds"},
     # the `tidal` command dispatches to the components' own command lines
     "tidal.cli": {"tidal.manager", "tidal.predict"},

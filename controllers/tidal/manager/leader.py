@@ -17,6 +17,7 @@ import logging
 from typing import Awaitable, Callable
 
 from tidal.kube import Conflict, KubeAPI, NotFound, error_summary
+from tidal.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +130,7 @@ class LeaderElector:
                                 self.identity, self.namespace, self.name)
             finally:
                 self.is_leader = False
-                task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - work ends either way
-                    pass
+                await cancel_and_wait(task)  # the work has ended before another try for the lease
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

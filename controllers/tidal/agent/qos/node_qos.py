@@ -37,6 +37,7 @@ from typing import Any
 from tidal.agent.collector.cgroups import CgroupLayout
 from tidal.agent.collector.sampler import ONLINE_LEVELS, PodUsage, Sampler
 from tidal.metrics import NodeMetrics
+from tidal.tasks import cancel_and_wait
 from tidal.api.node_mode import NodeMode, eviction_allowed, node_mode, requests_percent
 from tidal.api.policy import ColocationPolicy, PolicyValidationError
 from tidal.api import qos
@@ -602,16 +603,11 @@ class NodeQoS:
         self._worker = asyncio.create_task(self._run_worker())
 
     async def stop(self) -> None:
-        """Cancel the API worker and wait until it has ended. Cancelled again until it has: a
-        cancellation must never be lost (the agent's restore on its way out waits for this)."""
+        """Cancel the API worker and wait until it has ended (the agent's restore on its way out
+        waits for this)."""
         worker, self._worker = self._worker, None
-        if worker is None:
-            return
-        while not worker.done():
-            worker.cancel()
-            await asyncio.wait({worker}, timeout=1.0)
-        if not worker.cancelled() and worker.exception() is not None:
-            log.warning("the API worker of node %s had ended: %s", self.node, worker.exception())
+        if worker is not None:
+            await cancel_and_wait(worker)
 
     async def _run_worker(self) -> None:
         assert self._work is not None and self._wake is not None

@@ -33,6 +33,7 @@ from tidal.api import qos
 from tidal.api.json_patch import escape as _escape
 from tidal.kube import KubeAPI, NotFound, Watcher, custom_path, error_summary
 from tidal.manager.oversell.arithmetic import should_write
+from tidal.tasks import cancel_and_wait
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_LABEL_WRITTEN_ANNOTATION,
                                                   VOLCANO_MEMORY_ANNOTATION, NodeDecision, OversellSettings,
                                                   breakdown_disagrees, current_amounts, decide_node,
@@ -155,9 +156,7 @@ class OversellMaster:
         return bool(self._tasks)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
 
     async def __aenter__(self) -> OversellMaster:

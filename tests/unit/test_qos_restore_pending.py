@@ -100,7 +100,10 @@ async def until(condition):
     await wait_for_async(condition, 5, "the API worker to act")
 
 
-def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path):
+@pytest.mark.parametrize("refusals", [0, 2])
+def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path, refusals):
+    """The label is set, then removed once the mode is off; a removal the API server refuses
+    (`refusals` times) is tried again at the next wake-up, with no second Event."""
     agent = node_qos(tmp_path, {CO: "true"})
     agent.actions = actions = RecordingActions()
 
@@ -110,7 +113,11 @@ def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path)
             agent.round(Sample(), pods(10))
             await until(lambda: actions.labels)
             agent.round(Sample(), pods(10))  # already set: nothing more
+            actions.label_failures = refusals
             _off(agent)  # the API server's view: the label is there, the mode is off
+            for refused in range(1, refusals + 1):  # each round wakes the worker, which tries again
+                agent.round(Sample(), pods(10))
+                await until(lambda: actions.calls.count("label refused") == refused)
             agent.round(Sample(), pods(10))
             await until(lambda: len(actions.labels) == 2)
         finally:
@@ -122,31 +129,8 @@ def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path)
     assert all(e["kind"] == "Node" and e["name"] == "n1" for e in actions.events)
     # The restored Event goes before the label: once it is gone the DaemonSet deletes the agent's
     # pod, and an Event still to send would be lost with it.
-    assert actions.calls == ["label true", "TidalRestorePending", "TidalNodeRestored", "label None"]
-
-
-def test_a_label_removal_refused_is_tried_again_with_one_restored_event(tmp_path):
-    agent = node_qos(tmp_path, {CO: "true"})
-    agent.actions = actions = RecordingActions()
-
-    async def rounds():
-        agent.start()
-        try:
-            agent.round(Sample(), pods(10))
-            await until(lambda: actions.labels)
-            actions.label_failures = 2
-            _off(agent)
-            for refused in (1, 2):  # each round wakes the worker, which tries the removal again
-                agent.round(Sample(), pods(10))
-                await until(lambda: actions.calls.count("label refused") == refused)
-            agent.round(Sample(), pods(10))
-            await until(lambda: len(actions.labels) == 2)
-        finally:
-            await agent.stop()
-
-    asyncio.run(rounds())
-    assert actions.calls == ["label true", "TidalRestorePending", "TidalNodeRestored", "label refused",
-                             "label refused", "label None"]
+    assert actions.calls == ["label true", "TidalRestorePending", "TidalNodeRestored",
+                             *["label refused"] * refusals, "label None"]
 
 
 @pytest.mark.parametrize("before, now, expected", [

@@ -160,3 +160,32 @@ def test_write_failure_event(before, now, expected):
     for part in parts:
         assert part in event.message
     assert "/f5" not in event.message
+
+
+def test_a_removal_refused_then_the_mode_on_again_then_off_sends_a_second_restored_event(tmp_path):
+    agent = node_qos(tmp_path, {CO: "true"})
+    agent.actions = actions = RecordingActions()
+
+    async def rounds():
+        agent.start()
+        try:
+            agent.round(Sample(), pods(10))
+            await until(lambda: actions.labels)
+            actions.label_failures = 1
+            _off(agent)
+            agent.round(Sample(), pods(10))
+            await until(lambda: "label refused" in actions.calls)
+            # switched on again before the removal got through: the label stays, no Event
+            agent.observe_node({"metadata": {"labels": {CO: "true", LABEL: "true"}},
+                                "status": {"allocatable": ALLOCATABLE}})
+            agent.round(Sample(), pods(10))
+            await until(lambda: not agent._restored_event_sent)
+            _off(agent)  # and off again: this removal is a restore of its own
+            agent.round(Sample(), pods(10))
+            await until(lambda: len(actions.labels) == 2)
+        finally:
+            await agent.stop()
+
+    asyncio.run(rounds())
+    assert actions.calls == ["label true", "TidalRestorePending", "TidalNodeRestored", "label refused",
+                             "TidalNodeRestored", "label None"]

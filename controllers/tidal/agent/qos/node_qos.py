@@ -686,6 +686,8 @@ class NodeQoS:
         if self.restore_labelled is None or not self._rounds_seen:
             return  # the node not seen yet, or no round decided yet
         want = self.want_restore_label
+        if want:
+            self._restored_event_sent = False  # the next removal sends its own Event
         if self.restore_labelled == want:
             return
         if not want and not self._restored_event_sent:
@@ -697,7 +699,6 @@ class NodeQoS:
         await self.actions.set_label(qos.RESTORE_PENDING_NODE_LABEL, "true" if want else None)
         self.restore_labelled = want
         if want:
-            self._restored_event_sent = False
             await self._restore_event(want)
 
     async def _restore_event(self, pending: bool) -> None:

@@ -596,7 +596,16 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
         os.kill(hog, signal.SIGUSR2)
         freed = time.monotonic()
         wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
-                 "a TidalCgroupWriteRecovered Event once the memory is given back")
+                 "a TidalCgroupWriteRecovered Event once the memory is given back", describe=lambda: (
+                     "; ".join(f"{f}: {read(f) if f.exists() else 'gone'}" for f in (
+                         *limits, *(f.with_name("memory.memsw.limit_in_bytes") for f in limits),
+                         container / "memory.usage_in_bytes", container / "cgroup.procs"))
+                     + "\nTidal's node Events: " + "; ".join(
+                         f"{e.reason}: {e.message}" for e in core.list_namespaced_event(
+                             "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={REAL_NODE}").items
+                         if e.metadata.uid not in before)
+                     + f"\nagent log:\n{logs_since(core, agent, 'agent', started)[-3000:]}"
+                     + f"\nNRI log:\n{logs_since(core, agent, 'nri', started)[-1500:]}"))
         wait_for(lambda: all(read(f) == LIMIT_64MI for f in limits), 30, "the 64 MiB limits written")
         recovery("cgroup write refused (EBUSY)", time.monotonic() - freed,
                  "from the memory given back to the limits written and TidalCgroupWriteRecovered")

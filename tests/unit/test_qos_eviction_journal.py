@@ -20,7 +20,7 @@ from tidal.metrics import node_metrics
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_qos_node_mode_round import CO, Sample, node_qos, pods  # noqa: E402
 from test_qos_executor import full_disk  # noqa: E402,F401  (fixture)
-from test_qos_restore_pending import until  # noqa: E402
+from test_qos_restore_pending import _run, until  # noqa: E402
 
 
 #: the round's pods once the BE pod's eviction took effect
@@ -114,16 +114,6 @@ def _agent(tmp_path, actions):
     agent.actions = actions
     agent.evictions = EvictionJournal(tmp_path / "evictions-journal.json")
     return agent
-
-
-def _run(agent, body):
-    async def scenario():
-        agent.start()
-        try:
-            await body()
-        finally:
-            await agent.stop()
-    asyncio.run(scenario())
 
 
 def test_killed_after_the_request_the_restarted_agent_finishes_it_once(tmp_path):

@@ -75,9 +75,9 @@ def test_a_value_that_cannot_go_back_keeps_it_round_after_round(tmp_path):
 
 
 class RecordingActions:
-    def __init__(self, label_failures: int = 0):
+    def __init__(self):
         self.labels, self.events, self.calls = [], [], []
-        self.label_failures = label_failures  # this many label patches refused first
+        self.label_failures = 0  # this many label patches refused first
 
     async def set_offline_taint(self, want):
         return False
@@ -100,6 +100,18 @@ async def until(condition):
     await wait_for_async(condition, 5, "the API worker to act")
 
 
+def _run(agent, body):
+    """`body` (a coroutine function) run with the agent's API worker started, and the worker
+    stopped whatever becomes of it."""
+    async def scenario():
+        agent.start()
+        try:
+            await body()
+        finally:
+            await agent.stop()
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("refusals", [0, 2])
 def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path, refusals):
     """The label is set, then removed once the mode is off; a removal the API server refuses
@@ -108,22 +120,17 @@ def test_the_worker_sets_and_removes_the_label_once_each_with_an_event(tmp_path,
     agent.actions = actions = RecordingActions()
 
     async def rounds():
-        agent.start()
-        try:
+        agent.round(Sample(), pods(10))
+        await until(lambda: actions.labels)
+        agent.round(Sample(), pods(10))  # already set: nothing more
+        actions.label_failures = refusals
+        _off(agent)  # the API server's view: the label is there, the mode is off
+        for refused in range(1, refusals + 1):  # each round wakes the worker, which tries again
             agent.round(Sample(), pods(10))
-            await until(lambda: actions.labels)
-            agent.round(Sample(), pods(10))  # already set: nothing more
-            actions.label_failures = refusals
-            _off(agent)  # the API server's view: the label is there, the mode is off
-            for refused in range(1, refusals + 1):  # each round wakes the worker, which tries again
-                agent.round(Sample(), pods(10))
-                await until(lambda: actions.calls.count("label refused") == refused)
-            agent.round(Sample(), pods(10))
-            await until(lambda: len(actions.labels) == 2)
-        finally:
-            await agent.stop()
-
-    asyncio.run(rounds())
+            await until(lambda: actions.calls.count("label refused") == refused)
+        agent.round(Sample(), pods(10))
+        await until(lambda: len(actions.labels) == 2)
+    _run(agent, rounds)
     assert actions.labels == [(LABEL, "true"), (LABEL, None)]
     assert [e["reason"] for e in actions.events] == ["TidalRestorePending", "TidalNodeRestored"]
     assert all(e["kind"] == "Node" and e["name"] == "n1" for e in actions.events)
@@ -167,25 +174,20 @@ def test_a_removal_refused_then_the_mode_on_again_then_off_sends_a_second_restor
     agent.actions = actions = RecordingActions()
 
     async def rounds():
-        agent.start()
-        try:
-            agent.round(Sample(), pods(10))
-            await until(lambda: actions.labels)
-            actions.label_failures = 1
-            _off(agent)
-            agent.round(Sample(), pods(10))
-            await until(lambda: "label refused" in actions.calls)
-            # switched on again before the removal got through: the label stays, no Event
-            agent.observe_node({"metadata": {"labels": {CO: "true", LABEL: "true"}},
-                                "status": {"allocatable": ALLOCATABLE}})
-            agent.round(Sample(), pods(10))
-            await until(lambda: not agent._restored_event_sent)
-            _off(agent)  # and off again: this removal is a restore of its own
-            agent.round(Sample(), pods(10))
-            await until(lambda: len(actions.labels) == 2)
-        finally:
-            await agent.stop()
-
-    asyncio.run(rounds())
+        agent.round(Sample(), pods(10))
+        await until(lambda: actions.labels)
+        actions.label_failures = 1
+        _off(agent)
+        agent.round(Sample(), pods(10))
+        await until(lambda: "label refused" in actions.calls)
+        # switched on again before the removal got through: the label stays, no Event
+        agent.observe_node({"metadata": {"labels": {CO: "true", LABEL: "true"}},
+                            "status": {"allocatable": ALLOCATABLE}})
+        agent.round(Sample(), pods(10))
+        await until(lambda: not agent._restored_event_sent)
+        _off(agent)  # and off again: this removal is a restore of its own
+        agent.round(Sample(), pods(10))
+        await until(lambda: len(actions.labels) == 2)
+    _run(agent, rounds)
     assert actions.calls == ["label true", "TidalRestorePending", "TidalNodeRestored", "label refused",
                              "TidalNodeRestored", "label None"]

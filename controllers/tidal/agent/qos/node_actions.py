@@ -84,10 +84,12 @@ class NodeActions:
         return EvictOutcome.EVICTED
 
     async def event(self, *, kind: str, name: str, namespace: str, uid: str | None, reason: str,
-                    message: str, warning: bool = False, event_name: str | None = None) -> bool:
+                    message: str, warning: bool = False, event_name: str | None = None,
+                    at: datetime | None = None) -> bool:
         """Record an Event on the object; False when `event_name` (a name of its own instead of a
-        generated one: an Event that must exist once) names an Event that exists already."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        generated one: an Event that must exist once) names an Event that exists already. `at`:
+        when it happened (now if not given; an Event sent again later keeps its time)."""
+        now = (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
         ns = namespace or "default"
         meta = {"name": event_name} if event_name else {"generateName": f"{name}.tidal-"}
         body = {

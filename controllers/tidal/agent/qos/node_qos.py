@@ -20,7 +20,8 @@ the sampler's fresh usage. Each round:
    never a pod the watermark machine chose) join the watermark decisions;
 3. API work (taint, evictions, Events) is handed to one background worker, so a slow or absent
    API server never delays the cgroup work. The taint is level-triggered: the worker makes the
-   node's taint match the state machine, so a restarted agent or a lost patch converges.
+   node's taint match the state machine, so a restarted agent or a lost patch converges. The
+   node's Events wait in order until the API server has them (:mod:`.node_events`).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ from .engine import QoSEngine, RoundOutcome
 from .feature import Context, NodeEvent
 from .eviction_journal import FINISHED_NOTE, RETRIED_NOTE, EvictionIntent, EvictionJournal, resume
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
+from .node_events import NodeEventQueue, PendingEvent
 from .node_actions import EvictOutcome, NodeActions, evicted_event_name, has_offline_taint
 from .overrides import node_watermarks
 from .policy_status import policy_status
@@ -61,6 +63,8 @@ __all__ = ["NodeQoS", "Round", "eviction_usage_percent", "mode_status", "node_al
 #: a pod whose eviction a PodDisruptionBudget refused is not chosen again for this long
 BLOCKED_RETRY_SECONDS = 30.0
 API_TIMEOUT_SECONDS = 10.0
+#: the API worker wakes up at least this often: what failed (taint, label, an Event) is tried again
+WORKER_WAKE_SECONDS = 5.0
 
 
 async def within_api_timeout(awaitable):
@@ -302,9 +306,12 @@ class NodeQoS:
         self._initial_taint_read = False
         self._states: dict[str, PodState] = {}
         self.blocked: dict[str, float] = {}
-        self._work: asyncio.Queue[tuple[Decision | NodeEvent | EvictionIntent, PodState | None]] | None = None
+        self._work: asyncio.Queue[tuple[Decision | EvictionIntent, PodState | None]] | None = None
+        #: this node's Events, sent by the worker in order, each until the API server has it
+        self.node_events = NodeEventQueue(node)
         self._worker: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
+        self.worker_wake_seconds = WORKER_WAKE_SECONDS
         self.node_tainted: bool | None = None  # as last seen at the API server
         #: the restore-pending label as last seen at the API server (None: node not seen yet)
         self.restore_labelled: bool | None = None
@@ -534,9 +541,20 @@ class NodeQoS:
     def _queue_event(self, event: NodeEvent) -> None:
         if self._work is None:
             return  # no API (tests of the round alone): logged only
-        self._work.put_nowait((event, None))
+        self.node_events.put(event)
         assert self._wake is not None
         self._wake.set()
+
+    async def _send_node_events(self) -> bool:
+        """The node's waiting Events sent in order (:mod:`.node_events`); True when none is left."""
+        return await self.node_events.send(self._post_node_event)
+
+    async def _post_node_event(self, pending: PendingEvent) -> None:
+        assert self.actions is not None
+        event = pending.event
+        await within_api_timeout(self.actions.event(
+            kind="Node", name=self.node, namespace="", uid=None, reason=event.reason, message=event.message,
+            warning=event.warning, event_name=pending.name, at=pending.at))
 
     def _resume_evictions(self) -> None:
         """The evictions a previous run requested and did not finish (the first round with the API
@@ -613,7 +631,7 @@ class NodeQoS:
         assert self._work is not None and self._wake is not None
         while True:
             try:
-                async with asyncio.timeout(5.0):
+                async with asyncio.timeout(self.worker_wake_seconds):
                     await self._wake.wait()
             except TimeoutError:
                 pass
@@ -630,20 +648,11 @@ class NodeQoS:
                 raise
             except Exception as err:  # retried on the next wake-up or after 5 s
                 log.warning("label %s of node %s not updated: %s", qos.RESTORE_PENDING_NODE_LABEL, self.node, err)
+            await self._send_node_events()  # one that fails waits, with those after it, for the next wake-up
             while not self._work.empty():
                 decision, pod = self._work.get_nowait()
                 if isinstance(decision, EvictionIntent):
                     await self._finish_eviction(decision)
-                    continue
-                if isinstance(decision, NodeEvent):
-                    try:
-                        await within_api_timeout(self.actions.event(
-                            kind="Node", name=self.node, namespace="", uid=None, reason=decision.reason,
-                            message=decision.message, warning=decision.warning))
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as err:
-                        log.warning("Event %s on node %s not sent: %s", decision.reason, self.node, err)
                     continue
                 assert pod is not None
                 try:
@@ -676,8 +685,7 @@ class NodeQoS:
             self.node_tainted = want
             reason, message = taint_event(want, self.eviction)
             log.info("node %s: %s", self.node, message)
-            await self.actions.event(kind="Node", name=self.node, namespace="", uid=None,
-                                     reason=reason, message=message, warning=want)
+            self.node_events.put(NodeEvent(reason, message, warning=want))  # sent later in this wake-up
         else:
             self.node_tainted = want
 
@@ -690,23 +698,25 @@ class NodeQoS:
             self._restored_event_sent = False  # the next removal sends its own Event
         if self.restore_labelled == want:
             return
-        if not want and not self._restored_event_sent:
-            # Before the label goes: without it the DaemonSet deletes this pod at once, and an
-            # Event still in flight when the agent is stopped would be lost (the CI run of 1e8a9bf).
-            # Sent once, however often the label's removal has to be tried again.
-            await self._restore_event(want)
-            self._restored_event_sent = True
+        if not want:
+            # Every Event first, the TidalNodeRestored last: without the label the DaemonSet
+            # deletes this pod at once, and an Event still waiting when the agent is stopped would
+            # be lost (the CI run of 1e8a9bf). Queued once, however often the label's removal has
+            # to be tried again; the removal waits until they are all sent.
+            if not self._restored_event_sent:
+                self._restore_event(want)
+                self._restored_event_sent = True
+            if not await self._send_node_events():
+                return  # tried again at the next wake-up
         await self.actions.set_label(qos.RESTORE_PENDING_NODE_LABEL, "true" if want else None)
         self.restore_labelled = want
         if want:
-            await self._restore_event(want)
+            self._restore_event(want)
 
-    async def _restore_event(self, pending: bool) -> None:
-        assert self.actions is not None
+    def _restore_event(self, pending: bool) -> None:
         reason, message = restore_event(pending)
         log.info("node %s: %s", self.node, message)
-        await self.actions.event(kind="Node", name=self.node, namespace="", uid=None, reason=reason,
-                                 message=message)
+        self.node_events.put(NodeEvent(reason, message))  # sent in this wake-up (the worker's own)
 
     async def _finish_eviction(self, intent: EvictionIntent) -> None:
         """The evidence of an eviction that took effect (`_evidence`); an API error keeps its

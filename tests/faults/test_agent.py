@@ -384,41 +384,64 @@ def _hold_parent_quota(child: Path) -> int:
 
 def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, custom, workload):
     """The kernel refuses the agent's cgroup writes (EINVAL here: a cgroup someone else made
-    under the BE pods' parent holds a CPU quota the agent's lower quota would break). Must hold:
-    a Warning Event TidalCgroupWriteFailed on the node naming the file and the kernel's error,
-    once; `tidal_agent_cgroup_write_errors_total` counting the tries; the agent neither restarts
-    nor stops answering /healthz; once the obstacle is gone the write succeeds, with a
-    TidalCgroupWriteRecovered Event. Nothing evicted."""
+    under the BE pods' parent holds a CPU quota the agent's lower quota would break), and the API
+    server refuses the node's Events (500, a failing admission webhook on the namespace they go
+    to) through the failure and the recovery. Must hold: `tidal_agent_cgroup_write_errors_total`
+    counts the tries; the refused Event is tried again; the agent neither restarts nor stops
+    answering /healthz; once the obstacle is gone the write succeeds; once the API accepts Events,
+    one Warning Event TidalCgroupWriteFailed naming the file and the kernel's error, with the time
+    it happened, and one TidalCgroupWriteRecovered after it (both are sent on a change only: a
+    dropped one was never sent again). Nothing evicted."""
     if not (REFUSING / "cpu.cfs_quota_us").exists():
         pytest.skip("no cgroup v1 cpu hierarchy for the BE pods: this refusal is v1's")
+    admission = client.AdmissionregistrationV1Api(core.api_client)
     url = agent_health_url(core)
     restarts, errors_before = _restarts(core), _write_errors(url)
     evicted_before = len(evictions(core, workload))
     started, before = now_utc(), _node_event_uids(core)
     child = REFUSING / "tidal-fault-refuses"
     child.mkdir(exist_ok=True)
+    probe = {"metadata": {"generateName": "tidal-fault-probe-"}, "involvedObject": {"kind": "Node", "name": REAL_NODE},
+             "reason": "TidalFaultProbe", "message": "a dry run"}
+    admission.create_validating_webhook_configuration(_refusing("default", EVENTS_RULE))
     # the quota in force every round (the default, onInterference, holds none on a quiet node)
     with be_isolation_patched(custom, POLICY, {"cpuSuppression": {"quota": "always"}}):
         try:
+            wait_for(lambda: _answers_500(lambda: core.create_namespaced_event("default", probe, dry_run="All")),
+                     30, "the API server refusing the node's Events")
             wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") != "-1", 30, "a quota on the BE pods' parent")
             held = _hold_parent_quota(child)
             assert held > 30000, f"the BE parent's quota {held} is already at the floor the test asks for"
             # Suppression's floor, and a threshold below it: the agent wants the parent at 300 m.
             custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
                 "cpuSuppression": {"thresholdPercent": 10, "floorMillicores": 300}}}})
-            (failed,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", before) or None, 60,
-                                 "a TidalCgroupWriteFailed Event on the node")
-            assert "kubepods/besteffort/cpu.cfs_quota_us" in failed.message, failed.message
-            assert "Invalid argument" in failed.message and failed.type == "Warning", failed.message
+            wait_for(lambda: _agent_says(core, started, f"Event TidalCgroupWriteFailed on node {REAL_NODE} not sent")
+                     >= 2, 60, "the refused TidalCgroupWriteFailed Event tried twice", interval=0.5)
             wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the write errors counted every round")
             assert int(read(REFUSING / "cpu.cfs_quota_us")) >= held  # the kernel kept the parent's quota
             assert healthy(url)
-        finally:
             child.rmdir()
-        wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
-                 "a TidalCgroupWriteRecovered Event once the write succeeds")
-        wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
-        assert len(_node_events(core, "TidalCgroupWriteFailed", before)) == 1  # once, not every round
+            wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
+            assert not _node_events(core, "TidalCgroupWriteFailed", before)
+        finally:
+            if child.exists():
+                child.rmdir()
+            try:
+                admission.delete_validating_webhook_configuration(REFUSE)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        accepted = now_utc()
+        (recovered,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
+                                "the TidalCgroupWriteRecovered Event once the API accepts Events")
+        (failed,) = _node_events(core, "TidalCgroupWriteFailed", before)  # once, not every round or try
+        assert "kubepods/besteffort/cpu.cfs_quota_us" in failed.message, failed.message
+        assert "Invalid argument" in failed.message and failed.type == "Warning", failed.message
+        # each with the time it happened (seconds), the failure before the recovery, and both
+        # before the API server accepted them
+        assert started.replace(microsecond=0) <= failed.first_timestamp <= recovered.first_timestamp, \
+            (started, failed.first_timestamp, recovered.first_timestamp)
+        assert recovered.first_timestamp <= accepted, (recovered.first_timestamp, accepted)
     _unharmed(core, workload, restarts, evicted_before, started)
 
 

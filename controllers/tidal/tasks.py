@@ -1,10 +1,36 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Ending asyncio tasks for good: shared by the manager and the agent."""
+"""Ending asyncio tasks for good, and waiting with a deadline without losing a cancellation:
+shared by the manager and the agent.
+
+Python 3.11's ``asyncio.wait_for`` returns the result of an awaitable that finished just as the
+waiting task was cancelled, and the cancellation is lost (fixed in 3.12; the image runs 3.11):
+a task stopped at that moment runs on. :func:`within` and :func:`sleep_or_stop` wait with
+``asyncio.timeout`` instead, which cancels the task itself."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
 
-__all__ = ["cancel_and_wait"]
+T = TypeVar("T")
+
+__all__ = ["cancel_and_wait", "sleep_or_stop", "within"]
+
+
+async def within(seconds: float | None, awaitable: Awaitable[T]) -> T:
+    """`awaitable`'s result, or TimeoutError after `seconds` (None: no deadline). A cancellation
+    of the waiting task is never lost (not ``asyncio.wait_for``: see above)."""
+    async with asyncio.timeout(seconds):
+        return await awaitable
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait `seconds`, or less if `stop` is set meanwhile; whether it is set."""
+    try:
+        await within(seconds, stop.wait())
+    except TimeoutError:
+        pass
+    return stop.is_set()
 
 
 async def cancel_and_wait(*tasks: asyncio.Task, retry_seconds: float = 1.0) -> None:

@@ -64,6 +64,7 @@ from tidal.kube.watch import Watcher
 from tidal.metrics import NodeMetrics, SchedulerUsageMetrics, zero_evictions
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy, PolicyValidationError
 from tidal.api.qos import QoSLevel
+from tidal.tasks import sleep_or_stop, within
 
 log = logging.getLogger(__name__)
 WINDOWS = (60, 300, 1800)
@@ -529,7 +530,7 @@ async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, 
                                             sum(u.cpu_millicores for u in online),
                                             sum(u.memory_bytes for u in online), capacity)
                 try:
-                    await asyncio.wait_for(eviction.act(decisions), 10)
+                    await within(10, eviction.act(decisions))
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:  # the taint converges next round; a pod is chosen again
@@ -565,7 +566,4 @@ async def _replay_loop(api, replayed, trace, speed, report_interval, predictor, 
             if not failed:
                 reported_generation = generation
         previous = now
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=1.0)
-        except asyncio.TimeoutError:
-            pass
+        await sleep_or_stop(stop, 1.0)

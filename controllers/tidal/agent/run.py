@@ -32,6 +32,7 @@ from tidal.kube.watch import ObjectWatch
 from tidal.metrics import node_metrics, scheduler_usage_metrics, zero_evictions
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
 from tidal.predict.predictors import REALISABLE
+from tidal.tasks import sleep_or_stop, within
 
 log = logging.getLogger(__name__)
 
@@ -311,10 +312,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
                       node, failures.repeats, error)
 
     async def wait(seconds: float) -> None:
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
+        await sleep_or_stop(stop, seconds)
 
     try:
         if not await wait_synced((pods, node_watch, policy_watch), stop):
@@ -369,7 +367,7 @@ async def node_now(api, node: str, cached: dict | None, timeout: float = 5.0) ->
     without its labels moments before the DaemonSet deleted this pod). The watched object when
     the API server does not answer."""
     try:
-        return await asyncio.wait_for(api.request("GET", f"/api/v1/nodes/{node}"), timeout)
+        return await within(timeout, api.request("GET", f"/api/v1/nodes/{node}"))
     except ApiError as err:
         if err.status == 404:
             return None
@@ -406,7 +404,7 @@ def report_due(now: float, last_report: float | None, last_failed: bool, behind:
 async def _report(api, node: str, status: dict, generation: int, reported: list, failed: list | None = None) -> None:
     failed = failed if failed is not None else [False]
     try:
-        await asyncio.wait_for(write_status(api.request, node, status), timeout=10)
+        await within(10, write_status(api.request, node, status))
         reported[0] = generation
         failed[0] = False
     except Exception as err:  # retried after REPORT_RETRY_SECONDS; stale data degrades to 0 at the master

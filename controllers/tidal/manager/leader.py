@@ -17,7 +17,7 @@ import logging
 from typing import Awaitable, Callable
 
 from tidal.kube import Conflict, KubeAPI, NotFound, error_summary
-from tidal.tasks import cancel_and_wait
+from tidal.tasks import cancel_and_wait, sleep_or_stop, within
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class LeaderElector:
 
     async def _attempt(self) -> bool:
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.retry_seconds * 2)
+            return await within(self.retry_seconds * 2, self.try_acquire_or_renew())
         except Exception as err:  # the API server is unreachable, or refuses: not renewed
             log.warning("lease %s/%s not acquired or renewed: %s", self.namespace, self.name, error_summary(err))
             return False
@@ -106,7 +106,7 @@ class LeaderElector:
         while not stop.is_set():
             began = loop.time()
             if not await self._attempt():
-                await _sleep_or_stop(stop, self.retry_seconds)
+                await sleep_or_stop(stop, self.retry_seconds)
                 continue
             self.is_leader = True
             self.transitions += 1
@@ -117,7 +117,7 @@ class LeaderElector:
             last_renewal = began
             try:
                 while not stop.is_set() and not task.done():
-                    await _sleep_or_stop(stop, self.retry_seconds)
+                    await sleep_or_stop(stop, self.retry_seconds)
                     if loop.time() - last_renewal > self.renew_deadline:
                         break  # no attempt begun past the deadline: one could end after the lease
                     began = loop.time()
@@ -132,9 +132,3 @@ class LeaderElector:
                 self.is_leader = False
                 await cancel_and_wait(task)  # the work has ended before another try for the lease
 
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except asyncio.TimeoutError:
-        pass

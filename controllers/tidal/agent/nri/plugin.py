@@ -33,6 +33,7 @@ from .api import api_pb2 as api
 from .api.source import NRI_VERSION
 from tidal.agent.qos.numa_affinity import SUCCESS_LOG
 from tidal.api import qos
+from tidal.tasks import sleep_or_stop, within
 
 from .decisions import (
     BatchRequest,
@@ -200,10 +201,7 @@ class TidalNRIPlugin:
             # drops the plugin at once is not retried in a tight loop
             stable = registered and time.monotonic() - started >= STABLE_SESSION_SECONDS
             delay = first if stable else min(longest, delay * 2)
-            try:
-                await asyncio.wait_for(stop.wait(), delay * (0.8 + 0.4 * random.random()))
-            except asyncio.TimeoutError:
-                pass
+            await sleep_or_stop(stop, delay * (0.8 + 0.4 * random.random()))
         self.ready.clear()
 
     async def _session(self, stop: asyncio.Event) -> bool:
@@ -443,8 +441,8 @@ class TidalNRIPlugin:
         stages = self._stages[container_id]
         try:
             try:
-                requests = await asyncio.wait_for(self.pod_lookup(ref.namespace, ref.pod_name, ref.pod_uid),
-                                                  self.call_timeout)
+                requests = await within(self.call_timeout,
+                                        self.pod_lookup(ref.namespace, ref.pod_name, ref.pod_uid))
             except Exception as err:
                 log.warning("NRI: cannot read batch resources of %s/%s: %s", ref.namespace, ref.pod_name, err)
                 return
@@ -462,8 +460,8 @@ class TidalNRIPlugin:
             # when the first one reached the cgroups.
             for stage, event in stages.items():
                 try:
-                    await asyncio.wait_for(event.wait(), 60)
-                except asyncio.TimeoutError:
+                    await within(60, event.wait())
+                except TimeoutError:
                     log.warning("NRI: container %s of %s/%s was not %s within 60 s; not updating it",
                                 ref.container_name, ref.namespace, ref.pod_name, stage)
                     return

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError, Message
 
+from tidal.tasks import within
+
 from .api import ttrpc_pb2
 
 __all__ = ["HEADER", "MAX_MESSAGE", "MSG_REQUEST", "MSG_RESPONSE", "MSG_DATA",
@@ -98,7 +100,7 @@ class Client:
         self._pending[stream_id] = future
         try:
             self._send(encode_message(stream_id, MSG_REQUEST, req.SerializeToString()))
-            resp = await asyncio.wait_for(future, timeout)
+            resp = await within(timeout, future)
         finally:
             self._pending.pop(stream_id, None)
         if resp.status.code != Code.OK:

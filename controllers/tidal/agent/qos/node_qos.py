@@ -38,7 +38,7 @@ from typing import Any
 from tidal.agent.collector.cgroups import CgroupLayout
 from tidal.agent.collector.sampler import ONLINE_LEVELS, PodUsage, Sampler
 from tidal.metrics import NodeMetrics
-from tidal.tasks import cancel_and_wait
+from tidal.tasks import cancel_and_wait, within
 from tidal.api.node_mode import NodeMode, eviction_allowed, node_mode, requests_percent
 from tidal.api.policy import ColocationPolicy, PolicyValidationError
 from tidal.api import qos
@@ -68,11 +68,9 @@ WORKER_WAKE_SECONDS = 5.0
 
 
 async def within_api_timeout(awaitable):
-    """`awaitable`'s result, or TimeoutError after API_TIMEOUT_SECONDS. Not ``asyncio.wait_for``:
-    on Python 3.11 it returns the result of an awaitable that finished just as its task was
-    cancelled, and the cancellation is lost (the API worker then ran on after ``stop``)."""
-    async with asyncio.timeout(API_TIMEOUT_SECONDS):
-        return await awaitable
+    """`awaitable`'s result, or TimeoutError after API_TIMEOUT_SECONDS, never losing a
+    cancellation (:func:`tidal.tasks.within`: the API worker once ran on after ``stop``)."""
+    return await within(API_TIMEOUT_SECONDS, awaitable)
 
 
 def usage_percent(sampler: Sampler, node_cpus: float) -> dict[str, float]:

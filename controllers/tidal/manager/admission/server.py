@@ -30,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from tidal.manager.admission.context import DEFAULT_CONTEXT, AdmissionContext
 from tidal.manager.admission.review import answer, namespace_of
 from tidal.manager.tls import ReloadingTLS
+from tidal.tasks import sleep_or_stop
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +145,8 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None,
     stop = stop or asyncio.Event()
     try:
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=config.tls_check_seconds)
-            except asyncio.TimeoutError:
-                if tls.check():
-                    metrics.tls_reloads.inc()
+            if not await sleep_or_stop(stop, config.tls_check_seconds) and tls.check():
+                metrics.tls_reloads.inc()
     finally:
         ready.clear()
         for runner in reversed(runners):

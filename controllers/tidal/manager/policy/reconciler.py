@@ -18,6 +18,7 @@ from tidal.api import qos
 from tidal.api.node_mode import node_mode
 from tidal.kube import KubeAPI, ObjectWatch, Watcher
 from tidal.api.policy import DEFAULT_POLICY_NAME, ColocationPolicy
+from tidal.tasks import sleep_or_stop
 
 from . import volcano_node_order
 from .rollout import NodeReport, rollout_status
@@ -68,10 +69,7 @@ async def run_policy_reconciler(api: KubeAPI, interval: float = 0.5, stop: async
                 except Exception as err:  # retried at the next change or within 30 s
                     log.warning("ColocationPolicy status not updated: %s", err)
                     seen = None
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-            except asyncio.TimeoutError:
-                pass
+            await sleep_or_stop(stop, interval)
     finally:
         for w in watchers:
             w.cancel()

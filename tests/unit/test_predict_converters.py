@@ -62,6 +62,8 @@ def test_azure_output_reads_back_as_a_trace_with_the_missing_reading_filled() ->
         ("timestamp,vm_id,min_cpu,max_cpu,avg_cpu\n0,vmZ,1,2,3\n", ":2: column 'vm_id': VM 'vmZ' is not in"),
         ("timestamp,vm_id,min_cpu,max_cpu,avg_cpu\n0,vmA,1,x,3\n", ":2: column 'max_cpu': not a number: 'x'"),
         ("timestamp,vm_id,min_cpu,max_cpu,avg_cpu\n0,vmA,1,-2,3\n", ":2: column 'max_cpu': negative"),
+        ("timestamp,vm_id,min_cpu,max_cpu,avg_cpu\n0,vmA,1,100.5,3\n",
+         ":2: column 'max_cpu': a percentage must be 0 to 100, got '100.5'"),
     ],
 )
 def test_azure_bad_input_names_line_and_column(tmp_path: Path, content: str, message: str) -> None:
@@ -70,6 +72,12 @@ def test_azure_bad_input_names_line_and_column(tmp_path: Path, content: str, mes
     with pytest.raises(TraceFormatError) as err:
         convert_azure(p, AZ_META)
     assert message in str(err.value)
+
+
+def test_a_whole_busy_vm_is_100_percent_and_the_other_column_is_not_checked(tmp_path: Path) -> None:
+    p = tmp_path / "cpu.csv"
+    p.write_text("timestamp,vm_id,min_cpu,max_cpu,avg_cpu\n0,vmA,1,100,300\n")
+    assert [u for _, _, u, _ in convert_azure(p, AZ_META).rows] == [2.0]  # vmA has 2 vCPUs
 
 
 def test_azure_unknown_category_lists_the_known_ones() -> None:
@@ -96,6 +104,18 @@ def test_alibaba_resamples_to_steps_with_max_or_mean(variant, expected) -> None:
     assert [u for _, _, u, _ in conv.rows] == pytest.approx([u for *_, u in expected])
     assert {r for *_, r in conv.rows} == {96.0}
     assert conv.readings == 7 and conv.skipped == 1 and conv.machines == 2
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("-1", "usage.csv:1: column 'cpu_util_percent': negative value '-1'"),
+    ("101", "usage.csv:1: column 'cpu_util_percent': a percentage must be 0 to 100, got '101'"),
+])
+def test_alibaba_utilisation_outside_0_to_100_is_an_error(tmp_path: Path, value: str, message: str) -> None:
+    p = tmp_path / "usage.csv"
+    p.write_text(f"m_1,0,{value},50,,,1,1,5\n")
+    with pytest.raises(TraceFormatError) as err:
+        convert_alibaba(p, AL_META)
+    assert message in str(err.value)
 
 
 def test_alibaba_machine_without_meta_is_an_error(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.predict.series import TraceFormatError, open_text, parse_number
+from tidal.predict.series import TraceFormatError, open_text, parse_number, parse_percent
 
 __all__ = ["AlibabaConversion", "convert_alibaba", "read_alibaba_meta"]
 
@@ -103,11 +103,7 @@ def convert_alibaba(
                     skipped += 1
                     continue
                 ts = parse_number(row[1].strip(), where, "time_stamp")
-                pct = parse_number(raw, where, "cpu_util_percent")
-                if pct < 0:
-                    raise TraceFormatError(
-                        f"{where}: column 'cpu_util_percent': negative value {raw!r}"
-                    )
+                pct = parse_percent(raw, where, "cpu_util_percent")
                 buckets[(machine, int(ts // step) * step)].append(pct)
                 readings += 1
     except OSError as e:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.predict.series import TraceFormatError, open_text, parse_number
+from tidal.predict.series import TraceFormatError, open_text, parse_number, parse_percent
 
 __all__ = ["VARIANTS", "AzureConversion", "convert_azure", "read_azure_meta"]
 
@@ -141,9 +141,7 @@ def convert_azure(
                 if raw == "":
                     missing += 1
                     continue
-                pct = parse_number(raw, where, column)
-                if pct < 0:
-                    raise TraceFormatError(f"{where}: column {column!r}: negative percentage {raw!r}")
+                pct = parse_percent(raw, where, column)
                 cores = meta[vm][1]
                 if ts != int(ts):
                     raise TraceFormatError(f"{where}: column 'timestamp': not whole seconds: {ts!r}")

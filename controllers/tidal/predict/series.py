@@ -145,6 +145,16 @@ def parse_number(text: str, where: str, column: str, *, integer: bool = False) -
     return value
 
 
+def parse_percent(text: str, where: str, column: str) -> float:
+    """A utilisation in percent of the machine or VM, 0 to 100; TraceFormatError naming the
+    place, the column and the range otherwise (a value above 100 is another unit, not a busy
+    machine: counted as is it would inflate the node's usage)."""
+    value = parse_number(text, where, column)
+    if value > 100:
+        raise TraceFormatError(f"{where}: column '{column}': a percentage must be 0 to 100, got {text.strip()!r}")
+    return value
+
+
 def read_trace(
     source: str | Path | IO[str],
     *,

@@ -42,7 +42,9 @@ both come out alike. A third form has no rule's base to scale:
 The peers' rules (``koordinator``, ``volcano``) are candidates too, *as their systems use
 them*, uncalibrated: each may be used while its realised violations on this node stay within α
 with a prior of one clean day (violations / (points + one day of points) ≤ α), so a rule that
-missed is dropped at once and one that never misses keeps its standing slack for arrivals.
+misses is dropped soon (on 5-minute steps, with α ≈ 0.69 %, at its third miss in its first half
+day: the prior admits α × 288 ≈ 2, and one more for every 1/α ≈ 145 points of record) and one that
+never misses keeps its standing slack for arrivals.
 Nothing here is fitted to a trace; every constant is a peer's published default or derived from
 the violation budget and the horizon.
 

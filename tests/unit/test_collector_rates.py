@@ -94,8 +94,8 @@ def test_tracker_memory_is_one_reading_per_key_and_retain_forgets_the_rest():
     assert rates.update("b", 0, 200.0) is None  # forgotten: first sample again
 
 
-def _times(busy, idle, iowait, cpus=2):
-    return CpuTimes(total=busy + idle + iowait, idle=idle, iowait=iowait, cpus=cpus)
+def _times(busy, idle, iowait, cpus=2, steal=0):
+    return CpuTimes(total=busy + idle + iowait + steal, idle=idle, iowait=iowait, cpus=cpus, steal=steal)
 
 
 @pytest.mark.parametrize(
@@ -106,6 +106,8 @@ def _times(busy, idle, iowait, cpus=2):
         (_times(0, 0, 0, cpus=4), _times(400, 0, 0, cpus=4), 4.0),
         # iowait is not busy
         (_times(0, 0, 0), _times(50, 50, 100), 0.5),
+        # nor is steal (another guest had the CPU), though it is part of the elapsed time
+        (_times(0, 0, 0), _times(100, 50, 0, steal=50), 1.0),
         (None, _times(1, 1, 1), None),  # first sample
         (_times(10, 10, 0), _times(10, 10, 0), None),  # no ticks elapsed
         (_times(100, 100, 0), _times(50, 50, 0), None),  # counters went back

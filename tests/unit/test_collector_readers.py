@@ -147,11 +147,11 @@ btime 1700000000
 """
 
 
-def test_proc_stat_busy_excludes_idle_and_iowait_and_guest_is_not_counted_twice():
+def test_proc_stat_busy_excludes_idle_iowait_and_steal_and_guest_is_not_counted_twice():
     times = parse_proc_stat(PROC_STAT)
     total = 461536 + 10 + 91576 + 264752 + 4488 + 7 + 5158 + 5510  # guest (3) is inside user
-    assert times == CpuTimes(total=total, idle=264752, iowait=4488, cpus=2)
-    assert times.busy == total - 264752 - 4488
+    assert times == CpuTimes(total=total, idle=264752, iowait=4488, cpus=2, steal=5510)
+    assert times.busy == 461536 + 10 + 91576 + 7 + 5158  # user nice system irq softirq
 
 
 def test_proc_stat_of_an_old_kernel_with_five_counters_is_read():
@@ -307,7 +307,7 @@ def test_malformed_file_on_disk_is_reported_with_its_path(tmp_path):
 def test_recorded_proc_files_are_read():
     times = read_proc_stat(DATA / "proc" / "stat")
     assert times.cpus == 4
-    assert times.busy == 2255318 + 1204 + 571230 + 30442 + 1513
+    assert times.busy == 2255318 + 1204 + 571230 + 30442  # user nice system softirq (steal 1513 is not busy)
     assert read_meminfo(DATA / "proc" / "meminfo").used_bytes == (16310948 - 11068260) * 1024
 
 

@@ -123,8 +123,9 @@ def node_cpu_cores(previous: CpuTimes | None, current: CpuTimes) -> float | None
     """Busy cores of the node between two ``/proc/stat`` readings.
 
     busy ticks / total ticks of the interval, times the online CPUs: independent of the tick
-    rate and of wall-clock time. Clamped to [0, cpus]: the kernel's iowait counter may go
-    backwards, which would otherwise overstate busy time by a few ticks.
+    rate and of wall-clock time (steal, in the total, is not busy: another guest had the CPU).
+    Clamped to [0, cpus]: the kernel's iowait counter may go backwards, which would otherwise
+    overstate busy time by a few ticks.
     """
     if previous is None:
         return None

@@ -14,9 +14,12 @@ Definitions, chosen to match what the kubelet (cAdvisor) reports:
 * cgroup memory working set, **without page cache that can be dropped**: v1
   ``memory.usage_in_bytes`` minus ``total_inactive_file`` of ``memory.stat`` (hierarchical); v2
   ``memory.current`` minus ``inactive_file`` (v2 statistics are always hierarchical); clamped at 0.
-* node CPU (``/proc/stat`` first line): busy = total - idle - iowait, in clock ticks; total is
-  the sum of user, nice, system, idle, iowait, irq, softirq and steal (guest and guest_nice are
-  already included in user and nice).
+* node CPU (``/proc/stat`` first line): busy = total - idle - iowait - steal, in clock ticks;
+  total is the sum of user, nice, system, idle, iowait, irq, softirq and steal (guest and
+  guest_nice are already included in user and nice). Steal is time the hypervisor gave another
+  guest: no process of the node used it (the kubelet's root-cgroup usage leaves it out too), so
+  counting it busy would show a VM's contention as usage outside the pods (``systemOverhead``)
+  and could evict BE pods for it.
 * node memory used: ``MemTotal - MemAvailable`` from ``/proc/meminfo``; when the node is itself a
   memory cgroup (``tidal-agent run --node-memory-cgroup``: a node in a container, or a memory
   budget standing for a node), :func:`node_memory_in_cgroup`: capacity the cgroup's limit (at
@@ -81,10 +84,11 @@ class CpuTimes:
     idle: int
     iowait: int
     cpus: int
+    steal: int = 0
 
     @property
     def busy(self) -> int:
-        return self.total - self.idle - self.iowait
+        return self.total - self.idle - self.iowait - self.steal
 
 
 @dataclass(frozen=True)
@@ -226,7 +230,8 @@ def parse_proc_stat(text: str, source: str = "/proc/stat") -> CpuTimes:
         raise ParseError(source, "no aggregate 'cpu' line")
     if cpus == 0:
         raise ParseError(source, "no per-CPU 'cpuN' lines")
-    return CpuTimes(total=sum(aggregate), idle=aggregate[3], iowait=aggregate[4], cpus=cpus)
+    steal = aggregate[7] if len(aggregate) > 7 else 0  # since Linux 2.6.11
+    return CpuTimes(total=sum(aggregate), idle=aggregate[3], iowait=aggregate[4], cpus=cpus, steal=steal)
 
 
 _MEMINFO_UNITS = {"kB": 1024, "": 1}

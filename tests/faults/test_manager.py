@@ -83,7 +83,10 @@ def test_leading_manager_sigkilled_mid_cycle_a_replica_leads_within_the_lease_an
         finished = time.monotonic() - killed
         recovery("leading manager SIGKILLed mid-cycle", took,
                  f"leader again {took:.1f}s after the kill ({who}); half-written node finished {finished:.1f}s after")
-        assert took <= spec.lease_duration_seconds + RETRY_SECONDS, \
+        # The replica counts the Lease's duration on its own clock from when it saw the killed
+        # leader's last renewal (up to one retry after it was written, as client-go's election:
+        # the holder's renewTime is another machine's clock), and tries again every retry.
+        assert took <= spec.lease_duration_seconds + 2 * RETRY_SECONDS, \
             f"no leader for {took:.1f}s after the kill (Lease duration {spec.lease_duration_seconds}s)"
         print(f"killed {spec.holder_identity} (pids {pids}); {who} leads {took:.1f}s later")
     finally:

@@ -7,14 +7,24 @@ task while renewing, and cancels the task as soon as a renewal has not succeeded
 the leader's writes. Then it goes back to acquiring. The deadline counts from when the last
 successful renewal *began* (its renewTime), and no renewal is begun past it: an attempt takes
 up to twice `retry_seconds`, so the work stops by `renew_deadline` + that, within the lease
-(10 + 4 s of 15 by default) — the other replicas' clocks aside.
+(10 + 4 s of 15 by default).
+
+Whether another replica's lease has expired is judged on this replica's own monotonic clock, as
+client-go's leader election does: from when it first saw the lease's current record (holder and
+renewTime), not from the renewTime the holder wrote with its clock. A replica whose wall clock ran
+ahead of the holder's would otherwise take a lease that is being renewed, and both would work.
+The price: a replica counts the lease's duration from when it saw the last renewal, up to one
+`retry_seconds` after it was written, and one new to the lease waits a whole duration even for a
+lease long dead. A replica that stops (SIGTERM: `stop` set) releases the lease once its work has
+ended, so a rollout's new leader takes it at its next attempt, not a lease's duration later.
 """
 from __future__ import annotations
 
 import asyncio
 import datetime
 import logging
-from typing import Awaitable, Callable
+import time
+from typing import Any, Awaitable, Callable
 
 from tidal.kube import Conflict, KubeAPI, NotFound, error_summary
 from tidal.tasks import cancel_and_wait, sleep_or_stop, within
@@ -26,24 +36,15 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def lease_expired(renew_time: datetime.datetime | None, duration_seconds: int | None,
-                  now: datetime.datetime) -> bool:
-    """A lease with no renew time or duration is free; otherwise it expires after its duration."""
-    if renew_time is None or not duration_seconds:
-        return True
-    if renew_time.tzinfo is None:
-        renew_time = renew_time.replace(tzinfo=datetime.timezone.utc)
-    return now > renew_time + datetime.timedelta(seconds=duration_seconds)
+def lease_free(spec: dict[str, Any]) -> bool:
+    """A lease with no holder (released), no renew time or no duration is free to take."""
+    return not spec.get("holderIdentity") or not spec.get("renewTime") or not spec.get("leaseDurationSeconds")
 
 
-def _parse_time(text: str | None) -> datetime.datetime | None:
-    """A Lease's MicroTime (``2026-11-25T14:00:00.123456Z``), None when unset or unreadable."""
-    if not text:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+def observed_expired(observed_at: float, duration_seconds: float, now: float) -> bool:
+    """A lease whose record this replica first saw at `observed_at` (its monotonic clock) and has
+    seen unchanged since has expired once its duration has passed on that clock."""
+    return now - observed_at > duration_seconds
 
 
 def _micro_time(moment: datetime.datetime) -> str:
@@ -52,12 +53,17 @@ def _micro_time(moment: datetime.datetime) -> str:
 
 class LeaderElector:
     def __init__(self, api: KubeAPI, name: str, namespace: str, identity: str, *, lease_seconds: int = 15,
-                 renew_deadline: float = 10.0, retry_seconds: float = 2.0) -> None:
+                 renew_deadline: float = 10.0, retry_seconds: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.name, self.namespace, self.identity = name, namespace, identity
         self.lease_seconds, self.renew_deadline, self.retry_seconds = lease_seconds, renew_deadline, retry_seconds
+        self.clock = clock
         self.is_leader = False
         self.transitions = 0
+        #: the lease's record (holder, renewTime) as last seen, and when it was first seen so
+        self._observed: tuple | None = None
+        self._observed_at = 0.0
 
     @property
     def _leases(self) -> str:
@@ -79,7 +85,11 @@ class LeaderElector:
                 return False
         spec = lease.setdefault("spec", {})
         mine = spec.get("holderIdentity") == self.identity
-        if not mine and not lease_expired(_parse_time(spec.get("renewTime")), spec.get("leaseDurationSeconds"), now):
+        record = (spec.get("holderIdentity"), spec.get("renewTime"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, self.clock()
+        if not mine and not lease_free(spec) and not observed_expired(
+                self._observed_at, float(spec["leaseDurationSeconds"]), self.clock()):
             return False
         if not mine:
             spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
@@ -131,4 +141,24 @@ class LeaderElector:
             finally:
                 self.is_leader = False
                 await cancel_and_wait(task)  # the work has ended before another try for the lease
+                if stop.is_set():
+                    await self._release()
+
+    async def _release(self) -> None:
+        """Give the lease up on the way out (its work has ended): no holder, so the next replica
+        takes it at its next attempt. Failures are logged: the lease then expires as usual."""
+        path = f"{self._leases}/{self.name}"
+        try:
+            async with asyncio.timeout(self.retry_seconds * 2):
+                lease = await self.api.get(path)
+                spec = lease.setdefault("spec", {})
+                if spec.get("holderIdentity") != self.identity:
+                    return
+                now = _micro_time(_now())
+                spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now)
+                await self.api.replace(path, lease)
+            log.info("%s released the lease %s/%s", self.identity, self.namespace, self.name)
+        except Exception as err:  # another replica wrote first (409), or the API is away
+            log.warning("lease %s/%s not released (it expires as usual): %s", self.namespace, self.name,
+                        error_summary(err))
 

@@ -45,6 +45,8 @@ class NodeMetrics:
     cgroup_errors: Counter  # tidal_agent_cgroup_write_errors_total{node}
     #: ticks that failed on an unexpected error (logged; the next tick runs)
     tick_errors: Counter    # tidal_agent_tick_errors_total{node}
+    #: node Events given up: rejected for good by the API server, or too many waiting
+    node_events_dropped: Counter  # tidal_agent_node_events_dropped_total{node}
 
 
 #: every (resource, reason) a node's evictions are counted under (watermarks: cpu and memory; PSI
@@ -106,6 +108,10 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
                               ["node"], registry=r),
         tick_errors=Counter("tidal_agent_tick_errors", "agent ticks (sample, QoS round) that failed on an "
                             "unexpected error; the next tick runs", ["node"], registry=r),
+        node_events_dropped=Counter(
+            "tidal_agent_node_events_dropped",
+            "Node Events the agent gave up sending: rejected for good by the API server (a 4xx other than "
+            "408 and 429), or the oldest of too many waiting", ["node"], registry=r),
     )
 
 

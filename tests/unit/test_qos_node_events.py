@@ -88,10 +88,25 @@ def test_an_event_rejected_for_good_is_dropped_and_the_next_is_sent():
 
 
 def test_the_backlog_drops_the_oldest():
-    queue = NodeEventQueue("n1", backlog=3)
+    counted = []
+    queue = NodeEventQueue("n1", backlog=3, on_drop=lambda: counted.append(1))
     for i in range(5):
         queue.put(NodeEvent(f"E{i}", ""))
     assert [p.event.reason for p in queue.pending] == ["E2", "E3", "E4"] and queue.dropped == 2
+    assert len(counted) == 2
+
+
+def test_an_agent_counts_the_events_it_drops_in_its_metric(tmp_path):
+    from prometheus_client import CollectorRegistry
+
+    from tidal.metrics import node_metrics
+    registry = CollectorRegistry()
+    agent = node_qos(tmp_path, {CO: "true"})
+    agent.metrics = node_metrics(registry)
+    agent.node_events.backlog = 1
+    agent.node_events.put(NodeEvent("A", "a"))
+    agent.node_events.put(NodeEvent("B", "b"))
+    assert registry.get_sample_value("tidal_agent_node_events_dropped_total", {"node": "n1"}) == 1
 
 
 def test_an_event_whose_send_is_cancelled_stays():

@@ -14,6 +14,8 @@ API worker's next wake-up (5 s at most); those after it wait, so their order hol
   Requests: e.g. 403 when the agent's RBAC lacks events) is dropped with a warning, not retried.
 * At most :data:`BACKLOG` Events wait; past that the oldest is dropped with a warning (an API
   server away for hours must not grow the agent's memory).
+
+Every Event dropped counts in ``tidal_agent_node_events_dropped_total{node}``.
 """
 from __future__ import annotations
 
@@ -60,13 +62,20 @@ class NodeEventQueue:
     """Node Events in the order they happened, sent by :meth:`send`."""
 
     def __init__(self, node: str, backlog: int = BACKLOG,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 on_drop: Callable[[], None] | None = None) -> None:
         self.node = node
         self.backlog = backlog
         self.clock = clock
+        self.on_drop = on_drop
         self.pending: deque[PendingEvent] = deque()
         #: Events dropped: the backlog full, or rejected for good
         self.dropped = 0
+
+    def _dropped(self) -> None:
+        self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop()
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -75,7 +84,7 @@ class NodeEventQueue:
         self.pending.append(PendingEvent(event, self.clock(), event_name(self.node)))
         while len(self.pending) > self.backlog:
             lost = self.pending.popleft()
-            self.dropped += 1
+            self._dropped()
             log.warning("Event %s on node %s dropped: %d Events wait to be sent (at most %d)",
                         lost.event.reason, self.node, len(self.pending) + 1, self.backlog)
 
@@ -96,7 +105,7 @@ class NodeEventQueue:
                     log.warning("Event %s on node %s not sent (try %d): %s; tried again at the next wake-up",
                                 first.event.reason, self.node, first.tries, err)
                     return False
-                self.dropped += 1
+                self._dropped()
                 log.warning("Event %s on node %s dropped: the API server rejects it (%s)",
                             first.event.reason, self.node, err)
             self.pending.popleft()

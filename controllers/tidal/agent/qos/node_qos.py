@@ -306,7 +306,9 @@ class NodeQoS:
         self.blocked: dict[str, float] = {}
         self._work: asyncio.Queue[tuple[Decision | EvictionIntent, PodState | None]] | None = None
         #: this node's Events, sent by the worker in order, each until the API server has it
-        self.node_events = NodeEventQueue(node)
+        self.node_events = NodeEventQueue(node, on_drop=self._count_dropped_event)
+        if metrics is not None:
+            metrics.node_events_dropped.labels(node=node)  # at 0 from the start
         self._worker: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self.worker_wake_seconds = WORKER_WAKE_SECONDS
@@ -542,6 +544,10 @@ class NodeQoS:
         self.node_events.put(event)
         assert self._wake is not None
         self._wake.set()
+
+    def _count_dropped_event(self) -> None:
+        if self.metrics is not None:
+            self.metrics.node_events_dropped.labels(node=self.node).inc()
 
     async def _send_node_events(self) -> bool:
         """The node's waiting Events sent in order (:mod:`.node_events`); True when none is left."""

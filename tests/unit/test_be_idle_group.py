@@ -106,3 +106,14 @@ def test_the_systemd_driver_s_group_is_systemd_s_to_remove(tmp_path):
     group.ensure()
     assert group.switched_off(holding=False) == [] and group.swept
     assert (tmp_path / "cpu" / "tidal_be.slice").is_dir()
+
+
+def test_upkeep_makes_the_group_while_wanted_and_sweeps_it_when_not(tmp_path):
+    """Wanted: the switch in force on a node whose mode is active. An agent kept on a node switched
+    off (restore-pending) used to make the group again at every tick."""
+    layout = _v1_tree(tmp_path)
+    group = BEIdleGroup(layout, tmp_path)
+    assert {d.parent.name for d in group.upkeep(wanted=True, holding=False)} == {"cpu", "memory"}
+    assert group.upkeep(wanted=True, holding=False) == []  # there already
+    assert {d.parent.name for d in group.upkeep(wanted=False, holding=False)} == {"cpu", "memory"}
+    assert group.upkeep(wanted=False, holding=False) == [] and not (tmp_path / "cpu" / "tidal-be").exists()

@@ -13,7 +13,8 @@
   (a container not yet removed) is kept and tried again on the next tick. With the systemd
   driver the pod's directory is a slice systemd created for runc, and systemd's to remove: left
   alone.
-* While the switch is off, the group itself is removed from every hierarchy once it holds no pod
+* While the switch is off, or the node's mode is (an agent kept on to restore the node), the
+  group itself is removed from every hierarchy once it holds no pod
   (cgroupfs): switching the switch off, or the node's mode, leaves nothing behind (``uninstall.yml``
   promises no residue). A pod created there while the switch was on stays there until it ends; the
   group goes with the last one. Swept once per switch-off (and at the agent's start), not at every tick.
@@ -77,6 +78,16 @@ class BEIdleGroup:
     def problems(self) -> list[str]:
         """:attr:`problem` as the NodeProfile's policy problems take it."""
         return [self.problem] if self.problem else []
+
+    def upkeep(self, wanted: bool, holding: bool) -> list[Path]:
+        """Every tick: while `wanted` (the switch in force on a node whose mode is active) the
+        group made and bounded (returns the directories created); otherwise removed once it holds
+        no pod of the node (`holding`: returns the directories removed)."""
+        if not wanted:
+            return self.switched_off(holding)
+        created = self.ensure()  # idle (the priority strategy) before a BE container lands there
+        self.bound_memory()
+        return created
 
     def switched_off(self, holding: bool) -> list[Path]:
         """The switch is off: no problem to report any more, and, once the group is ``holding``

@@ -262,18 +262,17 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
     writer: asyncio.Task | None = None
 
     def observe(now: float) -> None:
-        # every tick (1 s): the sample, the prediction's history, the latest policy and Node
-        found = placement.refresh()  # the group's BE pods
-        idle_group.remove_gone(found, pods.pods.keys())
-        if node_qos.policy.be_isolation.cpu_priority.idle_group_in_force:
-            idle_group.ensure()  # idle (the priority strategy) before a BE container lands there
-            idle_group.bound_memory()
-        else:  # the group goes once its last pod has
-            idle_group.switched_off(holding=bool(found & pods.pods.keys()))
-        sampler.sample(placement.place(pods.pods.values()))
-        predictions.observe(sampler, history_clock())
+        # every tick (1 s): the latest policy and Node (first: this tick's decisions follow them),
+        # the sample, the prediction's history
         node_qos.observe_policy(policy_watch.object)
         node_qos.observe_node(node_watch.object)
+        found = placement.refresh()  # the group's BE pods
+        idle_group.remove_gone(found, pods.pods.keys())
+        # not on a node whose mode is off (its agent only restores): the group goes with its last pod
+        idle_group.upkeep(node_qos.enabled and node_qos.policy.be_isolation.cpu_priority.idle_group_in_force,
+                          holding=bool(found & pods.pods.keys()))
+        sampler.sample(placement.place(pods.pods.values()))
+        predictions.observe(sampler, history_clock())
 
     def act(started: float, qos_round: bool) -> None:
         nonlocal last_tick, last_report, writer

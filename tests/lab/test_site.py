@@ -124,6 +124,49 @@ def test_site_oversells_the_demo_nodes_from_the_start_and_runs_the_be_job_on_the
         assert "kubernetes.io/batch-cpu" in pod.spec.containers[0].resources.requests
 
 
+def test_a_static_pods_usage_is_read_from_its_own_cgroup_on_the_real_node(lab, site, core):
+    """A static pod (a manifest in the kubelet's staticPodPath, as kubeadm runs kube-proxy or
+    etcd): the API server holds only its mirror pod, whose uid is not the one the kubelet names
+    the pod's cgroup after. The agent read its usage by the mirror's uid, never found the cgroup,
+    counted the pod at its request and its usage as usage outside the pods."""
+    import datetime
+
+    from kubernetes import client
+    from tidal.api.pod_identity import MIRROR_ANNOTATION
+    from tidal_dev.lab import realnode
+    from tidal_dev.lab.pytest_plugin import wait_for
+
+    assert site.returncode == 0
+    image = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-manager") \
+        .items[0].spec.containers[0].image
+    manifest = realnode.node_for(lab.dir, 0).static_pod_dir / "tidal-test-static-ls.yaml"
+    mirror = f"static-ls-{REAL_NODE}"
+    custom = client.CustomObjectsApi(core.api_client)
+    pod = _pod("static-ls", image, "LS", {"requests": {"cpu": "50m", "memory": "32Mi"}},
+               ["python3", "-c", "import signal; signal.pause()"])
+    pod["metadata"]["namespace"] = "default"
+    del pod["spec"]["nodeSelector"]  # a static pod runs where its manifest is
+    manifest.write_text(yaml.safe_dump(pod))
+    try:
+        started = wait_for(_running(core, "default", mirror), 120, f"the mirror pod {mirror} running")
+        kubelet_uid = started.metadata.annotations[MIRROR_ANNOTATION]
+        assert kubelet_uid != started.metadata.uid
+        assert (CGROUP / "cpu/tidal-lab/kubepods/burstable" / f"pod{kubelet_uid}").is_dir()
+        since = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=10)
+
+        def measured():  # reports from 10 s on (a CPU rate needs two samples), and it is not at its request
+            status = custom.get_cluster_custom_object("colocation.tidal.io", "v1alpha1", "nodeprofiles",
+                                                      REAL_NODE)["status"]
+            observed = datetime.datetime.fromisoformat(status["observedAt"].replace("Z", "+00:00"))
+            at_request = {p["name"]: p["reason"] for p in status["perQoS"]["LS"]["podsAtRequest"]}
+            return status if observed >= since and mirror not in at_request else None
+        status = wait_for(measured, 90, f"the agent reporting {mirror}'s own usage, not its request")
+        assert status["perQoS"]["LS"]["pods"] >= 1
+    finally:
+        manifest.unlink(missing_ok=True)
+        wait_for(_gone(core, "default", mirror), 120, f"the mirror pod {mirror} gone with its manifest")
+
+
 def test_the_replayed_nodes_have_live_metrics_in_the_labs_prometheus(lab, site):
     """Issue 16: the replaying agent is scraped like a real agent, so the console's charts show
     the demo's kwok nodes (their usage by QoS level) within a minute or two of `make site`."""

@@ -3,6 +3,7 @@ import pytest
 from tidal.api import qos
 from tidal.agent.collector.cgroups import PodQOSClass
 from tidal.agent.pods import NodePods, pod_info, pod_state
+from tidal.api.pod_resources import BatchRequest
 
 
 def _pod(annotations=None, requests=None, phase="Running", qos_class="Burstable", container_id="containerd://abc123"):
@@ -165,3 +166,48 @@ def test_pod_watch_relists_after_a_410_and_resumes_from_the_new_resource_version
     assert api.calls[1] == ("list", "/api/v1/pods", selector)
     assert api.calls[2][2]["resourceVersion"] == "500"
     assert pods.relists == 1 and set(pods.pods) == {"u1"}
+
+
+STATIC_UID = "5c1e9b7d3f0a4c2e8b6d1f3a5c7e9b0d"  # the kubelet's hash of the manifest
+
+
+def _mirror():
+    return _pod({qos.QOS_ANNOTATION: "LS", "kubernetes.io/config.mirror": STATIC_UID,
+                 "kubernetes.io/config.hash": STATIC_UID, "kubernetes.io/config.source": "file"}, {"cpu": "100m"})
+
+
+@pytest.mark.parametrize("pod, expected", [
+    pytest.param(_pod(), "u1", id="an-api-pod-its-metadata-uid"),
+    pytest.param(_mirror(), STATIC_UID, id="a-static-pods-mirror-the-kubelets-uid"),
+    pytest.param({"metadata": {"uid": "u1", "annotations": {"kubernetes.io/config.mirror": ""}}}, "u1",
+                 id="an-empty-mirror-annotation-is-ignored"),
+    pytest.param({"metadata": {}}, "", id="no-uid"),
+])
+def test_node_uid(pod, expected):
+    from tidal.api.pod_identity import node_uid
+    assert node_uid(pod) == expected
+
+
+def test_a_static_pod_is_known_by_its_uid_on_the_node():
+    """Its cgroup is pod<the kubelet's uid>: by the mirror pod's uid it was never found, its usage
+    counted outside the pods and the pod at its request."""
+    pods = NodePods(FakeAPI([]), "n1")
+    pods.apply("ADDED", _mirror())
+    assert set(pods.pods) == {STATIC_UID} == set(pods.states)
+    assert pods.pods[STATIC_UID].uid == STATIC_UID == pods.states[STATIC_UID].uid
+    pods.apply("DELETED", _mirror())
+    assert pods.pods == {}
+
+
+def test_the_nri_lookup_matches_a_static_pod_by_its_uid_on_the_node():
+    import asyncio
+
+    from tidal.agent.nri.pod_lookup import ApiServerPods
+
+    class OnePod:
+        async def get(self, path):
+            return _mirror()
+
+    lookup = ApiServerPods(OnePod())
+    assert asyncio.run(lookup("ns", "p", STATIC_UID)) == {"c": BatchRequest()}  # an LS pod: no batch
+    assert asyncio.run(lookup("ns", "p", "u1")) is None  # the mirror's own uid names no sandbox

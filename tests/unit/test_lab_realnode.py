@@ -20,7 +20,7 @@ def node(tmp_path):
 
 def test_every_path_of_the_node_lives_under_its_own_root(node, tmp_path):
     for path in (node.kubelet_config, node.containerd_config, node.containerd_socket, node.nri_socket,
-                 node.cni_conf_dir, node.kube_proxy_config):
+                 node.cni_conf_dir, node.kube_proxy_config, node.static_pod_dir):
         assert path.is_relative_to(tmp_path / "node-roots" / realnode.NODE_NAME)
     # Unix sockets have a 108-byte limit: the lab's default directories stay well inside it.
     default = realnode.node_for(Path.home() / ".cache/tidal/lab/test-run")
@@ -38,6 +38,8 @@ def test_kubelet_uses_cgroupfs_under_a_root_of_its_own_and_the_bridge_address(no
     assert config["authentication"]["anonymous"]["enabled"] is False
     assert config["authorization"]["mode"] == "Webhook"
     assert config["containerRuntimeEndpoint"] == f"unix://{node.containerd_socket}"
+    # Static pods, as kubeadm's nodes run them (kube-proxy, etcd...), from a directory of its own.
+    assert config["staticPodPath"] == str(node.static_pod_dir)
     # The static CPU manager is the role's to switch on, not the lab's.
     assert "cpuManagerPolicy" not in config
 

@@ -10,6 +10,7 @@ import logging
 from typing import Any, Mapping
 
 from tidal.api import qos
+from tidal.api.pod_identity import node_uid
 from tidal.agent.collector.cgroups import ContainerID, PodQOSClass
 from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import ContainerState, PodState
@@ -45,7 +46,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
                 ids.append(ContainerID.parse(cs["containerID"]))
             except ValueError:
                 pass
-    return PodInfo(uid=meta.get("uid", ""), namespace=meta.get("namespace", ""), name=meta.get("name", ""),
+    # the uid on the node (a static pod's, not its mirror pod's): cgroups are named after it
+    return PodInfo(uid=node_uid(pod), namespace=meta.get("namespace", ""), name=meta.get("name", ""),
                    qos_class=qos_class, tidal_level=level, container_ids=tuple(ids),
                    cpu_request_millicores=cpu, memory_request_bytes=memory)
 
@@ -84,7 +86,8 @@ def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
 
 class NodePods(Watcher):
     """The current pods of one node, kept up to date by `run()`: ``pods`` (the sampler's view)
-    and ``states`` (the QoS engine's view), by UID."""
+    and ``states`` (the QoS engine's view), by their uid on the node (a static pod's own, not its
+    mirror pod's: :mod:`tidal.api.pod_identity`)."""
 
     def __init__(self, api: KubeAPI, node: str) -> None:
         super().__init__(api, "/api/v1/pods", f"pods of node {node}",
@@ -93,11 +96,11 @@ class NodePods(Watcher):
 
     @property
     def pods(self) -> dict[str, PodInfo]:
-        return {uid: views[0] for uid, views in self.objects.items()}
+        return {views[0].uid: views[0] for views in self.objects.values()}
 
     @property
     def states(self) -> dict[str, PodState]:
-        return {uid: views[1] for uid, views in self.objects.items()}
+        return {views[1].uid: views[1] for views in self.objects.values()}
 
 
 def _views(obj: Mapping[str, Any]) -> tuple[PodInfo, PodState] | None:

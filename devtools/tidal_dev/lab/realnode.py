@@ -73,6 +73,11 @@ class RealNode:
         return self.root / "etc/cni/net.d"
 
     @property
+    def static_pod_dir(self) -> Path:
+        """The kubelet's ``staticPodPath``, kubeadm's ``/etc/kubernetes/manifests`` under the root."""
+        return self.root / "etc/kubernetes/manifests"
+
+    @property
     def kube_proxy_config(self) -> Path:
         return self.root / "var/lib/kube-proxy/config.yaml"
 
@@ -109,7 +114,7 @@ def kubelet_config(node: RealNode, ca_cert: Path, ports: dict[str, int]) -> dict
         "containerRuntimeEndpoint": f"unix://{node.containerd_socket}",
         "clusterDomain": "cluster.local",
         "resolvConf": "/etc/resolv.conf",
-        "staticPodPath": "",
+        "staticPodPath": str(node.static_pod_dir),
         "rotateCertificates": False,
         "serializeImagePulls": False,
         "maxPods": 30,
@@ -205,7 +210,7 @@ def kube_proxy_config(node: RealNode, kubeconfig: Path, ports: dict[str, int]) -
 # Keys of the kubelet configuration that hold the lab's ports and paths: kept current on every
 # `up` (ports may change when the lab restarts); every other key is the node roles' to edit.
 KUBELET_LAB_KEYS = ("address", "port", "healthzBindAddress", "healthzPort", "containerRuntimeEndpoint",
-                    "cgroupDriver", "cgroupRoot", "authentication")
+                    "cgroupDriver", "cgroupRoot", "authentication", "staticPodPath")
 
 
 def write_configs(node: RealNode, ca_cert: Path, proxy_kubeconfig: Path, ports: dict[str, int]) -> None:
@@ -232,7 +237,7 @@ def write_configs(node: RealNode, ca_cert: Path, proxy_kubeconfig: Path, ports: 
     # Only when it changed: kube-proxy exits as soon as its configuration file is written.
     _write_if_changed(node.kube_proxy_config,
                       yaml.safe_dump(kube_proxy_config(node, proxy_kubeconfig, ports), sort_keys=True))
-    for sub in ("var/run/nri", "opt/nri/plugins", "etc/nri/conf.d"):
+    for sub in ("var/run/nri", "opt/nri/plugins", "etc/nri/conf.d", "etc/kubernetes/manifests"):
         (node.root / sub).mkdir(parents=True, exist_ok=True)
 
 

@@ -3,10 +3,12 @@
 
 The CRI carries no extended resources, so when admission did not record them on the pod
 (:data:`.decisions.BATCH_RESOURCES_ANNOTATION`), the plugin reads the pod object once, by
-namespace and name, and checks its uid (a pod recreated under the same name is another pod).
+namespace and name, and checks its uid (a pod recreated under the same name is another pod): the
+uid on the node, which for a static pod is its own, not its mirror pod's.
 """
 from __future__ import annotations
 
+from tidal.api.pod_identity import node_uid
 from tidal.api.pod_resources import BatchRequest, batch_by_container
 from tidal.kube.client import KubeAPI
 
@@ -21,6 +23,6 @@ class ApiServerPods:
 
     async def __call__(self, namespace: str, name: str, uid: str) -> dict[str, BatchRequest] | None:
         pod = await self.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-        if uid and (pod.get("metadata") or {}).get("uid") != uid:
+        if uid and node_uid(pod) != uid:
             return None
         return batch_by_container(pod)

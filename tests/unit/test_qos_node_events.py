@@ -20,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_qos_node_mode_round import CO, Sample, node_qos, pods  # noqa: E402
 from test_qos_restore_pending import RecordingActions, _off, _run, until  # noqa: E402
 
+from tidal.api import qos  # noqa: E402
+from tidal_dev.lab.pytest_plugin import wait_for_async  # noqa: E402
+
 T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
@@ -162,3 +165,26 @@ def test_the_worker_sends_an_event_that_failed_again_before_the_label_goes(tmp_p
     assert [e["reason"] for e in actions.events] == ["TidalRestorePending", "TidalNodeRestored"]
     assert len({e["event_name"] for e in actions.events}) == 2
     assert len(agent.node_events) == 0
+
+
+def test_the_label_goes_after_a_minute_of_events_refused(tmp_path):
+    """An API server that refuses Events for good (a failing webhook answering 500) must not keep
+    a restored node's agent forever: the label's removal waits for them a bounded time (scaled
+    down here), then goes, the Events lost with the agent."""
+    agent = node_qos(tmp_path, {CO: "true"})
+    agent.actions = actions = FlakyEvents(event_failures=10**6)
+    agent.worker_wake_seconds = 0.05
+    agent.restore_events_wait_seconds = 0.5
+
+    async def rounds():
+        agent.round(Sample(), pods(10))
+        await until(lambda: actions.labels)
+        _off(agent)
+        agent.round(Sample(), pods(10))
+        await wait_for_async(lambda: len(actions.labels) == 2, 10, "the label's removal after the wait")
+    _run(agent, rounds)
+    assert actions.labels[-1] == (qos.RESTORE_PENDING_NODE_LABEL, None) and actions.events == []
+    # tried meanwhile (TidalRestorePending first: the order holds), not given up at once
+    before = actions.calls[:actions.calls.index("label None")]
+    assert sum(c.endswith(" failed") for c in before) >= 2
+    assert len(agent.node_events) == 2  # both still waiting when the agent leaves

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ class PendingEvent:
     #: its name, chosen once: a retry finds an Event that an earlier, unanswered try created
     name: str
     tries: int = 0
+    #: when it was first tried (time.monotonic), None before
+    first_try: float | None = None
 
 
 def rejected_for_good(err: BaseException) -> bool:
@@ -80,6 +83,12 @@ class NodeEventQueue:
     def __len__(self) -> int:
         return len(self.pending)
 
+    def failing_for(self, now: float | None = None) -> float:
+        """Seconds since the first try of the Event that waits first (0: none waits, or not tried)."""
+        if not self.pending or self.pending[0].first_try is None:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self.pending[0].first_try
+
     def put(self, event: NodeEvent) -> None:
         self.pending.append(PendingEvent(event, self.clock(), event_name(self.node)))
         while len(self.pending) > self.backlog:
@@ -95,6 +104,8 @@ class NodeEventQueue:
         while self.pending:
             first = self.pending[0]
             first.tries += 1
+            if first.first_try is None:
+                first.first_try = time.monotonic()
             try:
                 await post(first)
             except asyncio.CancelledError:

@@ -65,6 +65,9 @@ BLOCKED_RETRY_SECONDS = 30.0
 API_TIMEOUT_SECONDS = 10.0
 #: the API worker wakes up at least this often: what failed (taint, label, an Event) is tried again
 WORKER_WAKE_SECONDS = 5.0
+#: the restore-pending label's removal waits this long at most for the node's Events to be sent
+#: (an API server that refuses Events for good must not keep a restored node's agent forever)
+RESTORE_EVENTS_WAIT_SECONDS = 60.0
 
 
 async def within_api_timeout(awaitable):
@@ -312,6 +315,7 @@ class NodeQoS:
         self._worker: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self.worker_wake_seconds = WORKER_WAKE_SECONDS
+        self.restore_events_wait_seconds = RESTORE_EVENTS_WAIT_SECONDS
         self.node_tainted: bool | None = None  # as last seen at the API server
         #: the restore-pending label as last seen at the API server (None: node not seen yet)
         self.restore_labelled: bool | None = None
@@ -706,12 +710,16 @@ class NodeQoS:
             # Every Event first, the TidalNodeRestored last: without the label the DaemonSet
             # deletes this pod at once, and an Event still waiting when the agent is stopped would
             # be lost (the CI run of 1e8a9bf). Queued once, however often the label's removal has
-            # to be tried again; the removal waits until they are all sent.
+            # to be tried again; the removal waits until they are all sent (a minute at most).
             if not self._restored_event_sent:
                 self._restore_event(want)
                 self._restored_event_sent = True
             if not await self._send_node_events():
-                return  # tried again at the next wake-up
+                if self.node_events.failing_for() < self.restore_events_wait_seconds:
+                    return  # tried again at the next wake-up
+                log.warning("node %s: the restore-pending label goes with %d Event(s) not sent for %.0f s: "
+                            "they are lost with the agent", self.node, len(self.node_events),
+                            self.node_events.failing_for())
         await self.actions.set_label(qos.RESTORE_PENDING_NODE_LABEL, "true" if want else None)
         self.restore_labelled = want
         if want:

@@ -132,6 +132,7 @@ def test_a_static_pods_usage_is_read_from_its_own_cgroup_on_the_real_node(lab, s
     import datetime
 
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
     from tidal.api.pod_identity import MIRROR_ANNOTATION
     from tidal_dev.lab import realnode
     from tidal_dev.lab.pytest_plugin import wait_for
@@ -148,7 +149,14 @@ def test_a_static_pods_usage_is_read_from_its_own_cgroup_on_the_real_node(lab, s
     del pod["spec"]["nodeSelector"]  # a static pod runs where its manifest is
     manifest.write_text(yaml.safe_dump(pod))
     try:
-        started = wait_for(_running(core, "default", mirror), 120, f"the mirror pod {mirror} running")
+        def mirror_running():  # the kubelet creates the mirror pod once it has started the pod
+            try:
+                return _running(core, "default", mirror)()
+            except ApiException as err:
+                if err.status == 404:
+                    return None
+                raise
+        started = wait_for(mirror_running, 120, f"the mirror pod {mirror} running")
         kubelet_uid = started.metadata.annotations[MIRROR_ANNOTATION]
         assert kubelet_uid != started.metadata.uid
         assert (CGROUP / "cpu/tidal-lab/kubepods/burstable" / f"pod{kubelet_uid}").is_dir()

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from tidal.agent.qos.eviction_journal import RETRIED_NOTE
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.full_disk import fill
+from tidal_dev.testing.refusing_webhook import EVENTS_RULE, EVICTIONS_RULE, answers_500, events_refused, refusing
+from tidal_dev.testing.refusing_webhook import NAME as REFUSE
+from tidal_dev.testing.refusing_webhook import remove as remove_refusing
 from tidal_dev.testing.site import (CGROUP, REAL_NODE, be_isolation_patched, container_cgroup, gone, logs_since,
                                      pod_manifest, read, running, tidal_pods)
 
@@ -238,33 +240,6 @@ def test_agent_sigkilled_in_the_middle_of_an_eviction_finishes_it_once_on_restar
         wait_for(gone(core, workload, "victim"), 60, "the spinning pod deleted")
 
 
-#: A validating webhook nobody serves (loopback port 1 refuses connections), with failurePolicy
-#: Fail: the API server answers every request it matches with a 500 ("failed calling webhook").
-REFUSE = "tidal-faults-refuse"
-EVICTIONS_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}
-EVENTS_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["events"]}
-
-
-def _refusing(namespace: str, rule: dict) -> dict:
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": REFUSE},
-            "webhooks": [{"name": "refuse.faults.tidal.io", "clientConfig": {"url": "https://127.0.0.1:1/refuse"},
-                          "rules": [rule], "failurePolicy": "Fail", "sideEffects": "None",
-                          "admissionReviewVersions": ["v1"], "timeoutSeconds": 2,
-                          "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}]}
-
-
-def _answers_500(call) -> bool:
-    """Whether the API server refuses `call` (a dry run) with the webhook's 500."""
-    try:
-        call()
-    except ApiException as err:
-        if err.status == 500 and "failed calling webhook" in (err.body or ""):
-            return True
-        raise
-    return False
-
-
 def _agent_says(core, since, text: str) -> int:
     """How many lines of the agent's log since `since` contain `text`."""
     (agent,) = tidal_pods(core, "tidal-agent")
@@ -282,10 +257,10 @@ def test_eviction_api_and_events_refused_the_agent_retries_and_evicts_once_with_
     admission = client.AdmissionregistrationV1Api(core.api_client)
     _without_eviction_cooldown(core, lab)  # the kill test before this one may have left one
     core.create_namespaced_pod(workload, _spinning_be_pod(image))
-    admission.create_validating_webhook_configuration(_refusing(workload, EVICTIONS_RULE))
+    admission.create_validating_webhook_configuration(refusing(workload, EVICTIONS_RULE))
     try:
         victim = _victim_seen_by_the_agent(core, workload)
-        wait_for(lambda: _answers_500(lambda: core.create_namespaced_pod_eviction(
+        wait_for(lambda: answers_500(lambda: core.create_namespaced_pod_eviction(
             "transcode", workload, {"metadata": {"name": "transcode", "namespace": workload}}, dry_run="All")),
             30, "the API server refusing evictions in the suite's namespace")
         restarts, be = _restarts(core), core.read_namespaced_pod("transcode", workload)
@@ -320,11 +295,7 @@ def test_eviction_api_and_events_refused_the_agent_retries_and_evicts_once_with_
         assert _restarts(core) == restarts and not tracebacks(core, started)
     finally:  # the overrides go first: no eviction gets through once the API accepts it again
         core.patch_node(REAL_NODE, {"metadata": {"annotations": dict.fromkeys(EVICT_NOW)}})
-        try:
-            admission.delete_validating_webhook_configuration(REFUSE)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        remove_refusing(admission)
         core.delete_namespaced_pod("victim", workload, grace_period_seconds=0)
         wait_for(gone(core, workload, "victim"), 60, "the spinning pod deleted")
         wait_for(lambda: not eviction_intents(lab), 60, "the evictions journal empty")
@@ -394,43 +365,20 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     dropped one was never sent again). Nothing evicted."""
     if not (REFUSING / "cpu.cfs_quota_us").exists():
         pytest.skip("no cgroup v1 cpu hierarchy for the BE pods: this refusal is v1's")
-    admission = client.AdmissionregistrationV1Api(core.api_client)
     url = agent_health_url(core)
     restarts, errors_before = _restarts(core), _write_errors(url)
     evicted_before = len(evictions(core, workload))
     started, before = now_utc(), _node_event_uids(core)
     child = REFUSING / "tidal-fault-refuses"
     child.mkdir(exist_ok=True)
-    probe = {"metadata": {"generateName": "tidal-fault-probe-"}, "involvedObject": {"kind": "Node", "name": REAL_NODE},
-             "reason": "TidalFaultProbe", "message": "a dry run"}
-    admission.create_validating_webhook_configuration(_refusing("default", EVENTS_RULE))
     # the quota in force every round (the default, onInterference, holds none on a quiet node)
     with be_isolation_patched(custom, POLICY, {"cpuSuppression": {"quota": "always"}}):
         try:
-            wait_for(lambda: _answers_500(lambda: core.create_namespaced_event("default", probe, dry_run="All")),
-                     30, "the API server refusing the node's Events")
-            wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") != "-1", 30, "a quota on the BE pods' parent")
-            held = _hold_parent_quota(child)
-            assert held > 30000, f"the BE parent's quota {held} is already at the floor the test asks for"
-            # Suppression's floor, and a threshold below it: the agent wants the parent at 300 m.
-            custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
-                "cpuSuppression": {"thresholdPercent": 10, "floorMillicores": 300}}}})
-            wait_for(lambda: _agent_says(core, started, f"Event TidalCgroupWriteFailed on node {REAL_NODE} not sent")
-                     >= 2, 60, "the refused TidalCgroupWriteFailed Event tried twice", interval=0.5)
-            wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the write errors counted every round")
-            assert int(read(REFUSING / "cpu.cfs_quota_us")) >= held  # the kernel kept the parent's quota
-            assert healthy(url)
-            child.rmdir()
-            wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
-            assert not _node_events(core, "TidalCgroupWriteFailed", before)
+            with events_refused(core, "default"):  # where the node's Events go
+                _refused_write_and_its_recovery(core, custom, url, child, started, errors_before, before)
         finally:
             if child.exists():
                 child.rmdir()
-            try:
-                admission.delete_validating_webhook_configuration(REFUSE)
-            except ApiException as err:
-                if err.status != 404:
-                    raise
         accepted = now_utc()
         (recovered,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
                                 "the TidalCgroupWriteRecovered Event once the API accepts Events")
@@ -443,6 +391,25 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
             (started, failed.first_timestamp, recovered.first_timestamp)
         assert recovered.first_timestamp <= accepted, (recovered.first_timestamp, accepted)
     _unharmed(core, workload, restarts, evicted_before, started)
+
+
+def _refused_write_and_its_recovery(core, custom, url, child, started, errors_before, before) -> None:
+    """The EINVAL refusal while the node's Events are refused: the Event tried again, the errors
+    counted, the agent healthy; then the obstacle removed and the write through."""
+    wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") != "-1", 30, "a quota on the BE pods' parent")
+    held = _hold_parent_quota(child)
+    assert held > 30000, f"the BE parent's quota {held} is already at the floor the test asks for"
+    # Suppression's floor, and a threshold below it: the agent wants the parent at 300 m.
+    custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
+        "cpuSuppression": {"thresholdPercent": 10, "floorMillicores": 300}}}})
+    wait_for(lambda: _agent_says(core, started, f"Event TidalCgroupWriteFailed on node {REAL_NODE} not sent")
+             >= 2, 60, "the refused TidalCgroupWriteFailed Event tried twice", interval=0.5)
+    wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the write errors counted every round")
+    assert int(read(REFUSING / "cpu.cfs_quota_us")) >= held  # the kernel kept the parent's quota
+    assert healthy(url)
+    child.rmdir()
+    wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
+    assert not _node_events(core, "TidalCgroupWriteFailed", before)
 
 
 JOURNAL = "/var/lib/tidal-agent/qos-journal.json"  # as the agent's container names it

@@ -126,6 +126,37 @@ def test_stale_profile_drives_batch_resources_to_zero_with_an_event(lab, core, o
     assert any(e.reason == "BatchResourcesDropped" and "stale" in e.message for e in events)
 
 
+def test_a_drop_event_the_api_refuses_is_sent_at_the_next_cycle_once(lab, core, oversell_setup):
+    """The API server refuses Events (500, a failing webhook) as a cycle drops a node's batch
+    resources: the node is written all the same and the Event waits. The next cycle has nothing
+    to write (the node is at its value: before, the Event was lost there) and sends it, once, with
+    the time of the drop."""
+    from tidal_dev.testing.refusing_webhook import events_refused
+
+    cycle(lab)
+    def dropped():
+        return [e for e in core.list_namespaced_event("default", field_selector=(
+            f"involvedObject.name={OVERSOLD},reason=BatchResourcesDropped")).items if e.metadata.uid not in before]
+    before = {e.metadata.uid for e in core.list_namespaced_event("default").items}
+    drop_time = _now() + datetime.timedelta(seconds=60)  # the agent stopped a minute ago
+
+    async def scenario(api):
+        master = OversellMaster(api, OversellSettings(degrade_seconds=30), lambda: drop_time)
+        with events_refused(core, "default"):
+            refused = await master.cycle()
+            assert len(master.events) == 1 and not dropped()
+        later = await master.cycle()
+        return refused, later, len(master.events)
+
+    refused, later, waiting = asyncio.run(_with_api(lab, scenario))
+    assert (refused.node_patches, refused.events, refused.failed) == (1, 0, {})
+    assert _batch(core, OVERSOLD) == {qos.BATCH_CPU_RESOURCE: 0, qos.BATCH_MEMORY_RESOURCE: 0}
+    assert (later.node_patches, later.events, waiting) == (0, 1, 0)
+    (event,) = dropped()
+    assert "stale" in event.message and event.first_timestamp == drop_time.replace(microsecond=0), \
+        (event.first_timestamp, drop_time)
+
+
 def test_started_master_cycles_on_watch_caches_and_still_undoes_an_unlabelled_node(lab, core, oversell_setup):
     """After start(), a cycle reads nothing (it decides on the watch caches); a node losing its
     label reaches the cache by its watch event and is driven to 0, then dropped from the cache;

@@ -1,4 +1,5 @@
-"""The node's Events wait, in order, until the API server has them (`tidal.agent.qos.node_events`).
+"""Events wait, in order, until the API server has them (`tidal.kube.event_queue`): the agent's
+node Events here.
 
 They are sent on a change only: a TidalCgroupWriteRecovered dropped on one failed POST used to
 leave the node showing a failure with no recovery after it (a candidate for the EBUSY fault
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tidal.agent.qos.feature import NodeEvent
-from tidal.agent.qos.node_events import NodeEventQueue, rejected_for_good
+from tidal.kube.event_queue import EventQueue, rejected_for_good
 from tidal.kube.errors import api_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,6 +33,7 @@ T0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
     pytest.param(api_error(404, "NotFound"), True, id="404-namespace-gone"),
     pytest.param(api_error(422, "Invalid"), True, id="422-invalid"),
     pytest.param(api_error(408, "Timeout"), False, id="408-request-timeout-retried"),
+    pytest.param(api_error(409, "AlreadyExists"), False, id="409-exists-is-sent-not-rejected"),
     pytest.param(api_error(429, "TooManyRequests"), False, id="429-throttled-retried"),
     pytest.param(api_error(500, "InternalError"), False, id="500-retried"),
     pytest.param(api_error(503, "ServiceUnavailable"), False, id="503-retried"),
@@ -50,11 +52,11 @@ class Poster:
         self.sent, self.tries = [], []
 
     async def __call__(self, pending):
-        self.tries.append(pending.event.reason)
+        self.tries.append(pending.reason)
         if self.failures:
             self.failures -= 1
             raise self.error
-        self.sent.append((pending.event.reason, pending.at, pending.name))
+        self.sent.append((pending.reason, pending.at, pending.name))
 
 
 def clock_from(start):
@@ -63,9 +65,9 @@ def clock_from(start):
 
 
 def test_a_failed_event_waits_first_and_those_after_it_keep_their_order():
-    queue = NodeEventQueue("n1", clock=clock_from(T0))
-    queue.put(NodeEvent("TidalCgroupWriteFailed", "refused", warning=True))
-    queue.put(NodeEvent("TidalCgroupWriteRecovered", "written"))
+    queue = EventQueue("node n1", "n1", clock=clock_from(T0))
+    queue.put("TidalCgroupWriteFailed", NodeEvent("TidalCgroupWriteFailed", "refused", warning=True))
+    queue.put("TidalCgroupWriteRecovered", NodeEvent("TidalCgroupWriteRecovered", "written"))
     post = Poster(failures=2)
     assert asyncio.run(queue.send(post)) is False
     assert asyncio.run(queue.send(post)) is False
@@ -81,10 +83,18 @@ def test_a_failed_event_waits_first_and_those_after_it_keep_their_order():
     assert queue.dropped == 0 and len(queue) == 0
 
 
+def test_an_event_found_existing_counts_as_sent():
+    """A try the API server created without answering: the next try's 409 is not a failure."""
+    queue = EventQueue("node n1", "n1")
+    queue.put("A", NodeEvent("A", "a"))
+    post = Poster(failures=1, error=api_error(409, "AlreadyExists"))
+    assert asyncio.run(queue.send(post)) is True and len(queue) == 0 and queue.dropped == 0
+
+
 def test_an_event_rejected_for_good_is_dropped_and_the_next_is_sent():
-    queue = NodeEventQueue("n1")
-    queue.put(NodeEvent("A", "a"))
-    queue.put(NodeEvent("B", "b"))
+    queue = EventQueue("node n1", "n1")
+    queue.put("A", NodeEvent("A", "a"))
+    queue.put("B", NodeEvent("B", "b"))
     post = Poster(failures=1, error=api_error(403, "Forbidden"))
     assert asyncio.run(queue.send(post)) is True
     assert [s[0] for s in post.sent] == ["B"] and queue.dropped == 1
@@ -92,10 +102,10 @@ def test_an_event_rejected_for_good_is_dropped_and_the_next_is_sent():
 
 def test_the_backlog_drops_the_oldest():
     counted = []
-    queue = NodeEventQueue("n1", backlog=3, on_drop=lambda: counted.append(1))
+    queue = EventQueue("node n1", "n1", backlog=3, on_drop=lambda: counted.append(1))
     for i in range(5):
-        queue.put(NodeEvent(f"E{i}", ""))
-    assert [p.event.reason for p in queue.pending] == ["E2", "E3", "E4"] and queue.dropped == 2
+        queue.put(f"E{i}", NodeEvent(f"E{i}", ""))
+    assert [p.reason for p in queue.pending] == ["E2", "E3", "E4"] and queue.dropped == 2
     assert len(counted) == 2
 
 
@@ -107,14 +117,14 @@ def test_an_agent_counts_the_events_it_drops_in_its_metric(tmp_path):
     agent = node_qos(tmp_path, {CO: "true"})
     agent.metrics = node_metrics(registry)
     agent.node_events.backlog = 1
-    agent.node_events.put(NodeEvent("A", "a"))
-    agent.node_events.put(NodeEvent("B", "b"))
+    agent.node_events.put("A", NodeEvent("A", "a"))
+    agent.node_events.put("B", NodeEvent("B", "b"))
     assert registry.get_sample_value("tidal_agent_node_events_dropped_total", {"node": "n1"}) == 1
 
 
 def test_an_event_whose_send_is_cancelled_stays():
-    queue = NodeEventQueue("n1")
-    queue.put(NodeEvent("A", "a"))
+    queue = EventQueue("node n1", "n1")
+    queue.put("A", NodeEvent("A", "a"))
 
     async def hang(pending):
         await asyncio.sleep(3600)

@@ -21,7 +21,7 @@ the sampler's fresh usage. Each round:
 3. API work (taint, evictions, Events) is handed to one background worker, so a slow or absent
    API server never delays the cgroup work. The taint is level-triggered: the worker makes the
    node's taint match the state machine, so a restarted agent or a lost patch converges. The
-   node's Events wait in order until the API server has them (:mod:`.node_events`).
+   node's Events wait in order until the API server has them (:mod:`tidal.kube.event_queue`).
 """
 from __future__ import annotations
 
@@ -44,12 +44,12 @@ from tidal.api.policy import ColocationPolicy, PolicyValidationError
 from tidal.api import qos
 from tidal.api.qos import QoSLevel
 from tidal.api.quantities import QuantityError, cpu_millicores, memory_bytes
+from tidal.kube.event_queue import EventQueue, PendingEvent
 
 from .engine import QoSEngine, RoundOutcome
 from .feature import Context, NodeEvent
 from .eviction_journal import FINISHED_NOTE, RETRIED_NOTE, EvictionIntent, EvictionJournal, resume
 from .eviction import RESOURCES, Action, Candidate, Decision, WatermarkEviction, watermark_usage_percent
-from .node_events import NodeEventQueue, PendingEvent
 from .node_actions import EvictOutcome, NodeActions, evicted_event_name, has_offline_taint
 from .overrides import node_watermarks
 from .policy_status import policy_status
@@ -309,7 +309,7 @@ class NodeQoS:
         self.blocked: dict[str, float] = {}
         self._work: asyncio.Queue[tuple[Decision | EvictionIntent, PodState | None]] | None = None
         #: this node's Events, sent by the worker in order, each until the API server has it
-        self.node_events = NodeEventQueue(node, on_drop=self._count_dropped_event)
+        self.node_events = EventQueue(f"node {node}", node, on_drop=self._count_dropped_event)
         if metrics is not None:
             metrics.node_events_dropped.labels(node=node)  # at 0 from the start
         self._worker: asyncio.Task | None = None
@@ -545,7 +545,7 @@ class NodeQoS:
     def _queue_event(self, event: NodeEvent) -> None:
         if self._work is None:
             return  # no API (tests of the round alone): logged only
-        self.node_events.put(event)
+        self.node_events.put(event.reason, event)
         assert self._wake is not None
         self._wake.set()
 
@@ -554,12 +554,12 @@ class NodeQoS:
             self.metrics.node_events_dropped.labels(node=self.node).inc()
 
     async def _send_node_events(self) -> bool:
-        """The node's waiting Events sent in order (:mod:`.node_events`); True when none is left."""
+        """The node's waiting Events sent in order (:mod:`tidal.kube.event_queue`); True when none is left."""
         return await self.node_events.send(self._post_node_event)
 
     async def _post_node_event(self, pending: PendingEvent) -> None:
         assert self.actions is not None
-        event = pending.event
+        event: NodeEvent = pending.payload
         await within_api_timeout(self.actions.event(
             kind="Node", name=self.node, namespace="", uid=None, reason=event.reason, message=event.message,
             warning=event.warning, event_name=pending.name, at=pending.at))
@@ -693,7 +693,7 @@ class NodeQoS:
             self.node_tainted = want
             reason, message = taint_event(want, self.eviction)
             log.info("node %s: %s", self.node, message)
-            self.node_events.put(NodeEvent(reason, message, warning=want))  # sent later in this wake-up
+            self.node_events.put(reason, NodeEvent(reason, message, warning=want))  # sent later in this wake-up
         else:
             self.node_tainted = want
 
@@ -728,7 +728,7 @@ class NodeQoS:
     def _restore_event(self, pending: bool) -> None:
         reason, message = restore_event(pending)
         log.info("node %s: %s", self.node, message)
-        self.node_events.put(NodeEvent(reason, message))  # sent in this wake-up (the worker's own)
+        self.node_events.put(reason, NodeEvent(reason, message))  # sent in this wake-up (the worker's own)
 
     async def _finish_eviction(self, intent: EvictionIntent) -> None:
         """The evidence of an eviction that took effect (`_evidence`); an API error keeps its

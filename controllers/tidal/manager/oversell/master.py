@@ -18,7 +18,8 @@ Writes per node, only when `should_write` says so for either resource:
   with ``colocation.tidal.io/volcano-oversubscription-written: "true"`` so the label is not read
   back as the alias (`node_decision.volcano_label_changes`);
 and then the breakdown into ``NodeProfile.status.oversell``, plus an Event when a value
-drops by half or more. Nodes no longer oversold (a colocation-only node included) are driven to
+drops by half or more (sent at the cycle's end; one the API server did not take is tried again
+at the next cycle, in order: :mod:`tidal.kube.event_queue`). Nodes no longer oversold (a colocation-only node included) are driven to
 0; in ``volcanoAnnotations`` mode the label and marker the master wrote then go too.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 from tidal.api import qos
 from tidal.api.json_patch import escape as _escape
 from tidal.kube import KubeAPI, NotFound, Watcher, custom_path, error_summary
+from tidal.kube.event_queue import EventQueue, PendingEvent
 from tidal.manager.oversell.arithmetic import should_write
 from tidal.tasks import cancel_and_wait
 from tidal.manager.oversell.node_decision import (VOLCANO_CPU_ANNOTATION, VOLCANO_LABEL_WRITTEN_ANNOTATION,
@@ -143,6 +145,8 @@ class OversellMaster:
         self.profiles = Watcher(api, NODE_PROFILES, "NodeProfiles (oversell)", transform=_profile, page_size=500,
                                 resync_seconds=resync_seconds)
         self._tasks: list[asyncio.Task] = []
+        #: BatchResourcesDropped Events not sent yet (tidal.kube.event_queue)
+        self.events = EventQueue("the oversell master's nodes", "tidal-oversell")
 
     async def start(self) -> None:
         """List both inputs once and keep them current by watching, until `close()`."""
@@ -228,6 +232,7 @@ class OversellMaster:
                                 name, error_summary(err))
 
         await asyncio.gather(*(bounded(name, w) for name, w in writes))
+        await self._send_events(result)
         return result
 
     async def _write(self, node: dict, decision: NodeDecision, current: dict, has_profile: bool,
@@ -255,18 +260,29 @@ class OversellMaster:
                                        {"status": {"oversell": decision.to_status(now)}})
             result.profile_patches += 1
         if any(current[k] and desired[k] <= current[k] * (1 - LARGE_DROP_FRACTION) for k in desired):
-            await self._event(name, decision, current, now)
-            result.events += 1
+            self._queue_event(name, decision, current, now)
 
-    async def _event(self, name: str, decision: NodeDecision, current: dict, now: datetime.datetime) -> None:
+    def _queue_event(self, name: str, decision: NodeDecision, current: dict, now: datetime.datetime) -> None:
+        """The node's BatchResourcesDropped Event, sent at the cycle's end (:meth:`_send_events`)."""
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         message = (f"batch resources dropped: cpu {current[qos.BATCH_CPU_RESOURCE]} -> {decision.cpu.result} m, "
                    f"memory {current[qos.BATCH_MEMORY_RESOURCE]} -> {decision.memory.result} bytes; "
                    + "; ".join(decision.notes or (decision.cpu.reason,)))
-        await self.api.create(EVENTS, {
+        self.events.put("BatchResourcesDropped", {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{name}.tidal-oversell.", "namespace": "default"},
+            "metadata": {"namespace": "default"},
             "involvedObject": {"kind": "Node", "name": name, "uid": name, "apiVersion": "v1"},
             "reason": "BatchResourcesDropped", "message": message[:1024], "type": "Warning",
             "source": {"component": "tidal-manager"},
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1})
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}, name_prefix=name)
+
+    async def _send_events(self, result: CycleResult) -> None:
+        """The Events waiting, in order; one the API server did not take waits for the next cycle
+        with those after it (the node, written already, gives no second chance to send it)."""
+        async def post(pending: PendingEvent) -> None:
+            body = pending.payload
+            body["metadata"]["name"] = pending.name
+            await self.api.create(EVENTS, body)
+            result.events += 1
+
+        await self.events.send(post)

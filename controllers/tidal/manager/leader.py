@@ -161,4 +161,3 @@ class LeaderElector:
         except Exception as err:  # another replica wrote first (409), or the API is away
             log.warning("lease %s/%s not released (it expires as usual): %s", self.namespace, self.name,
                         error_summary(err))
-

@@ -134,10 +134,11 @@ def test_a_drop_event_the_api_refuses_is_sent_at_the_next_cycle_once(lab, core, 
     from tidal_dev.testing.refusing_webhook import events_refused
 
     cycle(lab)
+    before = {e.metadata.uid for e in core.list_namespaced_event("default").items}
+
     def dropped():
         return [e for e in core.list_namespaced_event("default", field_selector=(
             f"involvedObject.name={OVERSOLD},reason=BatchResourcesDropped")).items if e.metadata.uid not in before]
-    before = {e.metadata.uid for e in core.list_namespaced_event("default").items}
     drop_time = _now() + datetime.timedelta(seconds=60)  # the agent stopped a minute ago
 
     async def scenario(api):

@@ -19,8 +19,9 @@ Writes per node, only when `should_write` says so for either resource:
   back as the alias (`node_decision.volcano_label_changes`);
 and then the breakdown into ``NodeProfile.status.oversell``, plus an Event when a value
 drops by half or more (sent at the cycle's end; one the API server did not take is tried again
-at the next cycle, in order: :mod:`tidal.kube.event_queue`). Nodes no longer oversold (a colocation-only node included) are driven to
-0; in ``volcanoAnnotations`` mode the label and marker the master wrote then go too.
+at the next cycle, in order: :mod:`tidal.kube.event_queue`). Nodes no longer oversold (a
+colocation-only node included) are driven to 0; in ``volcanoAnnotations`` mode the label and
+marker the master wrote then go too.
 """
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 One run measures five treatments on this machine, interleaved over several rounds (the machine
 is shared and noisy: medians per treatment, and the solo figures of the same run are the
-reference); by default the order turns by one place each round (``--order rotate``), so that no
-treatment always runs right after the same one:
+reference); by default the order is carry-over balanced (``--order balanced``, bench/round_order.py:
+every treatment follows every other one equally often, so what one leaves behind does not always
+land on the same next one):
 
 * ``solo``          the online server alone;
 * ``no_isolation``  plus a BE "pod" burning every CPU (stress-ng), with default cgroup weights;
@@ -60,22 +61,27 @@ Pods are kubelet-style cgroups below a private cgroup root (tidal_dev.testing.lo
 Output: one JSON line per treatment and round, then the medians as the last line:
 ``{"solo": R, "no_isolation": R, "k8s_default": R, "tidal_usage": R, "tidal": R, "background": B,
 "settings": S}`` with R = ``{"p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1",
-"ls_runqueue_delay_us", "ls_cpu_us_per_request", "steal_pct", "p99_vs_solo", "p99_vs_solo_min",
-"p99_vs_solo_max"}`` (medians; the ratio of each round to that round's solo, median and spread)
+"ls_runqueue_delay_us", "ls_cpu_us_per_request", "steal_pct", "idle_halts_per_s", "p99_vs_solo",
+"p99_vs_solo_min", "p99_vs_solo_max"}`` (medians; the ratio of each round to that round's solo, median and spread)
 and B what ran beside it. ``steal_pct`` is the share of CPU time the hypervisor took while the
 load ran (``/proc/stat``): stalls the guest's scheduler does not see, and no isolation inside the
-guest removes (``node_busy_pct`` counts it as busy). The Tidal treatments also carry
+guest removes (``node_busy_pct`` counts it as busy); ``idle_halts_per_s`` how often the CPUs
+entered a halting idle state (bench/cpu_idle.py: on a virtual machine a vCPU woken from a halt
+starts the server's work late, and a BE hog keeps the vCPUs from halting; ``--no-idle-halt``
+holds them polling for the run, as a latency-tuned node does). The Tidal treatments also carry
 ``agent_cpu_pct``: the agent's own CPU time over the settle and measured seconds, in % of one CPU
 (a cost the other treatments do not carry), and what the agent said on its lines: ``be_throttles``
 (quota decreases), ``be_cpu_events`` (its ``TidalBECPU*`` Node Events per reason),
 ``floor_stands_changes`` (what those Events said about how long the delay with BE at its floor
 stands) and ``floor_stands_seconds_end`` (its NodeProfile's ``floorStandsSeconds``). S says what the run was asked for:
 ``--treatments`` runs a subset (solo always: the ratios' reference), ``--order`` their order, and
-``--policy`` merges a patch into the Tidal treatments' ColocationPolicy spec.
+``--policy`` merges a patch into the Tidal treatments' ColocationPolicy spec, ``no_idle_halt``
+whether idle CPUs were kept from halting.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -93,7 +99,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import lab_background  # noqa: E402  (bench/, on the path just above)
+import cpu_idle  # noqa: E402  (bench/, on the path just above)
+import lab_background  # noqa: E402
+from round_order import ORDERS, round_order  # noqa: E402
 from lab_background import CPU_ROOT  # noqa: E402  (sched_probe's too)
 
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
@@ -331,6 +339,7 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
         fixed_rate(loadgen, url, rate, settle, realtime_client)
     before = proc_stat()
     stolen = steal_ticks(Path("/proc/stat").read_text())
+    halted, started = cpu_idle.halts(), time.monotonic()
     threads, ran = ls_threads(ls_dir)
     waits = WaitSampler(threads.threads, seconds, workdir) if longest_waits else None
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
@@ -339,6 +348,7 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
     waited = runqueue_signal(threads, threads_after)
     busy = busy_cores(before, proc_stat())
     stolen = steal_pct(stolen, steal_ticks(Path("/proc/stat").read_text()))
+    halted = round((cpu_idle.halts() - halted) / (time.monotonic() - started), 1)
     return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
             "be_ops_per_s": round(stress.ops_per_s(), 1) if stress else 0.0,
@@ -352,7 +362,10 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
             # (bench/wait_sampler.py) and how many lasted over 5 ms: the stalls a p99 feels and
             # the mean per slice hides
             **({"ls_longest_wait_ms": longest_ms, "ls_waits_over_5ms": long_waits} if waits else {}),
-            "steal_pct": stolen}
+            "steal_pct": stolen,
+            # how often per second the CPUs entered a halting idle state (bench/cpu_idle.py): a
+            # vCPU woken from one starts the server's work late; 0 with --no-idle-halt
+            "idle_halts_per_s": halted}
 
 
 AGENT_METRICS = {"tidal_be_cpu_quota_millicores": "be_quota_millicores_end",
@@ -398,7 +411,8 @@ def agent_metrics(port: int) -> dict:
 
 def median_of(runs: list[dict]) -> dict:
     keys = ("p50_ms", "p99_ms", "achieved_rps", "node_busy_pct", "be_ops_per_s", "loadavg1", "ls_runqueue_delay_us",
-            "ls_cpu_us_per_request", "steal_pct", "ls_longest_wait_ms", "ls_waits_over_5ms", "agent_cpu_pct")
+            "ls_cpu_us_per_request", "steal_pct", "idle_halts_per_s", "ls_longest_wait_ms", "ls_waits_over_5ms",
+            "agent_cpu_pct")
     return {k: round(statistics.median(r[k] for r in runs), 3) for k in keys if all(r.get(k) is not None for r in runs)}
 
 
@@ -411,7 +425,7 @@ def vs_solo(runs: list[dict], solo: list[dict]) -> dict:
 
 def treatment_list(text: str) -> tuple[str, ...]:
     """``--treatments``: a comma-separated subset of TREATMENTS, listed in TREATMENTS' order with solo
-    first whether named or not (every ratio divides by the same round's solo; ``--order`` turns the
+    first whether named or not (every ratio divides by the same round's solo; ``--order`` orders the
     list each round)."""
     names = {t.strip() for t in text.split(",") if t.strip()}
     unknown = sorted(names - set(TREATMENTS))
@@ -421,21 +435,6 @@ def treatment_list(text: str) -> tuple[str, ...]:
     return tuple(t for t in TREATMENTS if t in names or t == "solo")
 
 
-ORDERS = ("rotate", "fixed")
-
-
-def round_order(treatments: tuple[str, ...], round_: int, order: str) -> tuple[str, ...]:
-    """The treatments of round ``round_`` (from 0). ``fixed``: as listed, every round. ``rotate``:
-    the list turned by one place each round, so that over as many rounds as treatments each one
-    runs once in every position. A treatment leaves the machine changed for the next one (the
-    node's daemons work off what they could not do beside a BE job that took every idle cycle):
-    in a fixed order that carry-over always lands on the same treatment."""
-    if order == "fixed":
-        return treatments
-    if order != "rotate":
-        raise ValueError(f"unknown order {order!r}; allowed: {', '.join(ORDERS)}")
-    k = round_ % len(treatments)
-    return treatments[k:] + treatments[:k]
 
 
 def policy_patch(text: str) -> dict:
@@ -475,14 +474,22 @@ def main() -> int:
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always, "
                              f"solo_again (solo once more in each round: the noise floor) and be_idle_group (a lead: "
                              f"BE in an idle cgroup at the cgroup root, no agent)")
-    parser.add_argument("--order", choices=ORDERS, default="rotate",
-                        help="the treatments' order within a round: rotate (default; turned by one place each "
-                             "round, so no treatment always follows the same one) or fixed (as listed, solo first; "
-                             "every figure before 2026-11-29)")
+    parser.add_argument("--order", choices=ORDERS, default="balanced",
+                        help="the treatments' order within a round (bench/round_order.py): balanced (default "
+                             "since 2026-12-03; a Williams design: every treatment follows every other one equally "
+                             "often), rotate (turned by one place each round: each treatment keeps its predecessor; "
+                             "the default from 2026-11-29) or fixed (as listed, solo first; every figure before "
+                             "2026-11-29)")
     parser.add_argument("--policy", type=policy_patch, default={}, metavar="JSON",
                         help="a JSON merge patch to the ColocationPolicy spec of the Tidal treatments, e.g. "
                              "'{\"beIsolation\": {\"cpuInterference\": {\"targetDelayMicroseconds\": 25}}}' "
                              "(the API server validates it)")
+    parser.add_argument("--no-idle-halt", action="store_true",
+                        help="hold a 0 µs CPU latency request (/dev/cpu_dma_latency) for the whole run: idle "
+                             "CPUs poll instead of halting, as a latency-tuned node's do (tuned's "
+                             "latency-performance profile); on a virtual machine a halted vCPU wakes through the "
+                             "host, which makes solo's tail longer than a treatment's whose BE hog keeps the CPUs "
+                             "busy (bench/cpu_idle.py)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
@@ -518,7 +525,11 @@ def main() -> int:
     node = "bench-node"
     results: dict[str, list[dict]] = {t: [] for t in args.treatments}
     events_seen: set[str] = set()  # the agent's Events already counted in an earlier treatment
+    held = contextlib.ExitStack()  # --no-idle-halt's CPU latency request, dropped at the end
     try:
+        if args.no_idle_halt:
+            held.enter_context(cpu_idle.IdleLatencyHold(0))
+            log("holding a 0 µs CPU latency request: idle CPUs poll, they do not halt")
         lab_background.place_daemons(args, kubelet, cgroups, log)
         log(f"starting a private lab in {lab.dir}")
         lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
@@ -643,6 +654,7 @@ def main() -> int:
         lab_background.release_daemons(args)
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
+        held.close()
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}
     log("p99 vs solo (median of rounds' ratios): "
         + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in args.treatments))
@@ -651,7 +663,8 @@ def main() -> int:
         summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
     summary["settings"] = {"treatments": list(args.treatments), "order": args.order,
                            "suppression_percent": args.suppression_percent,
-                           "policy": args.policy, "daemons_cgroup": args.daemons_cgroup}
+                           "policy": args.policy, "daemons_cgroup": args.daemons_cgroup,
+                           "no_idle_halt": args.no_idle_halt}
     summary["background"] = background_report
     print(json.dumps(summary))
     return 0

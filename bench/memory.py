@@ -26,7 +26,7 @@ limit, or of the node's memory (the budget) when it has none — which is what a
 has under Kubernetes' default, so there it takes PCT % of the node, beside nginx's file set;
 under Tidal it sees its batch-memory limit (each line reports ``be_anon_mib``).
 
-Treatments, interleaved over ``--rounds`` rounds (order rotated each round; medians, and the
+Treatments, interleaved over ``--rounds`` rounds (carry-over balanced, bench/round_order.py; medians, and the
 spread min–max), every one starting from nginx's file set fully cached and the BE's stream
 file uncached:
 
@@ -106,6 +106,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lab_background  # noqa: E402  (bench/, on the path just above)
+from round_order import round_order  # noqa: E402
 import stalls  # noqa: E402
 
 TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
@@ -775,8 +776,7 @@ def main() -> int:
         warm()
         loadgen_run(loadgen, urls, args.rate, 5)  # discarded: nginx's and the client's first requests
         for round_ in range(args.rounds):
-            order = runs_of_round[round_ % len(runs_of_round):] + runs_of_round[:round_ % len(runs_of_round)]
-            for run in order:
+            for run in round_order(tuple(runs_of_round), round_, "balanced"):
                 r = run_once(run, round_)
                 results[run].append(r)
                 print(json.dumps({"round": round_ + 1, "treatment": run, **r}), flush=True)

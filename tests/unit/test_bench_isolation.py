@@ -170,8 +170,47 @@ def test_rotated_over_as_many_rounds_as_treatments_each_runs_once_in_every_posit
 
 
 def test_an_unknown_order_is_refused_naming_the_allowed_ones():
-    with pytest.raises(ValueError, match="allowed: rotate, fixed"):
+    with pytest.raises(ValueError, match="allowed: balanced, rotate, fixed"):
         isolation.round_order(("solo",), 0, "shuffle")
+
+
+def test_rotation_keeps_each_treatments_predecessor_within_a_round():
+    """Why rotate is not the default: over every round, c only ever follows b."""
+    rounds = [isolation.round_order(("a", "b", "c"), r, "rotate") for r in range(3)]
+    predecessors = {row[i]: set() for row in rounds for i in range(3)}
+    for row in rounds:
+        for before, after in zip(row, row[1:]):
+            predecessors[after].add(before)
+    assert predecessors == {"a": {"c"}, "b": {"a"}, "c": {"b"}}
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_the_balanced_order_gives_every_treatment_every_predecessor_equally_often(n):
+    from collections import Counter
+    treatments = tuple(f"t{i}" for i in range(n))
+    rows = [isolation.round_order(treatments, r, "balanced") for r in range(n if n % 2 == 0 else 2 * n)]
+    for row in rows:
+        assert sorted(row) == sorted(treatments)  # each round runs every treatment once
+    pairs = Counter(pair for row in rows for pair in zip(row, row[1:]))
+    expected_pairs = {(a, b) for a in treatments for b in treatments if a != b}
+    assert set(pairs) == expected_pairs
+    assert set(pairs.values()) <= {1 if n % 2 == 0 else 2}
+    for position in range(n):  # and every position equally often
+        assert set(Counter(row[position] for row in rows).values()) == {1 if n % 2 == 0 else 2}
+    # the rows are used in turn
+    assert isolation.round_order(treatments, len(rows), "balanced") == rows[0]
+
+
+def test_the_balanced_order_of_four_treatments():
+    assert [isolation.round_order(("solo", "k8s_default", "tidal", "idle"), r, "balanced") for r in range(4)] == [
+        ("solo", "k8s_default", "idle", "tidal"), ("k8s_default", "tidal", "solo", "idle"),
+        ("tidal", "idle", "k8s_default", "solo"), ("idle", "solo", "tidal", "k8s_default")]
+
+
+def test_a_design_needs_a_treatment():
+    import round_order
+    with pytest.raises(ValueError, match="at least one treatment"):
+        round_order.williams_rows(0)
 
 
 def test_events_summary_counts_reasons_and_keeps_the_floor_s_changes():
@@ -191,3 +230,63 @@ def test_events_summary_counts_reasons_and_keeps_the_floor_s_changes():
                                  "rounds well below the floor's delay: the delay with BE at its floor now stands "
                                  "for 120 s, so it is measured again soon"]}
     assert isolation.events_summary([]) == {"be_cpu_events": {}, "floor_stands_changes": []}
+
+
+def test_halting_entries_count_every_idle_state_but_polling():
+    import cpu_idle
+    states = [("POLL", 0, 500), ("haltpoll", 1, 30), ("POLL", 0, 7), ("haltpoll", 1, 12), ("C6", 100, 4)]
+    assert cpu_idle.halting_entries(states) == 46
+    assert cpu_idle.halting_entries([]) == 0
+
+
+def test_idle_states_are_read_per_cpu_and_a_cpu_going_offline_is_skipped(tmp_path):
+    import cpu_idle
+    for cpu, usage in (("cpu0", "30"), ("cpu1", "12"), ("cpu2", "gone")):
+        for n, (name, latency, used) in enumerate((("POLL", "0", "9"), ("haltpoll", "1", usage))):
+            state = tmp_path / cpu / "cpuidle" / f"state{n}"
+            state.mkdir(parents=True)
+            for f, v in (("name", name), ("latency", latency), ("usage", used)):
+                (state / f).write_text(v + "\n")
+    (tmp_path / "cpufreq").mkdir()  # not a CPU
+    assert cpu_idle.halts(tmp_path) == 42
+    assert cpu_idle.read_states(tmp_path / "nowhere") == []
+
+
+def test_the_latency_hold_writes_its_request_and_closes_the_file(tmp_path):
+    import struct
+
+    import cpu_idle
+    request = tmp_path / "cpu_dma_latency"
+    request.write_bytes(b"")
+    with cpu_idle.IdleLatencyHold(0, request) as hold:
+        assert hold._fd is not None
+        assert struct.unpack("i", request.read_bytes()) == (0,)
+    assert hold._fd is None
+    with pytest.raises(SystemExit, match="cannot hold a CPU latency request on .*nowhere"):
+        with cpu_idle.IdleLatencyHold(0, tmp_path / "nowhere" / "file"):
+            pass
+    with pytest.raises(ValueError, match="≥ 0 µs"):
+        cpu_idle.IdleLatencyHold(-1, request)
+
+
+@pytest.mark.skipif(not Path("/dev/cpu_dma_latency").exists() or not Path("/sys/devices/system/cpu/cpu0/cpuidle").exists(),
+                    reason="this machine has no PM QoS CPU latency file or no cpuidle")
+def test_the_hold_keeps_this_machines_cpus_from_halting():
+    import os
+    import time
+
+    import cpu_idle
+    if os.geteuid() != 0:
+        pytest.skip("holding a CPU latency request needs root")
+    if not any(name != "POLL" and latency > 0 for name, latency, _ in cpu_idle.read_states()):
+        pytest.skip("this machine's cpuidle has no halting state")
+    with cpu_idle.IdleLatencyHold(0):
+        # entries already under way when the request came may still finish: wait for a full
+        # second without a new one, for 20 s at most
+        deadline = time.monotonic() + 20
+        while True:
+            before = cpu_idle.halts()
+            time.sleep(1)
+            if cpu_idle.halts() == before:
+                break
+            assert time.monotonic() < deadline, "idle CPUs kept halting under a 0 µs latency request"

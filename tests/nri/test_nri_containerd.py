@@ -211,6 +211,54 @@ def test_be_container_is_created_in_the_be_idle_group_with_its_limits(containerd
         plugin.stop()
 
 
+def test_a_restarted_be_container_goes_where_its_pod_is_when_the_switch_changed(containerd):
+    """A BE pod's containers stay together: a container the kubelet creates again (attempt 1) after
+    ``idleGroup`` changed goes where the pod's first one went — below ``kubepods`` for a pod
+    created with the switch off, in ``/tidal-be`` for one created with it on."""
+    switch = {"on": False}
+    plugin = PluginThread(containerd.nri_socket, be_idle_group=lambda: switch["on"], nested_quota_rule=RULE)
+    tag = uuid.uuid4().hex[:8]
+    root = f"/tidal-nri-{tag}"
+    uids = {"before": str(uuid.uuid4()), "after": str(uuid.uuid4())}
+    annotations = json.dumps({"colocation.tidal.io/qos-level": "BE", BATCH_RESOURCES_ANNOTATION: json.dumps(
+        {"worker": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "300000000"}})})
+    pods: list[str] = []
+
+    def create(which: str, attempt: int = 0, in_pod: str = "") -> dict:
+        parent = f"{root}/kubepods/besteffort/pod{uids[which]}"
+        result = containerd.cri("-pod-annotations", annotations, "-image", IMAGE, "-cgroup-parent", parent,
+                                "-name", f"p-{which}-{tag}", "-uid", f"uid-{which}-{tag}",
+                                "-attempt", str(attempt), *(("-in-pod", in_pod) if in_pod else ()))
+        assert "error" not in result, f"{result['error']}\ncontainerd log:\n{containerd.tail()}"
+        if not in_pod:
+            pods.append(result["pod"])
+        return result
+
+    def memory_dir(path: str) -> Path:
+        return CGROUP / ("" if V2 else "memory") / path.lstrip("/")
+
+    try:
+        wait_ready(plugin, containerd)
+        before = create("before")  # the switch off: below kubepods
+        switch["on"] = True
+        again = create("before", attempt=1, in_pod=before["pod"])
+        kubelet_dir = f"{root}/kubepods/besteffort/pod{uids['before']}"
+        for c in (before, again):
+            assert memory_dir(f"{kubelet_dir}/{c['container']}").is_dir(), c
+            assert not memory_dir(f"/tidal-be/pod{uids['before']}/{c['container']}").exists(), c
+        after = create("after")  # the switch on: in the group ...
+        switch["on"] = False
+        again = create("after", attempt=1, in_pod=after["pod"])  # ... and its next container too
+        for c in (after, again):
+            assert memory_dir(f"/tidal-be/pod{uids['after']}/{c['container']}").is_dir(), c
+    finally:
+        for pod in pods:
+            containerd.cri("-cleanup", pod)
+        remove_cgroup_tree(root)
+        remove_cgroup_tree(f"/tidal-be/pod{uids['after']}")
+        plugin.stop()
+
+
 def test_existing_container_is_fixed_at_synchronize_and_lookup_updates_apply(containerd):
     """A BE container created while no plugin was connected gets its limits when the plugin
     connects (Synchronize); a BE pod without the annotation gets them through the plugin's own

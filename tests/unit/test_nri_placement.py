@@ -63,3 +63,40 @@ def test_the_agent_s_layout_finds_the_container_where_the_plugin_puts_it(driver,
     # ... and the moved one the layout's BE idle group container path
     assert _runc_relpath(be_idle_group_cgroups_path(original), driver) == container_cgroup_relpath(
         UID, PodQOSClass.BE_IDLE_GROUP, f"containerd://{CID}", driver, kubelet_root)
+
+
+@pytest.mark.parametrize("path, expected", [
+    (f"/kubepods/besteffort/pod{UID}/{CID}", False),
+    (f"/node/a/kubepods/besteffort/pod{UID}/{CID}", False),
+    (f"kubepods-besteffort-pod{UID_}.slice:cri-containerd:{CID}", False),
+    (f"/tidal-be/pod{UID}/{CID}", True),
+    (f"tidal_be-pod{UID_}.slice:cri-containerd:{CID}", True),
+    # neither: another QoS class, another shape
+    (f"/kubepods/burstable/pod{UID}/{CID}", None),
+    (f"kubepods-burstable-pod{UID_}.slice:cri-containerd:{CID}", None),
+    (f"/tidal-be/pod{UID}", None),
+    (f"/tidal-be/pod{UID}/{CID}/more", None),
+    (f"/x/tidal-be/pod{UID}/{CID}", None),
+    (f"tidal_be-pod{UID_}.slice::{CID}", None),
+    (f"tidal_be-x.slice:cri-containerd:{CID}", None),
+    ("", None),
+])
+def test_where_a_container_is(path, expected):
+    from tidal.agent.nri.placement import in_be_idle_group
+    assert in_be_idle_group(path) is expected
+
+
+def test_pod_placements_decide_once_and_learn_from_existing_containers():
+    from tidal.agent.nri.placement import PodPlacements
+    placements = PodPlacements()
+    assert placements.place("a", True) is True and placements.place("a", False) is True
+    placements.learn("b", f"/kubepods/besteffort/podb/{CID}")
+    placements.learn("b", f"/tidal-be/podb/{CID}")  # split before this rule: counted in the group
+    placements.learn("b", f"/kubepods/besteffort/podb/{CID}")
+    assert placements.place("b", False) is True
+    placements.learn("c", f"/kubepods/burstable/podc/{CID}")  # not a BE path: nothing learnt
+    assert "c" not in placements
+    placements.keep_only({"b"})
+    assert "a" not in placements and "b" in placements
+    placements.forget("b")
+    assert "b" not in placements

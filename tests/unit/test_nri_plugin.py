@@ -56,3 +56,57 @@ def test_nri_capability(tmp_path):
     finally:
         sock.close()
     assert present.supported and present.name == "nri"
+
+
+def _be_pod(uid: str, sandbox: str = "s") -> api.PodSandbox:
+    return api.PodSandbox(id=sandbox, name="job", namespace="ns", uid=uid, annotations=BE)
+
+
+def _be_container(uid: str, cid: str, in_group: bool = False, sandbox: str = "s",
+                  state=api.CONTAINER_UNKNOWN) -> api.Container:
+    path = f"/tidal-be/pod{uid}/{cid}" if in_group else f"/kubepods/besteffort/pod{uid}/{cid}"
+    return api.Container(id=cid, pod_sandbox_id=sandbox, name="w", state=state, linux=api.LinuxContainer(cgroups_path=path))
+
+
+def _created_in(plugin: TidalNRIPlugin, uid: str, cid: str) -> str:
+    reply = asyncio.run(plugin._create_container(api.CreateContainerRequest(pod=_be_pod(uid),
+                                                                            container=_be_container(uid, cid))))
+    return reply.adjust.linux.cgroups_path or "kubepods"
+
+
+def test_a_be_pods_containers_stay_where_its_first_went_whatever_the_switch_says_later():
+    switch = {"on": False}
+    plugin = TidalNRIPlugin("/nonexistent", be_idle_group=lambda: switch["on"])
+    assert _created_in(plugin, "old", "c1") == "kubepods"
+    switch["on"] = True
+    # a container of the pod created before the switch (a restart, the next one) stays with it
+    assert _created_in(plugin, "old", "c2") == "kubepods"
+    # a new pod goes in the group, and stays there once the switch is off again
+    assert _created_in(plugin, "new", "c3") == "/tidal-be/podnew/c3"
+    switch["on"] = False
+    assert _created_in(plugin, "new", "c4") == "/tidal-be/podnew/c4"
+    # the sandbox removed: the pod is forgotten (a new pod with that uid is decided afresh)
+    asyncio.run(plugin._remove_pod(api.RemovePodSandboxRequest(pod=_be_pod("new"))))
+    assert _created_in(plugin, "new", "c5") == "kubepods"
+
+
+def test_a_reconnected_plugin_learns_each_pods_placement_from_the_runtimes_containers():
+    plugin = TidalNRIPlugin("/nonexistent", be_idle_group=lambda: True)
+    pods = [_be_pod("below", "s1"), _be_pod("above", "s2"), _be_pod("fresh", "s3")]
+    containers = [
+        # an exited container tells where its pod is as well as a running one
+        _be_container("below", "c1", in_group=False, sandbox="s1", state=api.CONTAINER_STOPPED),
+        _be_container("above", "c2", in_group=True, sandbox="s2", state=api.CONTAINER_RUNNING),
+    ]
+    plugin.placements.place("ended", True)  # a pod that ended while the plugin was away
+    asyncio.run(plugin._synchronize(api.SynchronizeRequest(pods=pods, containers=containers)))
+    assert "ended" not in plugin.placements
+    assert _created_in(plugin, "below", "c4") == "kubepods"  # the switch is on, the pod is not in the group
+    assert _created_in(plugin, "above", "c5") == "/tidal-be/podabove/c5"
+    assert _created_in(plugin, "fresh", "c6") == "/tidal-be/podfresh/c6"  # no container yet: the switch
+
+
+def test_without_the_policy_no_container_is_moved():
+    plugin = TidalNRIPlugin("/nonexistent")  # be_idle_group None: no API server access
+    assert _created_in(plugin, "u", "c1") == "kubepods"
+    assert "u" not in plugin.placements

@@ -26,6 +26,8 @@ func main() {
 	cgroupParent := flag.String("cgroup-parent", "", "pod cgroup parent")
 	cleanup := flag.String("cleanup", "", "pod sandbox id to stop and remove")
 	update := flag.String("update", "", "container id to update as the kubelet does a BestEffort container (shares 2, no limits)")
+	inPod := flag.String("in-pod", "", "create the container in this running pod sandbox (the same -name, -uid, -pod-annotations and -cgroup-parent) instead of a new one")
+	attempt := flag.Uint("attempt", 0, "the container's attempt (a kubelet restarting a container creates attempt 1, 2, ...)")
 	flag.Parse()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -70,15 +72,18 @@ func main() {
 			SecurityContext: &cri.LinuxSandboxSecurityContext{NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}},
 		},
 	}
-	pod, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: podConfig})
-	if err != nil {
-		fail(fmt.Errorf("RunPodSandbox: %w", err))
+	pod := &cri.RunPodSandboxResponse{PodSandboxId: *inPod}
+	if *inPod == "" {
+		pod, err = rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: podConfig})
+		if err != nil {
+			fail(fmt.Errorf("RunPodSandbox: %w", err))
+		}
 	}
 	ctr, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{
 		PodSandboxId:  pod.PodSandboxId,
 		SandboxConfig: podConfig,
 		Config: &cri.ContainerConfig{
-			Metadata: &cri.ContainerMetadata{Name: "worker"},
+			Metadata: &cri.ContainerMetadata{Name: "worker", Attempt: uint32(*attempt)},
 			Image:    &cri.ImageSpec{Image: *image},
 			Command:  []string{"/sleeper"},
 			Linux:    &cri.LinuxContainerConfig{Resources: &cri.LinuxContainerResources{CpuShares: 2}},

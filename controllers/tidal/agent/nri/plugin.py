@@ -46,7 +46,7 @@ from .decisions import (
     sync_updates,
 )
 from .mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
-from .placement import be_idle_group_cgroups_path
+from .placement import PodPlacements, be_idle_group_cgroups_path
 from .ttrpc import Client, Handler, Server
 
 __all__ = ["DEFAULT_SOCKET", "PLUGIN_SERVICE", "RUNTIME_SERVICE", "SUBSCRIBED_EVENTS", "PodLookup",
@@ -135,7 +135,8 @@ class TidalNRIPlugin:
         backoff: first and longest wait between connection attempts, seconds.
         call_timeout: limit on the plugin's own calls to the runtime (RegisterPlugin, UpdateContainers).
         be_idle_group: whether BE containers are created in the BE idle group (the policy's
-            ``beIsolation.cpuPriority.idleGroup``, :mod:`.placement`); None: never.
+            ``beIsolation.cpuPriority.idleGroup``, :mod:`.placement`), read at a pod's first
+            container: its later ones go where it went; None: never.
         nested_quota_rule: the node's cpu controller is cgroup v1, which refuses a CPU quota above
             an ancestor's: BE containers get no quota from the plugin (:mod:`.decisions`).
         batch_resources: whether BE containers get their batch limits here (the policy's
@@ -163,6 +164,7 @@ class TidalNRIPlugin:
         self.ls_cpuset = ls_cpuset if ls_cpuset is not None else numa
         self.pod_lookup = pod_lookup
         self.be_idle_group = be_idle_group
+        self.placements = PodPlacements()  # which BE pods' containers go in the BE idle group
         self.nested_quota_rule = nested_quota_rule
         self.batch_resources = batch_resources
         self.node_active = node_active
@@ -299,6 +301,10 @@ class TidalNRIPlugin:
             self.numa.keep_only({c.id for c in live})
         uids = {pod.uid for pod in pods.values()}
         self._looked_up = {uid: got for uid, got in self._looked_up.items() if uid in uids}
+        self.placements.keep_only(uids)
+        for c in containers:  # an exited container of a pod still there tells where the pod is too
+            if c.pod_sandbox_id in pods:
+                self.placements.learn(pods[c.pod_sandbox_id].uid, c.linux.cgroups_path)
         rows = []
         for c in live:
             pod = pods[c.pod_sandbox_id]
@@ -336,6 +342,7 @@ class TidalNRIPlugin:
 
     async def _remove_pod(self, req: api.RemovePodSandboxRequest) -> api.RemovePodSandboxResponse:
         self._looked_up.pop(req.pod.uid, None)
+        self.placements.forget(req.pod.uid)
         if self.numa is not None:
             self.numa.forget_pod(req.pod.uid)
         return api.RemovePodSandboxResponse()
@@ -371,9 +378,10 @@ class TidalNRIPlugin:
             if res.cpuset_mems is not None:
                 log.info(SUCCESS_LOG, ref.namespace, ref.pod_name, ref.container_name, res.cpuset_cpus,
                          res.cpuset_mems)
-        if decision.level is qos.QoSLevel.BE and self.be_idle_group is not None and self.be_idle_group():
+        if decision.level is qos.QoSLevel.BE and self.be_idle_group is not None:
             moved = be_idle_group_cgroups_path(req.container.linux.cgroups_path)
-            if moved is not None:
+            # where the pod's earlier containers went, else where the switch says (placement.py)
+            if moved is not None and self.placements.place(req.pod.uid, self.be_idle_group()):
                 reply.adjust.linux.cgroups_path = moved
                 log.info("NRI: create %s/%s container %s in the BE idle group: %s", ref.namespace, ref.pod_name,
                          ref.container_name, moved)

@@ -435,8 +435,6 @@ def treatment_list(text: str) -> tuple[str, ...]:
     return tuple(t for t in TREATMENTS if t in names or t == "solo")
 
 
-
-
 def policy_patch(text: str) -> dict:
     """``--policy``: a JSON object (a merge patch to the policy's spec); anything else is refused here,
     before a lab is started. The fields themselves are the API server's to validate."""

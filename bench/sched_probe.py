@@ -14,9 +14,10 @@ The node's daemons (``--daemons``):
 * ``slice`` (as on a systemd node): 2 hogs busy 3 ms then asleep up to 2 ms, in one
   ``system.slice`` group (cpu.shares 1024) beside ``kubepods``;
 * ``root``: 8 hogs busy 0.5 ms then asleep up to 4 ms, loose in the root cgroup (each an
-  entity of its own beside the node's one group, as bench-isolation's ``--background lab``).
+  entity of its own beside the node's one group, as bench-isolation's ``--background lab``);
+* ``quiet``: no daemons.
 
-Treatments, interleaved in every round: ``none`` (no BE: the baseline, the daemons alone);
+Treatments, interleaved in every round (a carry-over balanced order, bench/round_order.py): ``none`` (no BE: the baseline, the daemons alone);
 ``shares2`` (Kubernetes' default: BE pod and besteffort parent at cpu.shares 2); ``pod_idle``
 (Tidal: cpu.idle on the BE pod); ``parent_idle`` (cpu.idle on the besteffort parent too, which the
 kubelet refuses at start); ``pod_idle_quota`` (``pod_idle`` with the parent's quota at 0.2 CPU:
@@ -42,10 +43,11 @@ import tempfile
 from pathlib import Path
 
 from isolation import CPU_ROOT, in_cgroups
+from round_order import round_order
 
 SOURCES = Path(__file__).resolve().with_name("sched_probe")
 TREATMENTS = ("none", "shares2", "pod_idle", "parent_idle", "pod_idle_quota", "outside_kubepods")
-DAEMONS = {"slice": ("system.slice", 2, ("3000", "2000")), "root": (None, 8, ("500", "4000"))}
+DAEMONS = {"slice": ("system.slice", 2, ("3000", "2000")), "root": (None, 8, ("500", "4000")), "quiet": (None, 0, ())}
 #: the layout below the node cgroup: directory -> cpu.shares
 LAYOUT = {"system.slice": 1024, "kubepods": 2048, "kubepods/burstable": 1024, "kubepods/burstable/ls": 1024,
           "kubepods/besteffort": 2, "kubepods/besteffort/be": 2, "beroot": 2}
@@ -125,7 +127,8 @@ def main() -> int:
                         help="also run none, shares2 and pod_idle with the online task at this EEVDF slice (µs, "
                              "100-100000; 0: not)")
     parser.add_argument("--daemons", choices=sorted(DAEMONS), default="slice",
-                        help="where the daemons' hogs run: slice (system.slice beside kubepods), root (loose)")
+                        help="where the daemons' hogs run: slice (system.slice beside kubepods), root (loose), "
+                             "quiet (no daemons)")
     args = parser.parse_args()
     if args.slice_us and not 100 <= args.slice_us <= 100_000:
         parser.error(f"--slice-us {args.slice_us}: the kernel's range is 100 to 100000")
@@ -152,7 +155,7 @@ def main() -> int:
         log(f"{count} daemon hogs in {node / where if where else CPU_ROOT}; {args.rounds} rounds of "
             f"{len(names)} treatments, {args.seconds:g} s each")
         for round_ in range(args.rounds):
-            for name in names:
+            for name in round_order(names, round_, "balanced"):
                 where_be = set_treatment(node, name)
                 hogs = [spawn([str(tools["hog"]), "1000000", "0"], node / where_be) for _ in range(cpus)] \
                     if where_be else []

@@ -17,7 +17,8 @@ The node's daemons (``--daemons``):
   entity of its own beside the node's one group, as bench-isolation's ``--background lab``);
 * ``quiet``: no daemons.
 
-Treatments, interleaved in every round (a carry-over balanced order, bench/round_order.py): ``none`` (no BE: the baseline, the daemons alone);
+Treatments, interleaved in every round (a carry-over balanced order, bench/round_order.py):
+``none`` (no BE: the baseline, the daemons alone);
 ``shares2`` (Kubernetes' default: BE pod and besteffort parent at cpu.shares 2); ``pod_idle``
 (Tidal: cpu.idle on the BE pod); ``parent_idle`` (cpu.idle on the besteffort parent too, which the
 kubelet refuses at start); ``pod_idle_quota`` (``pod_idle`` with the parent's quota at 0.2 CPU:
@@ -47,7 +48,8 @@ from round_order import round_order
 
 SOURCES = Path(__file__).resolve().with_name("sched_probe")
 TREATMENTS = ("none", "shares2", "pod_idle", "parent_idle", "pod_idle_quota", "outside_kubepods")
-DAEMONS = {"slice": ("system.slice", 2, ("3000", "2000")), "root": (None, 8, ("500", "4000")), "quiet": (None, 0, ())}
+DAEMONS = {"slice": ("system.slice", 2, ("3000", "2000")), "root": (None, 8, ("500", "4000")),
+           "quiet": (None, 0, ())}
 #: the layout below the node cgroup: directory -> cpu.shares
 LAYOUT = {"system.slice": 1024, "kubepods": 2048, "kubepods/burstable": 1024, "kubepods/burstable/ls": 1024,
           "kubepods/besteffort": 2, "kubepods/besteffort/be": 2, "beroot": 2}

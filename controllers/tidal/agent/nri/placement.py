@@ -41,6 +41,8 @@ from tidal.agent.collector.cgroups import BE_IDLE_GROUP
 __all__ = ["be_idle_group_cgroups_path", "in_be_idle_group", "PodPlacements"]
 
 _POD_RE = re.compile(r"pod[0-9A-Za-z][0-9A-Za-z_-]*")
+#: the systemd driver's slice name of the BE idle group, before ``pod<uid_>.slice``
+_SYSTEMD_GROUP_PREFIX = f"{BE_IDLE_GROUP.replace('-', '_')}-"
 _SYSTEMD_SLICE_RE = re.compile(r"(?P<root>(?:[0-9A-Za-z_.]+-)*)kubepods-besteffort-(?P<pod>pod[0-9A-Za-z_]+)\.slice")
 
 
@@ -59,7 +61,7 @@ def be_idle_group_cgroups_path(path: str) -> str | None:
     match = _SYSTEMD_SLICE_RE.fullmatch(fields[0])
     if match is None:
         return None
-    slice_name = f"{BE_IDLE_GROUP.replace('-', '_')}-{match['pod']}.slice"
+    slice_name = f"{_SYSTEMD_GROUP_PREFIX}{match['pod']}.slice"
     return ":".join([slice_name, fields[1], fields[2]])
 
 
@@ -73,7 +75,7 @@ def in_be_idle_group(path: str) -> bool | None:
         return True if len(parts) == 3 and parts[0] == BE_IDLE_GROUP and _POD_RE.fullmatch(parts[1]) \
             and parts[2] else None
     fields = path.split(":")
-    prefix = f"{BE_IDLE_GROUP.replace('-', '_')}-"
+    prefix = _SYSTEMD_GROUP_PREFIX
     if len(fields) == 3 and all(fields) and fields[0].startswith(prefix) and fields[0].endswith(".slice") \
             and _POD_RE.fullmatch(fields[0][len(prefix):-len(".slice")]):
         return True

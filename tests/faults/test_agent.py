@@ -4,6 +4,7 @@ EBUSY) or left undone because its journal's disk is full. The agent keeps
 ``colocation.tidal.io/restore-pending`` on its node until the node is restored, and its
 DaemonSet runs on nodes with that label, so the kubelet starts it again and it finishes the
 restore from its journal; only then does the DaemonSet let it go."""
+import contextlib
 import os
 import signal
 import sys
@@ -518,6 +519,24 @@ def _catches(pid: int, signum: int) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def _cpu_at_root(pid: int):
+    """Process `pid` in the cpu hierarchy's root cgroup for the block, then back in its own.
+
+    A BE process gets what its cgroups leave it: 2 shares beside the rest of the machine's 1,024s,
+    a quota the agent suppresses. On a busy machine (the whole suite running) touching 160 MiB
+    took it 30 s, longer than the agent's probes allow it frozen. Only the cpu hierarchy: its
+    memory stays charged where the test looks."""
+    (own,) = (line.split(":", 2)[2] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+              if line.split(":", 2)[1] == "cpu")
+    (CGROUP / "cpu" / "cgroup.procs").write_text(str(pid))
+    try:
+        yield
+    finally:
+        if Path(f"/proc/{pid}").exists():  # not killed meanwhile (an OOM kill is the test's failure to report)
+            (CGROUP / "cpu" / own.lstrip("/") / "cgroup.procs").write_text(str(pid))
+
+
 def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(core, workload, image, recovery):
     """The kernel refuses a memory limit with EBUSY (cgroup v1: below what the cgroup uses, and
     nothing to reclaim: anonymous memory, no swap). Set up with the agent pod (agent and NRI
@@ -550,9 +569,13 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
         # take the limit back down under the process being tested.
         wait_for(lambda: f"update {workload}/hog container" in logs_since(core, agent, "nri", started), 30,
                  "the kubelet's first update of the BE container, kept by the NRI plugin")
+        # SIGUSR1 before Python has its handler would end the process (the default action)
+        wait_for(lambda: _catches(hog, signal.SIGUSR1) and _catches(hog, signal.SIGUSR2), 120,
+                 "the BE process ready for its signals")
         # The NRI plugin frozen too until the process holds its memory: a later UpdateContainer of
         # the kubelet's (its CPU manager's, when the shared pool changes) had the plugin keep the
         # 64 MiB, which took the raised limit back down before the allocation (OOM-killed).
+        # Frozen for as short as can be: the probes restart a container unanswered for 30 s.
         pids = _agent_pids(agent) + _agent_pids(agent, "nri")
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
@@ -562,16 +585,16 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
                 for file in ([memsw] if memsw.exists() else []) + [limit]:
                     if int(read(file)) < 512 << 20:
                         file.write_text(str(512 << 20))
-            # SIGUSR1 before Python has its handler would end the process (the default action)
-            wait_for(lambda: _catches(hog, signal.SIGUSR1) and _catches(hog, signal.SIGUSR2), 30,
-                     "the BE process ready for its signals")
-            os.kill(hog, signal.SIGUSR1)
-            wait_for(lambda: int(read(container / "memory.usage_in_bytes")) > 160 << 20, 30,
-                     "the BE process holding 160 MiB", describe=lambda: "; ".join(
-                         f"{f}: {read(f) if f.exists() else 'gone'}" for f in (
-                             *limits, *(f.with_name("memory.memsw.limit_in_bytes") for f in limits),
-                             container / "memory.usage_in_bytes", container / "memory.failcnt",
-                             container / "cgroup.procs")))
+            with _cpu_at_root(hog):
+                os.kill(hog, signal.SIGUSR1)
+                wait_for(lambda: int(read(container / "memory.usage_in_bytes")) > 160 << 20, 20,
+                         "the BE process holding 160 MiB", describe=lambda: "; ".join(
+                             f"{f}: {read(f) if f.exists() else 'gone'}" for f in (
+                                 *limits, *(f.with_name("memory.memsw.limit_in_bytes") for f in limits),
+                                 container / "memory.usage_in_bytes", container / "memory.failcnt",
+                                 container / "cgroup.procs", *(p.parent / "memory.failcnt" for p in limits),
+                                 # where its time went: state and CPU time, run-queue wait (ns)
+                                 Path(f"/proc/{hog}/stat"), Path(f"/proc/{hog}/schedstat"))))
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)

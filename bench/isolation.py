@@ -29,6 +29,9 @@ land on the same next one):
                     the BE container's cgroup in the BE idle group (``/tidal-be/pod<uid>/<id>``,
                     where the NRI plugin creates it then; the bench stands in for the runtime),
                     the agent keeping the group idle and the container at its batch resources;
+* ``tidal_variant`` (only when named, with ``--variant-policy``) ``tidal`` with that merge patch
+                    on top: A/B of a policy change against the shipped defaults in one run
+                    (e.g. a feature switched off, to find what of the agent costs the tail);
 * ``be_idle_group`` (only when named) a lead, not what Tidal does: the BE hog in an idle cgroup
                     (``cpu.idle = 1``) at the cpu hierarchy's root (a node's, where ``kubepods``
                     and ``system.slice`` are) instead of in its pod's cgroup, no agent. An idle
@@ -105,13 +108,13 @@ from round_order import ORDERS, round_order  # noqa: E402
 from lab_background import CPU_ROOT  # noqa: E402  (sched_probe's too)
 
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
-              "solo_again", "be_idle_group", "tidal_idle_group")
+              "solo_again", "be_idle_group", "tidal_idle_group", "tidal_variant")
 #: what a run measures unless --treatments says otherwise
 DEFAULT_TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal")
 #: the treatments without a BE job: solo, and its repeat in each round (the A/A control)
 SOLO = ("solo", "solo_again")
 #: the treatments that run the agent
-TIDAL = ("tidal_usage", "tidal", "tidal_slice", "tidal_always", "tidal_idle_group")
+TIDAL = ("tidal_usage", "tidal", "tidal_slice", "tidal_always", "tidal_idle_group", "tidal_variant")
 CPUS = os.cpu_count() or 1
 
 
@@ -448,6 +451,28 @@ def policy_patch(text: str) -> dict:
     return patch
 
 
+def overlay(base: dict, top: dict) -> dict:
+    """``top``'s fields over ``base``'s, recursively, as one merge patch: a null in either stays
+    (it deletes the field where the patch is applied)."""
+    out = dict(base)
+    for key, value in top.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        out[key] = overlay(base[key], value) if both else value
+    return out
+
+
+def undo_patch(patch: dict, spec: dict) -> dict:
+    """The merge patch that puts back what ``patch`` changes of ``spec``: each field it names at
+    its value in ``spec``, or null (the policy's default) where ``spec`` has none."""
+    out: dict = {}
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(spec.get(key), dict):
+            out[key] = undo_patch(value, spec[key])
+        else:
+            out[key] = spec.get(key)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=int, default=500, help="online requests per second")
@@ -470,8 +495,9 @@ def main() -> int:
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always, "
-                             f"solo_again (solo once more in each round: the noise floor) and be_idle_group (a lead: "
-                             f"BE in an idle cgroup at the cgroup root, no agent)")
+                             f"solo_again (solo once more in each round: the noise floor), be_idle_group (a lead: "
+                             f"BE in an idle cgroup at the cgroup root, no agent), tidal_idle_group and "
+                             f"tidal_variant (tidal with --variant-policy)")
     parser.add_argument("--order", choices=ORDERS, default="balanced",
                         help="the treatments' order within a round (bench/round_order.py): balanced (default "
                              "since 2026-12-03; a Williams design: every treatment follows every other one equally "
@@ -482,6 +508,9 @@ def main() -> int:
                         help="a JSON merge patch to the ColocationPolicy spec of the Tidal treatments, e.g. "
                              "'{\"beIsolation\": {\"cpuInterference\": {\"targetDelayMicroseconds\": 25}}}' "
                              "(the API server validates it)")
+    parser.add_argument("--variant-policy", type=policy_patch, default=None, metavar="JSON",
+                        help="tidal_variant's merge patch over the Tidal treatments' policy (with --policy); the "
+                             "other Tidal treatments run with the fields it names put back")
     parser.add_argument("--no-idle-halt", action="store_true",
                         help="hold a 0 µs CPU latency request (/dev/cpu_dma_latency) for the whole run: idle "
                              "CPUs poll instead of halting, as a latency-tuned node's do (tuned's "
@@ -489,6 +518,8 @@ def main() -> int:
                              "host, which makes solo's tail longer than a treatment's whose BE hog keeps the CPUs "
                              "busy (bench/cpu_idle.py)")
     args = parser.parse_args()
+    if ("tidal_variant" in args.treatments) != (args.variant_policy is not None):
+        parser.error("--variant-policy and the treatment tidal_variant go together: the one is the other's patch")
     if os.geteuid() != 0:
         raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
     for tool in ("nginx", "stress-ng"):
@@ -542,6 +573,9 @@ def main() -> int:
             if args.policy:
                 custom.patch_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
                                                    {"spec": args.policy})
+            # what the Tidal treatments other than the variant put back of the variant's fields
+            undo_variant = undo_patch(args.variant_policy or {}, custom.get_cluster_custom_object(
+                qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")["spec"])
             capacity = {"cpu": str(CPUS), "memory": "24Gi", "pods": "110",
                         qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(8 << 30)}
             kwok_node(core, node, capacity, {qos.COLOCATION_NODE_LABEL: "true"})
@@ -586,13 +620,15 @@ def main() -> int:
                     if idle_group:  # where the NRI plugin creates the BE container while the switch is on
                         idle_dirs = kubelet.create_pod(be_pod.uid, PodQOSClass.BE_IDLE_GROUP,
                                                        [be_pod.container_id])[be_pod.container_id]
+                    own = {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"},
+                                           "cpuPriority": {"idleGroup": idle_group},
+                                           "cpuSuppression": {"quota": quota}},
+                           "features": {"onlineSchedSlice": {"enabled": slice_on}}}
+                    spec = overlay(own, args.variant_policy) if treatment == "tidal_variant" else \
+                        overlay(undo_variant, own)
                     with lab.api_client() as api:
                         client.CustomObjectsApi(api).patch_cluster_custom_object(
-                            qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
-                            {"spec": {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"},
-                                                      "cpuPriority": {"idleGroup": idle_group},
-                                                      "cpuSuppression": {"quota": quota}},
-                                      "features": {"onlineSchedSlice": {"enabled": slice_on}}}})
+                            qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default", {"spec": spec})
                     agent = processes.start("agent", [
                         str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
                         "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
@@ -656,12 +692,13 @@ def main() -> int:
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}
     log("p99 vs solo (median of rounds' ratios): "
         + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in args.treatments))
-    if "tidal" in results and "k8s_default" in results:
-        below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results["tidal"], results["k8s_default"]))
-        summary["tidal_below_k8s_default_rounds"] = f"{below}/{len(results['tidal'])}"
+    for name in (t for t in TIDAL if t in results and "k8s_default" in results):
+        below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results[name], results["k8s_default"]))
+        summary[f"{name}_below_k8s_default_rounds"] = f"{below}/{len(results[name])}"
     summary["settings"] = {"treatments": list(args.treatments), "order": args.order,
                            "suppression_percent": args.suppression_percent,
-                           "policy": args.policy, "daemons_cgroup": args.daemons_cgroup,
+                           "policy": args.policy, "variant_policy": args.variant_policy,
+                           "daemons_cgroup": args.daemons_cgroup,
                            "no_idle_halt": args.no_idle_halt}
     summary["background"] = background_report
     print(json.dumps(summary))

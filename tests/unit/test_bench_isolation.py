@@ -108,6 +108,58 @@ def test_a_policy_patch_that_is_not_a_json_object_is_refused(text, message):
         isolation.policy_patch(text)
 
 
+@pytest.mark.parametrize("base, top, expected", [
+    # nested fields merge, the top's win, the base's others stay
+    ({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"b": 9}}, {"a": {"b": 9, "c": 2}, "d": 3}),
+    # a null stays a null: the applied patch deletes that field (back to the policy's default)
+    ({"a": {"b": None}}, {"a": {"c": False}}, {"a": {"b": None, "c": False}}),
+    ({"a": {"b": 1}}, {"a": None}, {"a": None}),
+    # a value over an object, an object over a value
+    ({"a": {"b": 1}}, {"a": 5}, {"a": 5}),
+    ({"a": 5}, {"a": {"b": 1}}, {"a": {"b": 1}}),
+])
+def test_overlay_puts_the_tops_fields_over_the_bases(base, top, expected):
+    assert isolation.overlay(base, top) == expected
+
+
+@pytest.mark.parametrize("patch, spec, expected", [
+    # each field the variant names, at the stored value, or null where nothing is stored
+    ({"features": {"cpuBurst": {"enabled": False}}}, {"features": {"cpuBurst": {"enabled": True}}},
+     {"features": {"cpuBurst": {"enabled": True}}}),
+    ({"features": {"cpuBurst": {"enabled": False}}}, {"evictionWatermarks": {"enabled": False}},
+     {"features": None}),
+    ({"features": {"cpuBurst": {"enabled": False}, "memoryReclaim": {"enabled": False}}},
+     {"features": {"cpuBurst": {"enabled": True}}},
+     {"features": {"cpuBurst": {"enabled": True}, "memoryReclaim": None}}),
+    ({}, {"a": 1}, {}),
+])
+def test_undo_patch_puts_back_what_the_variant_changes(patch, spec, expected):
+    assert isolation.undo_patch(patch, spec) == expected
+
+
+def test_the_variant_and_its_undo_leave_the_other_tidal_treatments_as_they_were():
+    """Applied in turn as merge patches (RFC 7386), the variant's spec and then another Tidal
+    treatment's leave the policy as that treatment alone would."""
+    from tidal.console.policy_update import merge_patch
+
+    stored = {"evictionWatermarks": {"enabled": False}, "features": {"cpuBurst": {"enabled": True}}}
+    variant = {"features": {"cpuBurst": {"enabled": False}, "memoryReclaim": {"enabled": False}},
+               "beIsolation": {"cpuInterference": {"enabled": False}}}
+    undo = isolation.undo_patch(variant, stored)
+    own = {"beIsolation": {"cpuInterference": {"enabled": True}}}
+    after_variant = merge_patch(stored, isolation.overlay(own, variant))
+    assert after_variant["features"] == {"cpuBurst": {"enabled": False}, "memoryReclaim": {"enabled": False}}
+    assert after_variant["beIsolation"]["cpuInterference"] == {"enabled": False}  # the variant wins
+    assert merge_patch(after_variant, isolation.overlay(undo, own)) == merge_patch(stored, own)
+
+
+@pytest.mark.parametrize("argv", [["--treatments", "tidal_variant"],
+                                  ["--variant-policy", '{"features": {"cpuBurst": {"enabled": false}}}']])
+def test_the_variant_treatment_and_its_patch_go_together(argv):
+    ran = subprocess.run([sys.executable, str(Path(isolation.__file__)), *argv], capture_output=True, text=True)
+    assert ran.returncode == 2 and "--variant-policy and the treatment tidal_variant go together" in ran.stderr
+
+
 def test_the_daemons_go_to_a_system_slice_beside_kubepods_with_the_kubelets_shares(hierarchy, real, tmp_path):
     """``--daemons-cgroup system.slice`` on this machine's cgroups: the process moves to a
     ``system.slice`` beside ``kubepods`` (both below the bench's node cgroup), with the shares a

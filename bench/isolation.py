@@ -461,6 +461,16 @@ def overlay(base: dict, top: dict) -> dict:
     return out
 
 
+def cpu_priority_on(treatment_spec: dict, policy: dict) -> bool:
+    """Whether a Tidal treatment runs with ``beIsolation.cpuPriority`` on (its default): the
+    treatment's patch, else ``--policy``'s. Without it the agent makes nothing idle."""
+    for spec in (treatment_spec, policy):
+        enabled = (spec.get("beIsolation") or {}).get("cpuPriority", {}).get("enabled")
+        if enabled is not None:
+            return bool(enabled)
+    return True
+
+
 def undo_patch(patch: dict, spec: dict) -> dict:
     """The merge patch that puts back what ``patch`` changes of ``spec``: each field it names at
     its value in ``spec``, or null (the policy's default) where ``spec`` has none."""
@@ -606,7 +616,10 @@ def main() -> int:
 
         for round_ in range(args.rounds):
             for treatment in round_order(args.treatments, round_, args.order):
-                if treatment == "k8s_default":
+                if treatment == "k8s_default" or treatment in TIDAL:
+                    # what the kubelet writes for every BestEffort pod; the Tidal treatments run over it
+                    # as on a node (Tidal's CPU priority writes the parent's the same; with it switched
+                    # off, by a --policy or the variant, the BE pod stays at the kubelet's)
                     for f in cpu_files:
                         f.write_text("2")
                 if treatment in TIDAL:
@@ -637,7 +650,7 @@ def main() -> int:
                         workdir / "agent.log")
                     idle = (idle_dirs[0].parent if idle_group else be_pod_dirs[0]) / "cpu.idle"
                     deadline = time.monotonic() + 30
-                    while idle.read_text().strip() != "1":
+                    while cpu_priority_on(spec, args.policy) and idle.read_text().strip() != "1":
                         if time.monotonic() > deadline:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
@@ -676,6 +689,8 @@ def main() -> int:
                                 if get_attr(int(t)).runtime_ns == given * 1000]
                         if left:
                             raise SystemExit(f"tidal-agent restore left server threads {left} at the {given} µs slice")
+                    for f in cpu_files:  # after the restore: the kernel refuses a weight on a group still idle
+                        f.write_text("1024")
                 results[treatment].append(r)
                 print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
     finally:

@@ -153,6 +153,17 @@ def test_the_variant_and_its_undo_leave_the_other_tidal_treatments_as_they_were(
     assert merge_patch(after_variant, isolation.overlay(undo, own)) == merge_patch(stored, own)
 
 
+@pytest.mark.parametrize("spec, policy, expected", [
+    ({}, {}, True),  # the policy's default
+    ({"beIsolation": {"cpuPriority": {"enabled": False}}}, {}, False),
+    ({"beIsolation": {"cpuPriority": {"idleGroup": True}}}, {"beIsolation": {"cpuPriority": {"enabled": False}}}, False),
+    ({"beIsolation": {"cpuPriority": {"enabled": True}}}, {"beIsolation": {"cpuPriority": {"enabled": False}}}, True),
+    ({"beIsolation": None}, {}, True),
+])
+def test_cpu_priority_is_on_unless_the_treatment_or_the_policy_switches_it_off(spec, policy, expected):
+    assert isolation.cpu_priority_on(spec, policy) is expected
+
+
 @pytest.mark.parametrize("argv", [["--treatments", "tidal_variant"],
                                   ["--variant-policy", '{"features": {"cpuBurst": {"enabled": false}}}']])
 def test_the_variant_treatment_and_its_patch_go_together(argv):

@@ -20,6 +20,10 @@ from tidal.predict.synthetic import GENERATORS
 SEEDS = (0, 1, 2)
 #: Level-shift seeds kept out of the design (looked at, not developed on): see predict/README.md
 HELD_OUT = tuple(range(3, 15))
+#: Seeds first looked at on 2026-12-03, for every shape at once, after the predictor's last
+#: change; nothing was changed after (predict/README.md, "Fresh seeds"). A change tuned to make
+#: the strict xfails below pass must be judged on seeds nobody has looked at yet.
+FRESH = tuple(range(200, 240))
 BUDGET = 0.01
 
 
@@ -71,6 +75,22 @@ def test_level_shifts_out_of_sample_keep_the_violation_bars() -> None:
 def test_level_shifts_out_of_sample_reclaim_at_least_the_best_peer() -> None:
     rows = held_out_level_shifts()
     assert sum(r for r, _, _ in rows) >= sum(p for _, _, p in rows), rows
+
+
+def _fresh_miss(reason: str):
+    return pytest.mark.xfail(strict=True, reason=f"issue 18, on 40 fresh seeds: {reason}")
+
+
+@pytest.mark.parametrize("shape,warmup", [
+    pytest.param("level-shift", 86400, marks=_fresh_miss("worst seed 3.29 % (seed 213) over the 3 % bar")),
+    ("daily-cycle", 86400),
+    pytest.param("rare-spikes", 86400, marks=_fresh_miss("mean violation 1.003 % over the 1 % bar")),
+    pytest.param("jobs", 7200, marks=_fresh_miss("mean violation 1.05 %, worst seed 4.37 %, 7 of 40 over 3 %")),
+    ("mid-start", 86400),
+])
+def test_default_keeps_the_bars_on_fresh_seeds(shape: str, warmup: int) -> None:
+    """Issue 18's three bars on 40 seeds of each shape that nothing was designed or tuned on."""
+    check(scores(shape, warmup, FRESH))
 
 
 def test_generators_are_deterministic_and_valid() -> None:

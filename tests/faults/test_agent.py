@@ -524,9 +524,10 @@ def _cpu_at_root(pid: int):
     """Process `pid` in the cpu hierarchy's root cgroup for the block, then back in its own.
 
     A BE process gets what its cgroups leave it: 2 shares beside the rest of the machine's 1,024s,
-    a quota the agent suppresses. On a busy machine (the whole suite running) touching 160 MiB
-    took it 30 s, longer than the agent's probes allow it frozen. Only the cpu hierarchy: its
-    memory stays charged where the test looks."""
+    its pod's quota. In one full CI run it had not finished touching 160 MiB after 30 s (not
+    reproduced alone or beside CPU hogs; its CPU share is the likely cause), and the agent may
+    not stay frozen much longer than that: its probes would restart it. Only the cpu hierarchy:
+    its memory stays charged where the test looks."""
     (own,) = (line.split(":", 2)[2] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
               if line.split(":", 2)[1] == "cpu")
     (CGROUP / "cpu" / "cgroup.procs").write_text(str(pid))

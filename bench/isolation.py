@@ -465,7 +465,7 @@ def cpu_priority_on(treatment_spec: dict, policy: dict) -> bool:
     """Whether a Tidal treatment runs with ``beIsolation.cpuPriority`` on (its default): the
     treatment's patch, else ``--policy``'s. Without it the agent makes nothing idle."""
     for spec in (treatment_spec, policy):
-        enabled = (spec.get("beIsolation") or {}).get("cpuPriority", {}).get("enabled")
+        enabled = ((spec.get("beIsolation") or {}).get("cpuPriority") or {}).get("enabled")
         if enabled is not None:
             return bool(enabled)
     return True
@@ -473,13 +473,16 @@ def cpu_priority_on(treatment_spec: dict, policy: dict) -> bool:
 
 def undo_patch(patch: dict, spec: dict) -> dict:
     """The merge patch that puts back what ``patch`` changes of ``spec``: each field it names at
-    its value in ``spec``, or null (the policy's default) where ``spec`` has none."""
+    its value in ``spec``, or null (the policy's default) where ``spec`` has none. The nulls go on
+    the leaves, not on a whole object ``spec`` lacks: a treatment's own patch naming that object
+    too would replace such a null (:func:`overlay`), and the variant's fields would stay."""
     out: dict = {}
     for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(spec.get(key), dict):
-            out[key] = undo_patch(value, spec[key])
+        stored = spec.get(key)
+        if isinstance(value, dict) and (stored is None or isinstance(stored, dict)):
+            out[key] = undo_patch(value, stored or {})
         else:
-            out[key] = spec.get(key)
+            out[key] = stored
     return out
 
 

@@ -126,11 +126,14 @@ def test_overlay_puts_the_tops_fields_over_the_bases(base, top, expected):
     # each field the variant names, at the stored value, or null where nothing is stored
     ({"features": {"cpuBurst": {"enabled": False}}}, {"features": {"cpuBurst": {"enabled": True}}},
      {"features": {"cpuBurst": {"enabled": True}}}),
+    # nulls on the leaves, also below an object the spec lacks (see the test after the next)
     ({"features": {"cpuBurst": {"enabled": False}}}, {"evictionWatermarks": {"enabled": False}},
-     {"features": None}),
+     {"features": {"cpuBurst": {"enabled": None}}}),
     ({"features": {"cpuBurst": {"enabled": False}, "memoryReclaim": {"enabled": False}}},
      {"features": {"cpuBurst": {"enabled": True}}},
-     {"features": {"cpuBurst": {"enabled": True}, "memoryReclaim": None}}),
+     {"features": {"cpuBurst": {"enabled": True}, "memoryReclaim": {"enabled": None}}}),
+    # a scalar stored where the variant puts an object: the scalar back
+    ({"a": {"b": 1}}, {"a": 5}, {"a": 5}),
     ({}, {"a": 1}, {}),
 ])
 def test_undo_patch_puts_back_what_the_variant_changes(patch, spec, expected):
@@ -140,6 +143,7 @@ def test_undo_patch_puts_back_what_the_variant_changes(patch, spec, expected):
 def test_the_variant_and_its_undo_leave_the_other_tidal_treatments_as_they_were():
     """Applied in turn as merge patches (RFC 7386), the variant's spec and then another Tidal
     treatment's leave the policy as that treatment alone would."""
+    from tidal.api.policy import ColocationPolicy
     from tidal.console.policy_update import merge_patch
 
     stored = {"evictionWatermarks": {"enabled": False}, "features": {"cpuBurst": {"enabled": True}}}
@@ -150,7 +154,30 @@ def test_the_variant_and_its_undo_leave_the_other_tidal_treatments_as_they_were(
     after_variant = merge_patch(stored, isolation.overlay(own, variant))
     assert after_variant["features"] == {"cpuBurst": {"enabled": False}, "memoryReclaim": {"enabled": False}}
     assert after_variant["beIsolation"]["cpuInterference"] == {"enabled": False}  # the variant wins
-    assert merge_patch(after_variant, isolation.overlay(undo, own)) == merge_patch(stored, own)
+    # the same policy the agent reads (an object emptied by the undo's leaf nulls is its defaults)
+    after_other = merge_patch(after_variant, isolation.overlay(undo, own))
+    assert ColocationPolicy.from_spec(after_other) == ColocationPolicy.from_spec(merge_patch(stored, own))
+    assert after_other["features"] == {"cpuBurst": {"enabled": True}, "memoryReclaim": {}}
+
+
+def test_the_undo_holds_where_the_other_treatments_own_patch_names_the_same_object():
+    """A variant's object the stored spec lacks (here ``features``) that the treatment's own patch
+    names too (``features.onlineSchedSlice``): a null for the whole object would give way to the
+    treatment's object, and the variant's switches would stay off in every later treatment."""
+    from tidal.api.policy import ColocationPolicy
+    from tidal.console.policy_update import merge_patch
+
+    stored = {"evictionWatermarks": {"enabled": False}}
+    variant = {"features": {"cpuBurst": {"enabled": False}, "memoryReclaim": {"enabled": False}},
+               "beIsolation": {"cpuPriority": {"enabled": False}}}
+    own = {"beIsolation": {"cpuPriority": {"idleGroup": False}}, "features": {"onlineSchedSlice": {"enabled": False}}}
+    after_variant = merge_patch(stored, isolation.overlay(own, variant))
+    after_other = merge_patch(after_variant, isolation.overlay(isolation.undo_patch(variant, stored), own))
+    assert after_other["features"] == {"cpuBurst": {}, "memoryReclaim": {}, "onlineSchedSlice": {"enabled": False}}
+    assert after_other["beIsolation"] == {"cpuPriority": {"idleGroup": False}}
+    assert ColocationPolicy.from_spec(after_other) == ColocationPolicy.from_spec(merge_patch(stored, own))
+    assert isolation.cpu_priority_on(isolation.overlay(own, variant), {}) is False
+    assert isolation.cpu_priority_on(isolation.overlay(isolation.undo_patch(variant, stored), own), {}) is True
 
 
 @pytest.mark.parametrize("spec, policy, expected", [
@@ -159,6 +186,7 @@ def test_the_variant_and_its_undo_leave_the_other_tidal_treatments_as_they_were(
     ({"beIsolation": {"cpuPriority": {"idleGroup": True}}}, {"beIsolation": {"cpuPriority": {"enabled": False}}}, False),
     ({"beIsolation": {"cpuPriority": {"enabled": True}}}, {"beIsolation": {"cpuPriority": {"enabled": False}}}, True),
     ({"beIsolation": None}, {}, True),
+    ({"beIsolation": {"cpuPriority": None}}, {}, True),  # a null: back to the default
 ])
 def test_cpu_priority_is_on_unless_the_treatment_or_the_policy_switches_it_off(spec, policy, expected):
     assert isolation.cpu_priority_on(spec, policy) is expected

@@ -105,8 +105,13 @@ def test_tidal_drops_the_reference_row_at_its_first_miss_while_warming_up() -> N
 
 
 def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
-    # 12 h of elapsed horizons (the rank exists) and one more horizon of calibrated predictions
+    # 12 h of elapsed horizons (the rank exists), one more horizon of calibrated predictions and,
+    # on a node whose pods have not changed, one horizon of the choice's own record
     h = history(CONSTANT[: DAY // 2 + 36])
+    waiting = Tidal().explain(h)
+    assert waiting["regime"] == "warming-up" and waiting["calibratedChoice"]["form"] == "all", waiting
+    assert "needs a horizon of record first" in waiting["reason"], waiting
+    h = history(CONSTANT[: DAY // 2 + 60])
     explained = Tidal().explain(h)
     assert explained["regime"] == "calibrated", explained
     assert explained["calibrationPoints"] >= 144
@@ -220,16 +225,42 @@ def test_random_histories_never_give_nan_inf_or_negative() -> None:
 
 def test_tidal_reserves_a_new_pods_idle_request_for_its_first_horizon() -> None:
     h = NodeHistory(["a", "b"], STEP)
-    for _ in range(DAY):
+    for _ in range(2 * DAY):  # established: the calibrated choice has a margin of its own
         h.append([2.0, 0.0], [4.0, 0.0])
     p = Tidal()
     assert p.predict(h) == pytest.approx(2.0)
+    assert p.explain(h)["regime"] == "calibrated"
     h.append([2.0, 1.0], [4.0, 6.0])  # pod b arrives
     assert p.predict(h) >= 2.0 + 6.0 - 1e-9
     for _ in range(30):  # longer than the horizon: b is established
         h.append([2.0, 1.0], [4.0, 6.0])
     assert p.predict(h) < 2.0 + 6.0
     assert p.predict(h) >= 3.0 - 1e-9
+
+
+def test_tidal_waits_with_calibrated_rules_where_pods_come_and_go_until_its_choice_has_a_record() -> None:
+    # pod b comes and goes every 3 h: a margin learnt on a dozen horizons of other pods misses in
+    # runs, so the calibrated rules wait for the choice's own margin (its minimum points of
+    # record, about 12 h after they are calibrated); meanwhile the peers' rules as their systems
+    # use them, without the young pods' floor (their own record, arrivals included, judges them)
+    h = NodeHistory(["a", "b"], STEP)
+    p = Tidal()
+    regimes = []
+    for i in range(DAY + DAY // 2):
+        b = (i // 36) % 2 == 1
+        h.append([2.0, 1.0 if b else 0.0], [4.0, 2.0 if b else 0.0])
+        if i == DAY // 2 + 60:  # where a node whose pods had not changed would be calibrated
+            explained = p.explain(h)
+            assert explained["regime"] == "warming-up", explained
+            assert "pods arrived on the node within the calibration window" in explained["reason"]
+            waiting = explained["calibratedChoice"]
+            assert waiting["choiceRecordPoints"] < waiting["choiceRecordNeeded"] == 144, waiting
+            assert waiting["lastArrivalAt"] is not None
+            peer = {"volcano": Volcano(), "koordinator": Koordinator()}[explained["rule"]]
+            assert p.predict(h) == pytest.approx(max(peer.predict(h), h.current_usage))
+            assert "youngPodsIdleRequestCores" not in explained
+        regimes.append(p.explain(h)["regime"] if i % 12 == 0 else None)
+    assert "calibrated" in regimes[DAY:], regimes  # within the second day
 
 
 def test_tidal_is_a_pure_function_of_the_history() -> None:
@@ -275,12 +306,12 @@ def test_tidal_violation_rate_on_exchangeable_noise_stays_near_its_budget() -> N
 
 
 def test_tidal_explains_the_headroom_form_when_it_is_the_choice() -> None:
-    # a daily cycle (synthetic, seed 0): by step 199 the usage-plus-a-share-of-the-requests form
+    # a daily cycle (synthetic, seed 0): by step 209 the usage-plus-a-share-of-the-requests form
     # has the lowest predictions of the usable candidates
     from tidal.predict.synthetic import GENERATORS
     trace = GENERATORS["daily-cycle"](0)
     h = NodeHistory(trace.series_ids, trace.step, start=trace.start)
-    for i in range(200):
+    for i in range(210):
         h.append([u[i] for u in trace.usage], [r[i] for r in trace.request])
     explained = Tidal().explain(h)
     assert (explained["regime"], explained["rule"], explained["form"]) == ("calibrated", "requests", "headroom")

@@ -24,6 +24,9 @@ HELD_OUT = tuple(range(3, 15))
 #: change; nothing was changed after (predict/README.md, "Fresh seeds"). A change tuned to make
 #: the strict xfails below pass must be judged on seeds nobody has looked at yet.
 FRESH = tuple(range(200, 240))
+#: Seeds first looked at on 2026-12-03 (later), once, to validate the change made for the jobs
+#: shape on seeds 300-339 (predict/README.md, "Where pods come and go").
+VALIDATION = tuple(range(500, 540))
 BUDGET = 0.01
 
 
@@ -71,7 +74,7 @@ def test_level_shifts_out_of_sample_keep_the_violation_bars() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="issue 18: on the held-out level-shift seeds the default reclaims "
-                   "38.9 % on average against the best in-budget peer's 39.3 %")
+                   "38.7 % on average against the best in-budget peer's 39.3 %")
 def test_level_shifts_out_of_sample_reclaim_at_least_the_best_peer() -> None:
     rows = held_out_level_shifts()
     assert sum(r for r, _, _ in rows) >= sum(p for _, _, p in rows), rows
@@ -84,13 +87,27 @@ def _fresh_miss(reason: str):
 @pytest.mark.parametrize("shape,warmup", [
     pytest.param("level-shift", 86400, marks=_fresh_miss("worst seed 3.29 % (seed 213) over the 3 % bar")),
     ("daily-cycle", 86400),
-    pytest.param("rare-spikes", 86400, marks=_fresh_miss("mean violation 1.003 % over the 1 % bar")),
-    pytest.param("jobs", 7200, marks=_fresh_miss("mean violation 1.05 %, worst seed 4.37 %, 7 of 40 over 3 %")),
+    pytest.param("rare-spikes", 86400, marks=_fresh_miss("mean violation 1.01 % over the 1 % bar")),
+    pytest.param("jobs", 7200, marks=_fresh_miss(
+        "reclaims 37.2 % against the best in-budget peer's 39.2 %, seed by seed (Volcano's rule, which "
+        "the default follows on a one-day node where pods come and go, 37.4 %; N-sigma where it "
+        "happened to stay within the budget, 10 of 40 seeds); the violation bars hold (next test)")),
     ("mid-start", 86400),
 ])
 def test_default_keeps_the_bars_on_fresh_seeds(shape: str, warmup: int) -> None:
     """Issue 18's three bars on 40 seeds of each shape that nothing was designed or tuned on."""
     check(scores(shape, warmup, FRESH))
+
+
+@pytest.mark.parametrize("seeds", [FRESH, VALIDATION], ids=["fresh", "validation"])
+def test_jobs_keep_the_violation_bars_out_of_sample(seeds: tuple[int, ...]) -> None:
+    """Jobs coming and going, one day, 2 h warm-up: before the calibrated rules waited for their
+    choice's own record where pods come and go, 1.05 % mean and 4.37 % worst on the fresh seeds
+    (7 of 40 over 3 %), 0.64 % and 3.97 % on the validation seeds; 0.05 % / 1.59 % and 0.01 % /
+    0.40 % since."""
+    rows = scores("jobs", 7200, seeds)
+    assert sum(v for _, v, _ in rows) / len(rows) <= BUDGET / 2, rows
+    assert max(v for _, v, _ in rows) <= 3 * BUDGET, rows
 
 
 def test_generators_are_deterministic_and_valid() -> None:

@@ -197,7 +197,9 @@ class NodeProfileStatus:
         "prediction window; with a history predictor, steps (5-minute steps of history), basis "
         "{regime (warming-up, calibrated, fallback, shift-detected, no-online-pods), rule, "
         "margin, evidence, reason, shift or lastShift {detectedAt, changePointAt, guardUntil, "
-        "guardMargin, shiftsDetected}, ruleCores, usageNowCores, bound (floor or requests, when one decided "
+        "guardMargin, shiftsDetected}, calibratedChoice {rule, form, cpuCores, choiceRecordPoints, "
+        "choiceRecordNeeded, lastArrivalAt} while a calibrated rule waits for its choice's own "
+        "record, ruleCores, usageNowCores, bound (floor or requests, when one decided "
         "instead of the rule), provisional while no step has closed}, memoryBasis {statistic, windowSeconds, "
         "samples: the memory peak, the window's largest working set} and history {restored, steps, savedAt, "
         "or the reason a saved history was discarded}.",

@@ -47,6 +47,32 @@ def test_the_group_s_memory_is_bounded_as_kubepods(hierarchy, real):
             "-1" if name == "memory.limit_in_bytes" else "max")
 
 
+def test_switched_off_a_group_still_holding_pods_runs_at_besteffort_s_weight(hierarchy, real):
+    """Issue 14: with BE CPU priority switched off (or the node restored) the strategy's cpu.idle
+    is put back to 0 and nothing else set the group's weight: its pods competed with kubepods at
+    the default 1024, more than any BestEffort pod gets from the kubelet (cpu.shares 2)."""
+    from tidal.agent.collector.cgroups import CgroupVersion
+    layout = LocalKubelet(real).layout
+    group = BEIdleGroup(layout, DEFAULT_CGROUP_ROOT)
+    real.created.extend(group.ensure())
+    d = group.cpu_root / group.relpath
+    name, default, least = (("cpu.shares", "1024", "2") if layout.version is CgroupVersion.V1
+                            else ("cpu.weight", "100", "1"))
+    idle = d / "cpu.idle"
+    try:
+        if idle.exists():  # still idle (BE CPU priority on): lower yet, and the kernel refuses a weight
+            idle.write_text("1")
+            assert group.switched_off(holding=True) == [] and idle.read_text().strip() == "1"
+            idle.write_text("0")
+        (d / name).write_text(default)
+        assert group.switched_off(holding=True) == []  # kept: a pod runs there
+        assert (d / name).read_text().strip() == least
+        assert group.hold_besteffort_weight() is None  # already so: nothing written
+    finally:  # the group is the hierarchy's: leave it as the kernel makes it for whoever uses it next
+        if d.is_dir():
+            (d / name).write_text(default)
+
+
 def test_a_group_the_kernel_refuses_to_create_is_a_reported_problem_not_a_crash(tmp_path):
     """Found with Tidal deployed as pods: the root of a v1 hierarchy is mode 0555, so an agent
     without CAP_DAC_OVERRIDE gets EACCES from mkdir, which ended the agent at every tick. Here

@@ -18,6 +18,10 @@
   (cgroupfs): switching the switch off, or the node's mode, leaves nothing behind (``uninstall.yml``
   promises no residue). A pod created there while the switch was on stays there until it ends; the
   group goes with the last one. Swept once per switch-off (and at the agent's start), not at every tick.
+  Until then, where nothing makes the group idle (BE CPU priority off, or the node restored), it is
+  held at the weight the kubelet gives BestEffort pods (v1 ``cpu.shares`` 2, v2 ``cpu.weight`` 1):
+  beside ``kubepods`` at the default weight its pods would take more CPU than any BestEffort pod
+  gets from Kubernetes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import DEFAULT_CGROUP_ROOT, CgroupDriver, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.qos.be_cpu_priority import MIN_SHARES, MIN_WEIGHT
 from tidal.agent.qos.strategy import cpu_controller_root
 
 __all__ = ["BEIdleGroup"]
@@ -94,7 +99,36 @@ class BEIdleGroup:
         no pod of the node, the group removed (:meth:`remove_when_empty`) until it is gone
         everywhere; returns the directories removed."""
         self.problem = None
-        return [] if self.swept or holding else self.remove_when_empty()
+        if holding:
+            self.hold_besteffort_weight()
+            return []
+        return [] if self.swept else self.remove_when_empty()
+
+    def hold_besteffort_weight(self) -> str | None:
+        """The group, still holding BE pods with the switch off, at the weight the kubelet gives
+        BestEffort pods (v1 ``cpu.shares`` 2, v2 ``cpu.weight`` 1) unless it is idle (BE CPU
+        priority still on: lower yet, and the kernel refuses a weight on an idle group). Without
+        it, once the priority strategy's values are put back (``cpu.idle`` 0), the group competes
+        with ``kubepods`` at the default weight (1024, 100). Returns the value written; None when
+        nothing was (already so, idle, no group, or refused: logged)."""
+        d = self.cpu_root / self.relpath
+        name, value = (("cpu.shares", str(MIN_SHARES)) if self.layout.version is CgroupVersion.V1
+                       else ("cpu.weight", str(MIN_WEIGHT)))
+        try:
+            idle = d / "cpu.idle"
+            if idle.exists() and idle.read_text().strip() != "0":
+                return None
+            if (d / name).read_text().strip() == value:
+                return None
+            (d / name).write_text(value)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            log.warning("BE idle group: cannot hold its CPU weight at BestEffort's: %s", error)
+            return None
+        log.info("BE idle group: BE CPU priority off with BE pods still in it: %s %s, as the kubelet's BestEffort",
+                 name, value)
+        return value
 
     def remove_when_empty(self) -> list[Path]:
         """Remove the group from every hierarchy where it holds no pod (cgroupfs; with systemd

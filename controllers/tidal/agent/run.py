@@ -329,6 +329,8 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         if node_watch.synced.is_set() and restore_on_exit(await node_now(api, node, node_watch.object)):
             problems = await asyncio.shield(restore_node(api, node, state_dir, cgroup_root))
             idle_group.remove_when_empty()  # the BE idle group too, unless BE pods still run there
+            if not idle_group.swept:
+                idle_group.hold_besteffort_weight()  # those run at BestEffort's weight, as below kubepods
             log.info("node %s: node mode off, restored what the agent changed%s", node,
                      f" (not restored: {problems})" if problems else "")
         if writer is not None:

@@ -110,7 +110,7 @@ def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
     h = history(CONSTANT[: DAY // 2 + 36])
     waiting = Tidal().explain(h)
     assert waiting["regime"] == "warming-up" and waiting["calibratedChoice"]["form"] == "all", waiting
-    assert "needs a horizon of record first" in waiting["reason"], waiting
+    assert "until their choice has a horizon of record" in waiting["reason"], waiting
     h = history(CONSTANT[: DAY // 2 + 60])
     explained = Tidal().explain(h)
     assert explained["regime"] == "calibrated", explained
@@ -252,7 +252,7 @@ def test_tidal_waits_with_calibrated_rules_where_pods_come_and_go_until_its_choi
         if i == DAY // 2 + 60:  # where a node whose pods had not changed would be calibrated
             explained = p.explain(h)
             assert explained["regime"] == "warming-up", explained
-            assert "pods arrived on the node within the calibration window" in explained["reason"]
+            assert "because pods arrived on the node within the calibration window" in explained["reason"]
             waiting = explained["calibratedChoice"]
             assert waiting["choiceRecordPoints"] < waiting["choiceRecordNeeded"] == 144, waiting
             assert waiting["lastArrivalAt"] is not None

@@ -363,12 +363,13 @@ class Tidal(Predictor):
             "choiceRecordPoints": len(e.ensemble), "choiceRecordNeeded": e.min_points,
             "lastArrivalAt": None if e.last_arrival < 0 else history.start + e.last_arrival * history.step}
         if e.stable(now):
-            why = f"it needs a horizon of record first ({len(e.ensemble)} of {e.h} points)"
+            why = f"until their choice has a horizon of record ({len(e.ensemble)} of {e.h} points)"
         else:
-            why = (f"pods arrived on the node within the calibration window, so it waits until "
-                   f"the choice among the calibrated rules has a margin of its own "
-                   f"({len(e.ensemble)} of {e.min_points} points of record)")
-        out["reason"] += f"; {w.name} would predict {e.shadow[-1]:.3f} cores but {why}"
+            why = (f"because pods arrived on the node within the calibration window, until their "
+                   f"choice has a margin of its own ({len(e.ensemble)} of {e.min_points} points "
+                   f"of record)")
+        out["reason"] += (f"; the calibrated rules, whose choice now is {w.name} "
+                          f"({e.shadow[-1]:.3f} cores), may not be used {why}")
 
     @staticmethod
     def _explain_shift(history: NodeHistory, e: _Engine, out: dict) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import DEFAULT_CGROUP_ROOT, CgroupDriver, CgroupLayout, CgroupVersion, PodQOSClass
-from tidal.agent.qos.be_cpu_priority import MIN_SHARES, MIN_WEIGHT
+from tidal.agent.qos.be_cpu_priority import minimum_weight
 from tidal.agent.qos.strategy import cpu_controller_root
 
 __all__ = ["BEIdleGroup"]
@@ -112,8 +112,7 @@ class BEIdleGroup:
         with ``kubepods`` at the default weight (1024, 100). Returns the value written; None when
         nothing was (already so, idle, no group, or refused: logged)."""
         d = self.cpu_root / self.relpath
-        name, value = (("cpu.shares", str(MIN_SHARES)) if self.layout.version is CgroupVersion.V1
-                       else ("cpu.weight", str(MIN_WEIGHT)))
+        name, value = minimum_weight(self.layout.version)
         try:
             idle = d / "cpu.idle"
             if idle.exists() and idle.read_text().strip() != "0":

@@ -24,11 +24,17 @@ from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 from .feature import StrategyFeature
 from .strategy import CgroupWrite, NodeState, be_parent_classes, cpu_dir
 
-__all__ = ["feature", "BECPUPriority", "MIN_SHARES", "MIN_WEIGHT", "OPENEULER_OFFLINE_QOS_LEVEL"]
+__all__ = ["feature", "BECPUPriority", "MIN_SHARES", "MIN_WEIGHT", "OPENEULER_OFFLINE_QOS_LEVEL", "minimum_weight"]
 
 MIN_SHARES = 2
 MIN_WEIGHT = 1
 OPENEULER_OFFLINE_QOS_LEVEL = -1
+
+
+def minimum_weight(version: CgroupVersion) -> tuple[str, str]:
+    """The file and value of the minimum CPU weight, the kubelet's for BestEffort pods: v1
+    ``cpu.shares`` 2, v2 ``cpu.weight`` 1."""
+    return ("cpu.shares", str(MIN_SHARES)) if version is CgroupVersion.V1 else ("cpu.weight", str(MIN_WEIGHT))
 
 
 class BECPUPriority:
@@ -54,10 +60,8 @@ class BECPUPriority:
         for path in paths:
             if state.supports("cpu.idle") and path != parent:
                 writes.append(CgroupWrite(path, "cpu.idle", "1"))
-            elif state.layout.version is CgroupVersion.V1:
-                writes.append(CgroupWrite(path, "cpu.shares", str(MIN_SHARES)))
             else:
-                writes.append(CgroupWrite(path, "cpu.weight", str(MIN_WEIGHT)))
+                writes.append(CgroupWrite(path, *minimum_weight(state.layout.version)))
             if state.supports("openeuler.cpu.qos_level"):
                 writes.append(CgroupWrite(path, "cpu.qos_level", str(OPENEULER_OFFLINE_QOS_LEVEL)))
         return writes

@@ -144,7 +144,7 @@ define PREDICT_CONVERTED
 	$$tidal predict convert-azure --cpu "$$t/azure2019_20vms_cpu_5min.csv.gz" --meta "$$t/azure2019_20vms_meta.csv" --variant lenient -o azure_lenient.csv; \
 	$$tidal predict convert-alibaba --usage "$$t/alibaba2018_machine_usage_head_16machines.csv.gz" --meta "$$t/alibaba2018_machine_meta_full.csv.gz" --variant strict -o alibaba_strict.csv
 endef
-.PHONY: bench-predict bench-predict-bound bench-predict-agent-window
+.PHONY: bench-predict bench-predict-bound bench-predict-agent-window bench-predict-placements
 bench-predict: venv
 	@$(PREDICT_CONVERTED); \
 	$$tidal predict evaluate --trace . --json $(BENCH_ARGS) | "$(CURDIR)/$(BIN)/python" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))'
@@ -154,6 +154,11 @@ bench-predict: venv
 bench-predict-bound: venv
 	@$(PREDICT_CONVERTED); \
 	"$(CURDIR)/$(BIN)/python" "$(CURDIR)/bench/predict_bound.py" --trace . $(BENCH_ARGS)
+
+# Issue 18's held-back shape (10 VMs per node) from the shared Azure trace: the 20 VMs placed on
+# two nodes in 20 shuffled orders, strict and lenient, 1 d and 2 h warm-up; ~15 min.
+bench-predict-placements: venv
+	"$(CURDIR)/$(BIN)/python" "$(CURDIR)/bench/predict_placements.py" --traces "$(abspath $(PREDICT_TRACES))" $(BENCH_ARGS)
 
 # The default predictor as the agent runs it (rebuilt on its 14-day window at every step) against
 # the evaluator (the whole history), on the same decision points; about 15 minutes.

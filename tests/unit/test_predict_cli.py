@@ -131,6 +131,67 @@ def test_convert_azure_writes_a_readable_trace(tmp_path, capsys) -> None:
     assert t.series_ids == ("vmA", "vmB", "vmC") and len(t) == 3
 
 
+def _azure_to_nodes(tmp_path, capsys, *extra: str):
+    return run(["convert-azure", "--cpu", str(DATA / "azure_cpu_small.csv"), "--meta",
+                str(DATA / "azure_meta_small.csv"), *extra], capsys)
+
+
+def test_convert_azure_places_the_vms_on_nodes_a_pooled_evaluation_reads(tmp_path, capsys) -> None:
+    out = tmp_path / "nodes"
+    code, _, err = _azure_to_nodes(tmp_path, capsys, "--vms-per-node", "2", "-o", str(out))
+    assert code == 0 and "wrote 7 readings of 3 VMs (strict) to 2 node traces of up to 2 VMs" in err
+    assert sorted(p.name for p in out.iterdir()) == ["node-000.csv", "node-001.csv"]
+    first, second = (read_trace(out / f"node-00{i}.csv") for i in (0, 1))
+    # in VM id order, the last node takes the rest; every reading kept, none on two nodes
+    assert first.series_ids == ("vmA", "vmB") and second.series_ids == ("vmC",)
+    whole = tmp_path / "one.csv"
+    assert _azure_to_nodes(tmp_path, capsys, "-o", str(whole))[0] == 0
+    one = read_trace(whole)
+    for t in (first, second):  # a node's trace spans its own VMs' readings (vmC's last is empty)
+        for sid, usage in zip(t.series_ids, t.usage):
+            assert usage == one.usage[one.series_ids.index(sid)][: len(usage)]
+    assert (len(first), len(second)) == (3, 2)
+
+
+def test_a_placement_seed_shuffles_which_vms_share_a_node(tmp_path, capsys) -> None:
+    groups = set()
+    for seed in range(8):
+        out = tmp_path / f"seed{seed}"
+        assert _azure_to_nodes(tmp_path, capsys, "--vms-per-node", "2", "--placement-seed", str(seed),
+                               "-o", str(out))[0] == 0
+        groups.add(read_trace(out / "node-001.csv").series_ids)
+        again = tmp_path / f"again{seed}"
+        assert _azure_to_nodes(tmp_path, capsys, "--vms-per-node", "2", "--placement-seed", str(seed),
+                               "-o", str(again))[0] == 0
+        assert (again / "node-000.csv").read_text() == (out / "node-000.csv").read_text()
+    assert len(groups) > 1  # the VM left alone differs between seeds; the same seed, the same nodes
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--vms-per-node", "0"], "'0' must be a positive whole number"),
+    (["--vms-per-node", "two"], "'two' is not a whole number"),
+])
+def test_vms_per_node_must_be_a_positive_number(tmp_path, capsys, extra, message) -> None:
+    code, _, err = _azure_to_nodes(tmp_path, capsys, *extra, "-o", str(tmp_path / "n"))
+    assert code == 2 and message in err and not (tmp_path / "n").exists()
+
+
+def test_nodes_are_not_written_over_existing_traces_or_without_a_node_size(tmp_path, capsys) -> None:
+    out = tmp_path / "nodes"
+    out.mkdir()
+    (out / "mine.csv").write_text("keep me\n")
+    code, _, err = _azure_to_nodes(tmp_path, capsys, "--vms-per-node", "2", "-o", str(out))
+    assert code == 1 and f"{out} already holds traces (mine.csv)" in err
+    assert sorted(p.name for p in out.iterdir()) == ["mine.csv"]
+    code, _, err = _azure_to_nodes(tmp_path, capsys, "--placement-seed", "1", "-o", str(tmp_path / "x.csv"))
+    assert code == 1 and "give --vms-per-node too" in err and not (tmp_path / "x.csv").exists()
+    code, _, err = _azure_to_nodes(tmp_path, capsys, "--vms-per-node", "2", "-o", "-")
+    assert code == 1 and "not to stdout: give -o DIR" in err
+    (tmp_path / "file").write_text("")
+    code, _, err = _azure_to_nodes(tmp_path, capsys, "--vms-per-node", "2", "-o", str(tmp_path / "file"))
+    assert code == 1 and "is a file" in err
+
+
 def test_convert_alibaba_writes_a_readable_gzipped_trace(tmp_path, capsys) -> None:
     out = tmp_path / "alibaba.csv.gz"
     code, _, err = run(["convert-alibaba", "--usage", str(DATA / "alibaba_usage_small.csv"), "--meta",

@@ -4,7 +4,8 @@
     tidal predict evaluate --trace FILE|DIR [--trace ...] [--horizon 60m] [--warmup 1d]
                            [--budget 1%] [--worst-node-budget 3%] [--per-trace] [--json]
     tidal predict convert-azure --cpu CPU.csv.gz --meta META.csv [--variant strict|lenient]
-                                [--category Interactive|all] -o OUT.csv
+                                [--category Interactive|all] [--vms-per-node N [--placement-seed S]]
+                                -o OUT.csv|DIR
     tidal predict convert-alibaba --usage USAGE.csv.gz --meta META.csv.gz
                                   [--variant strict|lenient] [--step 5m] -o OUT.csv
     tidal predict synthesize --shape SHAPE [--seed N] -o OUT.csv
@@ -22,6 +23,7 @@ import gzip
 import io
 import json
 import math
+import random
 import re
 import sys
 import time
@@ -124,6 +126,16 @@ def _positive_duration(text: str) -> int:
     return v
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Oversell predictors measured on traces.")
     sub = p.add_subparsers(dest="command", required=True,
@@ -194,7 +206,16 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--variant", choices=sorted(VARIANTS), default="strict",
                    help="strict: max_cpu (default); lenient: avg_cpu")
     a.add_argument("--category", default="all", help="a vm_category (e.g. Interactive) or all (default)")
-    a.add_argument("-o", "--output", required=True, help="output CSV (.gz ok, - for stdout)")
+    a.add_argument("--vms-per-node", type=_positive_int, default=0, metavar="N",
+                   help="place the VMs on nodes of N each (in VM id order; the last node takes the "
+                        "rest) and write one trace per node into the directory OUTPUT, which "
+                        "`evaluate --trace DIR` pools; default: every VM on one node, one file")
+    a.add_argument("--placement-seed", type=int, default=None, metavar="S",
+                   help="with --vms-per-node: place the VMs in an order shuffled with seed S "
+                        "instead of id order (which VMs share a node changes what every rule "
+                        "reclaims and misses; several seeds show the spread)")
+    a.add_argument("-o", "--output", required=True,
+                   help="output CSV (.gz ok, - for stdout); with --vms-per-node a directory")
 
     b = sub.add_parser("convert-alibaba", help="Alibaba 2018 machine_usage + machine_meta → long CSV")
     b.add_argument("--usage", required=True, help="machine_usage.csv (.gz ok)")
@@ -223,10 +244,19 @@ def main(argv: list[str]) -> int:
         if args.command == "frontier":
             return _frontier(args)
         if args.command == "convert-azure":
+            if args.placement_seed is not None and not args.vms_per_node:
+                raise ValueError("--placement-seed places VMs on nodes: give --vms-per-node too")
+            if args.vms_per_node:
+                check_node_directory(Path(args.output))  # before the conversion's work
             conv = convert_azure(args.cpu, args.meta, variant=args.variant, category=args.category)
-            n = _write(conv.rows, args.output)
+            if args.vms_per_node:
+                n, nodes = write_node_traces(conv.rows, args.vms_per_node, Path(args.output),
+                                             seed=args.placement_seed)
+                where = f"{nodes} node traces of up to {args.vms_per_node} VMs in {args.output}"
+            else:
+                n, where = _write(conv.rows, args.output), args.output
             print(
-                f"{PROG}: wrote {n} readings of {conv.vms} VMs ({args.variant}) to {args.output}"
+                f"{PROG}: wrote {n} readings of {conv.vms} VMs ({args.variant}) to {where}"
                 + (f"; {conv.missing} empty readings left out" if conv.missing else "")
                 + (f"; {conv.skipped_category} readings of other categories skipped"
                    if conv.skipped_category else ""),
@@ -267,6 +297,43 @@ def _write(rows, output: str) -> int:
             return write_long_csv(rows, f)
     with open(output, "w", encoding="utf-8", newline="") as f:
         return write_long_csv(rows, f)
+
+
+def check_node_directory(directory: Path) -> None:
+    """Node traces go into a new or empty directory: not stdout, not a file, not a directory
+    that holds traces already (a pooled evaluation of it would mix them in)."""
+    if str(directory) == "-":
+        raise ValueError("--vms-per-node writes a directory of node traces, not to stdout: give -o DIR")
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"--vms-per-node writes a directory of node traces, and {directory} is a file")
+    if directory.is_dir():
+        present = sorted(p.name for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz")))
+        if present:
+            raise ValueError(f"{directory} already holds traces ({', '.join(present[:3])}"
+                             f"{', …' if len(present) > 3 else ''}); give an empty or new directory")
+
+
+def write_node_traces(rows, per_node: int, directory: Path, *, seed: int | None = None) -> tuple[int, int]:
+    """Split ``rows`` by series into nodes of ``per_node`` series each (in series id order, or
+    shuffled with ``seed``; the last node takes the rest) and write ``node-NNN.csv`` per node
+    into ``directory``, which must not hold traces already (a pooled evaluation of the folder
+    would mix them in). Returns (readings written, nodes)."""
+    rows = list(rows)
+    ids = sorted({sid for _, sid, _, _ in rows})
+    if seed is not None:
+        random.Random(seed).shuffle(ids)
+    if not ids:
+        raise ValueError("no readings to place on nodes")
+    node_of = {sid: i // per_node for i, sid in enumerate(ids)}
+    nodes = -(-len(ids) // per_node)
+    check_node_directory(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    width = max(3, len(str(nodes - 1)))
+    written = 0
+    for node in range(nodes):
+        mine = [r for r in rows if node_of[r[1]] == node]
+        written += _write(mine, str(directory / f"node-{node:0{width}d}.csv"))
+    return written, nodes
 
 
 class _Progress:

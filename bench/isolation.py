@@ -258,10 +258,10 @@ class Nginx:
 class StressNG:
     """stress-ng burning every CPU inside the BE pod's cgroups for ``seconds``."""
 
-    def __init__(self, dirs, seconds: float, workdir: Path) -> None:
+    def __init__(self, dirs, seconds: float, workdir: Path, method: str = "matrixprod") -> None:
         self.yaml = workdir / f"stress-{secrets.token_hex(3)}.yaml"
         self.proc = subprocess.Popen(
-            [shutil.which("stress-ng") or "/usr/bin/stress-ng", "--cpu", str(CPUS), "--cpu-method", "matrixprod",
+            [shutil.which("stress-ng") or "/usr/bin/stress-ng", "--cpu", str(CPUS), "--cpu-method", method,
              "--timeout", f"{int(seconds)}s", "--metrics-brief", "--yaml", str(self.yaml)],
             preexec_fn=in_cgroups(dirs), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -331,12 +331,12 @@ def cpu_us_per_request(before: dict[int, int], after: dict[int, int], requests: 
 
 
 def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path, settle: float = 0,
-            longest_waits: bool = False) -> dict:
+            longest_waits: bool = False, be_method: str = "matrixprod") -> dict:
     """One treatment: the BE hog starts 2 s before the measured seconds, plus ``settle`` seconds
     during which the server already serves the same load (not measured): the agent's controller
     settles, and every treatment with a BE hog has had it beside the server equally long."""
     from tidal.agent.qos.be_cpu_interference import signal as runqueue_signal
-    stress = StressNG(be_dirs, seconds + settle + 6, workdir) if be_dirs else None
+    stress = StressNG(be_dirs, seconds + settle + 6, workdir, be_method) if be_dirs else None
     time.sleep(2 if stress else 0.5)
     if settle:
         fixed_rate(loadgen, url, rate, settle, realtime_client)
@@ -524,6 +524,10 @@ def main() -> int:
     parser.add_argument("--variant-policy", type=policy_patch, default=None, metavar="JSON",
                         help="tidal_variant's merge patch over the Tidal treatments' policy (with --policy); the "
                              "other Tidal treatments run with the fields it names put back")
+    parser.add_argument("--be-method", default="matrixprod", metavar="METHOD",
+                        help="the BE hog's stress-ng --cpu-method: matrixprod (default: 128 x 128 matrices, "
+                             "a job whose data fills the core's caches) or e.g. loop (a spin that touches "
+                             "almost no memory: what is left is the scheduler's part)")
     parser.add_argument("--no-idle-halt", action="store_true",
                         help="hold a 0 µs CPU latency request (/dev/cpu_dma_latency) for the whole run: idle "
                              "CPUs poll instead of halting, as a latency-tuned node's do (tuned's "
@@ -663,7 +667,7 @@ def main() -> int:
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment in SOLO else hog_dirs, workdir, args.client_scheduling == "fifo",
                             web_dirs[0], 0 if treatment in SOLO else args.agent_settle,
-                            args.longest_waits)
+                            args.longest_waits, args.be_method)
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")
@@ -717,7 +721,7 @@ def main() -> int:
                            "suppression_percent": args.suppression_percent,
                            "policy": args.policy, "variant_policy": args.variant_policy,
                            "daemons_cgroup": args.daemons_cgroup,
-                           "no_idle_halt": args.no_idle_halt}
+                           "no_idle_halt": args.no_idle_halt, "be_method": args.be_method}
     summary["background"] = background_report
     print(json.dumps(summary))
     return 0

@@ -156,7 +156,7 @@ bench-predict-bound: venv
 	"$(CURDIR)/$(BIN)/python" "$(CURDIR)/bench/predict_bound.py" --trace . $(BENCH_ARGS)
 
 # Issue 18's held-back shape (10 VMs per node) from the shared Azure trace: the 20 VMs placed on
-# two nodes in 20 shuffled orders, strict and lenient, 1 d and 2 h warm-up; ~15 min.
+# two nodes in 20 shuffled orders, strict and lenient, 1 d and 2 h warm-up; ~6 min.
 bench-predict-placements: venv
 	"$(CURDIR)/$(BIN)/python" "$(CURDIR)/bench/predict_placements.py" --traces "$(abspath $(PREDICT_TRACES))" $(BENCH_ARGS)
 

@@ -15,7 +15,8 @@ gap to the oracle closed), then how many placements met them.
 Output: one JSON line per (variant, seed, warm-up), then a summary line
 ``{"summary": {VARIANT: {WARMUP: {"placements", "met", "missed_reclaim", "missed_violation",
 "tidal_reclaimed_median", "gap_closed_median", "best_peer_counts", ...}}}}``. Deterministic
-(no randomness beyond the seeds); about 10 s per placement and warm-up on this machine.
+(no randomness beyond the seeds); about 4 s per placement, variant and warm-up on this
+machine (6 minutes for the default 80).
 """
 
 from __future__ import annotations

@@ -49,6 +49,8 @@ from tidal.predict.synthetic import GENERATORS, trace_rows
 PROG = "tidal predict"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+#: The files a directory given to ``--trace`` stands for.
+TRACE_SUFFIXES = (".csv", ".csv.gz")
 #: Up to this many traces the human output shows one table per trace (more: --per-trace).
 PER_TRACE_TABLES = 3
 #: Traces read in the up-front check are kept for the evaluation up to this many grid cells
@@ -104,7 +106,7 @@ def trace_files(args: list[str]) -> list[str]:
         if p.is_dir():
             found = sorted(
                 f for f in p.iterdir()
-                if f.is_file() and (f.name.endswith(".csv") or f.name.endswith(".csv.gz"))
+                if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
             )
             if not found:
                 raise ValueError(f"{a}: no trace files (*.csv, *.csv.gz) in this directory")
@@ -307,7 +309,7 @@ def check_node_directory(directory: Path) -> None:
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"--vms-per-node writes a directory of node traces, and {directory} is a file")
     if directory.is_dir():
-        present = sorted(p.name for p in directory.iterdir() if p.name.endswith((".csv", ".csv.gz")))
+        present = sorted(p.name for p in directory.iterdir() if p.name.endswith(TRACE_SUFFIXES))
         if present:
             raise ValueError(f"{directory} already holds traces ({', '.join(present[:3])}"
                              f"{', …' if len(present) > 3 else ''}); give an empty or new directory")
@@ -328,11 +330,12 @@ def write_node_traces(rows, per_node: int, directory: Path, *, seed: int | None 
     nodes = -(-len(ids) // per_node)
     check_node_directory(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    by_node: list[list] = [[] for _ in range(nodes)]
+    for r in rows:  # one pass; each node's readings keep their (timestamp, VM) order
+        by_node[node_of[r[1]]].append(r)
     width = max(3, len(str(nodes - 1)))
-    written = 0
-    for node in range(nodes):
-        mine = [r for r in rows if node_of[r[1]] == node]
-        written += _write(mine, str(directory / f"node-{node:0{width}d}.csv"))
+    written = sum(_write(mine, str(directory / f"node-{node:0{width}d}.csv"))
+                  for node, mine in enumerate(by_node))
     return written, nodes
 
 

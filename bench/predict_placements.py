@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from tidal.predict.azure import convert_azure
-from tidal.predict.cli import parse_duration, write_node_traces
+from tidal.predict.cli import parse_duration, positive_int, write_node_traces
 from tidal.predict.evaluate import evaluate, is_within_budget, pool
 from tidal.predict.predictors import DEFAULT, Oracle, realisable
 from tidal.predict.series import read_trace
@@ -96,12 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", required=True, help="the shared traces' directory (Azure 2019 files)")
     ap.add_argument("--variant", action="append", choices=("strict", "lenient"))
-    ap.add_argument("--vms-per-node", type=int, default=10)
+    ap.add_argument("--vms-per-node", type=positive_int, default=10)
     ap.add_argument("--seeds", type=seeds, default=seeds("1-20"))
     ap.add_argument("--warmup", action="append", type=parse_duration)
     args = ap.parse_args(argv)
-    if args.vms_per_node <= 0:
-        ap.error("--vms-per-node must be positive")
     variants = args.variant or ["strict", "lenient"]
     warmups = args.warmup or [86400, 7200]
     d = Path(args.traces)

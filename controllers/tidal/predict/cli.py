@@ -128,7 +128,7 @@ def _positive_duration(text: str) -> int:
     return v
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
@@ -208,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--variant", choices=sorted(VARIANTS), default="strict",
                    help="strict: max_cpu (default); lenient: avg_cpu")
     a.add_argument("--category", default="all", help="a vm_category (e.g. Interactive) or all (default)")
-    a.add_argument("--vms-per-node", type=_positive_int, default=0, metavar="N",
+    a.add_argument("--vms-per-node", type=positive_int, default=0, metavar="N",
                    help="place the VMs on nodes of N each (in VM id order; the last node takes the "
                         "rest) and write one trace per node into the directory OUTPUT, which "
                         "`evaluate --trace DIR` pools; default: every VM on one node, one file")

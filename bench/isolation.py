@@ -31,7 +31,9 @@ land on the same next one):
                     the agent keeping the group idle and the container at its batch resources;
 * ``tidal_variant`` (only when named, with ``--variant-policy``) ``tidal`` with that merge patch
                     on top: A/B of a policy change against the shipped defaults in one run
-                    (e.g. a feature switched off, to find what of the agent costs the tail);
+                    (e.g. a feature switched off, to find what of the agent costs the tail); with
+                    ``cpuPriority.idleGroup`` on in the patch, its BE container is where
+                    ``tidal_idle_group``'s is;
 * ``be_idle_group`` (only when named) a lead, not what Tidal does: the BE hog in an idle cgroup
                     (``cpu.idle = 1``) at the cpu hierarchy's root (a node's, where ``kubepods``
                     and ``system.slice`` are) instead of in its pod's cgroup, no agent. An idle
@@ -79,7 +81,10 @@ holds them polling for the run, as a latency-tuned node does). The Tidal treatme
 stands) and ``floor_stands_seconds_end`` (its NodeProfile's ``floorStandsSeconds``). S says what the run was asked for:
 ``--treatments`` runs a subset (solo always: the ratios' reference), ``--order`` their order, and
 ``--policy`` merges a patch into the Tidal treatments' ColocationPolicy spec, ``no_idle_halt``
-whether idle CPUs were kept from halting.
+whether idle CPUs were kept from halting. ``--stall-causes`` adds ``ls_stalls`` to every line (and,
+pooled over the rounds, to the medians): what each run-queue wait of a server thread over 5 ms
+waited behind — the hypervisor, the BE job, the server's own threads or other work — from the
+kernel's scheduler trace of the measured seconds (bench/stall_causes.py).
 """
 from __future__ import annotations
 
@@ -104,6 +109,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cpu_idle  # noqa: E402  (bench/, on the path just above)
 import lab_background  # noqa: E402
+import stall_causes  # noqa: E402
 from round_order import ORDERS, round_order  # noqa: E402
 from lab_background import CPU_ROOT  # noqa: E402  (sched_probe's too)
 
@@ -331,7 +337,7 @@ def cpu_us_per_request(before: dict[int, int], after: dict[int, int], requests: 
 
 
 def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_dir: Path, settle: float = 0,
-            longest_waits: bool = False, be_method: str = "matrixprod") -> dict:
+            longest_waits: bool = False, be_method: str = "matrixprod", trace_stalls: bool = False) -> dict:
     """One treatment: the BE hog starts 2 s before the measured seconds, plus ``settle`` seconds
     during which the server already serves the same load (not measured): the agent's controller
     settles, and every treatment with a BE hog has had it beside the server equally long."""
@@ -345,13 +351,25 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
     halted, started = cpu_idle.halts(), time.monotonic()
     threads, ran = ls_threads(ls_dir)
     waits = WaitSampler(threads.threads, seconds, workdir) if longest_waits else None
+    trace = stall_causes.SchedTrace() if trace_stalls else None
+    if trace:
+        trace.start()
     result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
+    if trace:
+        trace.stop()
     longest_ms, long_waits = waits.result() if waits else (None, None)
     threads_after, ran_after = ls_threads(ls_dir)
     waited = runqueue_signal(threads, threads_after)
     busy = busy_cores(before, proc_stat())
     stolen = steal_pct(stolen, steal_ticks(Path("/proc/stat").read_text()))
     halted = round((cpu_idle.halts() - halted) / (time.monotonic() - started), 1)
+    if trace:  # after the figures above (reading and parsing the trace takes seconds): the BE job's
+        # tasks while it still runs, the server's threads of both readings
+        be_tasks = {int(t) for d in (be_dirs or ()) for t in (Path(d) / "tasks").read_text().split()}
+        text, overran = trace.collect()
+        found = stall_causes.stalls(stall_causes.parse(text), set(threads.threads) | set(threads_after.threads),
+                                    be_tasks)
+        stalls = {**stall_causes.summary(found), "trace_overran": overran}
     return {"p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "achieved_rps": round(result["ok_per_s"], 1), "node_busy_pct": round(busy / CPUS * 100, 1),
             "be_ops_per_s": round(stress.ops_per_s(), 1) if stress else 0.0,
@@ -365,6 +383,8 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
             # (bench/wait_sampler.py) and how many lasted over 5 ms: the stalls a p99 feels and
             # the mean per slice hides
             **({"ls_longest_wait_ms": longest_ms, "ls_waits_over_5ms": long_waits} if waits else {}),
+            # --stall-causes: what each of the server's waits over 5 ms waited behind (bench/stall_causes.py)
+            **({"ls_stalls": stalls} if trace else {}),
             "steal_pct": stolen,
             # how often per second the CPUs entered a halting idle state (bench/cpu_idle.py): a
             # vCPU woken from one starts the server's work late; 0 with --no-idle-halt
@@ -505,6 +525,11 @@ def main() -> int:
                         help="also measure each round's longest single run-queue wait of a server thread "
                              "(ls_longest_wait_ms, ls_waits_over_5ms; bench/wait_sampler.py, which reads the "
                              "threads' schedstat every millisecond at SCHED_FIFO: it costs a few %% of a CPU)")
+    parser.add_argument("--stall-causes", action="store_true",
+                        help="also say what each run-queue wait of a server thread over 5 ms waited behind "
+                             "(ls_stalls: the hypervisor, the BE job, the server's own threads or other work such "
+                             "as the node's daemons; bench/stall_causes.py, from the kernel's scheduler trace "
+                             "recorded during the measured seconds: tracefs, root)")
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always, "
@@ -537,6 +562,8 @@ def main() -> int:
     args = parser.parse_args()
     if ("tidal_variant" in args.treatments) != (args.variant_policy is not None):
         parser.error("--variant-policy and the treatment tidal_variant go together: the one is the other's patch")
+    if args.stall_causes and (why := stall_causes.SchedTrace().available()):
+        parser.error(f"--stall-causes cannot run here: {why}")
     if os.geteuid() != 0:
         raise SystemExit("bench-isolation needs root: it creates cgroups and moves processes into them")
     for tool in ("nginx", "stress-ng"):
@@ -632,11 +659,14 @@ def main() -> int:
                 if treatment in TIDAL:
                     # the --policy patch's slice switch holds unless this is the treatment that turns it on
                     asked = args.policy.get("features", {}).get("onlineSchedSlice", {})
-                    slice_on = treatment == "tidal_slice" or bool(asked.get("enabled", False))
+                    slice_on = treatment == "tidal_slice" or bool(asked.get("enabled", False)) or (
+                        treatment == "tidal_variant" and args.variant_policy.get("features", {}).get(
+                            "onlineSchedSlice", {}).get("enabled") is True)
                     # ... and its quota mode unless this is the treatment of the quota always in force
                     quota = "always" if treatment == "tidal_always" else args.policy.get("beIsolation", {}).get(
                         "cpuSuppression", {}).get("quota", "onInterference")
-                    idle_group = treatment == "tidal_idle_group"
+                    idle_group = treatment == "tidal_idle_group" or treatment == "tidal_variant" and (
+                        args.variant_policy.get("beIsolation", {}).get("cpuPriority", {}).get("idleGroup") is True)
                     if idle_group:  # where the NRI plugin creates the BE container while the switch is on
                         idle_dirs = kubelet.create_pod(be_pod.uid, PodQOSClass.BE_IDLE_GROUP,
                                                        [be_pod.container_id])[be_pod.container_id]
@@ -662,12 +692,12 @@ def main() -> int:
                             raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
                         time.sleep(0.2)
                 hog_dirs = [be_idle_group_dir(cgroups)] if treatment == "be_idle_group" else \
-                    idle_dirs if treatment == "tidal_idle_group" else be_dirs
+                    idle_dirs if treatment in TIDAL and idle_group else be_dirs
                 agent_cpu = (cpu_seconds(agent.pid), time.monotonic()) if treatment in TIDAL else None
                 r = measure(loadgen, url, args.rate, args.seconds,
                             None if treatment in SOLO else hog_dirs, workdir, args.client_scheduling == "fifo",
                             web_dirs[0], 0 if treatment in SOLO else args.agent_settle,
-                            args.longest_waits, args.be_method)
+                            args.longest_waits, args.be_method, args.stall_causes)
                 if treatment == "k8s_default":
                     for f in cpu_files:
                         f.write_text("1024")
@@ -712,6 +742,9 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         held.close()
     summary: dict = {t: {**median_of(runs), **vs_solo(runs, results["solo"])} for t, runs in results.items()}
+    if args.stall_causes:  # every round's stalls of a treatment together
+        for t, runs in results.items():
+            summary[t]["ls_stalls"] = stall_causes.pooled([r["ls_stalls"] for r in runs])
     log("p99 vs solo (median of rounds' ratios): "
         + ", ".join(f"{t} {summary[t]['p99_vs_solo']:.2f}x" for t in args.treatments))
     for name in (t for t in TIDAL if t in results and "k8s_default" in results):

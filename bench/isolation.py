@@ -354,7 +354,13 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
     trace = stall_causes.SchedTrace() if trace_stalls else None
     if trace:
         trace.start()
-    result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
+    try:
+        result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
+    except BaseException:
+        if trace:  # the kernel's tracing as it was, its buffer freed
+            trace.stop()
+            trace.collect()
+        raise
     if trace:
         trace.stop()
     longest_ms, long_waits = waits.result() if waits else (None, None)

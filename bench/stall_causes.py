@@ -13,7 +13,8 @@ wakeup, or from being preempted while runnable, to running again), on the CPU it
 * ``be``: the BE job's tasks ran there longest;
 * ``online``: other threads of the server ran there longest;
 * ``other``: anything else ran there longest (the node's daemons, the load client, kernel
-  threads); the commands that did are summed in ``other_ran_ms``.
+  threads); the commands that did are summed in ``other_ran_ms`` (every command in a
+  treatment's line, the six longest in the rounds pooled).
 
 ``other_cpu_be_ms`` sums how long the BE job ran on the *other* CPUs during the waits: time in
 which a CPU was running only BE work while a server thread queued elsewhere. A CPU that runs an
@@ -198,8 +199,9 @@ def stalls(events, online: set[int], be: set[int], over_s: float = LONG_WAIT_S) 
 
 
 def summary(found: list[Stall]) -> dict:
-    """The per-treatment report: how many waits over 5 ms, the longest, how many per cause, the
-    commands that ran during the ones caused by ``other`` work, and BE's time on the other CPUs."""
+    """The per-treatment report: how many waits over 5 ms, the longest, how many per cause, every
+    command that ran during the ones caused by ``other`` work (longest first: :func:`pooled` sums
+    them exactly), and BE's time on the other CPUs."""
     other: Counter = Counter()
     for s in found:
         if s.cause == "other":
@@ -207,12 +209,13 @@ def summary(found: list[Stall]) -> dict:
     return {"stalls": len(found),
             "longest_ms": round(max((s.ms for s in found), default=0.0), 1),
             "by_cause": dict(Counter(s.cause for s in found)),
-            "other_ran_ms": {c: round(ms, 1) for c, ms in other.most_common(6)},
+            "other_ran_ms": {c: round(ms, 1) for c, ms in other.most_common()},
             "other_cpu_be_ms": round(sum(s.other_cpu_be_ms for s in found), 1)}
 
 
 def pooled(summaries: list[dict]) -> dict:
-    """Several rounds' :func:`summary` as one (counts and times summed, the longest of all)."""
+    """Several rounds' :func:`summary` as one (counts and times summed, the longest of all; of the
+    commands, the six that ran longest over all the rounds)."""
     by_cause: Counter = Counter()
     other: Counter = Counter()
     for s in summaries:

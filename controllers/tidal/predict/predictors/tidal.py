@@ -648,7 +648,8 @@ class _Engine:
             self.guard.push(self.guard.predict(bases["recent-peak"], u, None))
             self.warming = not any(math.isfinite(c.margin) for c in self.candidates if c.kind == ALL)
             upper = max(history.total_request[s], u)
-            choice, shadow = self.choose(s)
+            choice, shadow, ready = self.choose(s)
+            self.waiting = None if ready else shadow
             floor = u + self.young_idle
             self.shadow.append(math.nan if shadow is None else min(upper, max(shadow.at[-1], floor)))
             self.fallback = choice is None
@@ -798,31 +799,27 @@ class _Engine:
         e = self.ensemble
         return math.isfinite(e.value) or (len(e) >= self.h and self.stable(s))
 
-    def choose(self, s: int) -> tuple[_Candidate | None, _Candidate | None]:
+    def choose(self, s: int) -> tuple[_Candidate | None, _Candidate | None, bool]:
         """The usable candidate whose predictions were lowest on average over the window, as
         they would be used: a calibrated candidate's times the choice's margin, a peer's rule
         as it is (without that, a choice margin learnt on a bad first day would keep a
-        calibrated rule ahead of a peer's rule that never missed, and above it); and the
+        calibrated rule ahead of a peer's rule that never missed, and above it); the
         calibrated candidate that choice would be among the calibrated ones (the choice
-        margin's calibration), which may not be the choice yet (`choice_ready`)."""
+        margin's calibration); and whether a calibrated candidate may be the choice yet
+        (`choice_ready`)."""
         best = shadow = None
         margin = self.choice_margin()
         ready = self.choice_ready(s)
         for i, c in enumerate(self.candidates):
             if not self.usable(c, s):
                 continue
-            key = (c.mean_cost(), i)
-            if c.kind in CALIBRATED_KINDS:
-                key = (key[0] * margin, i)
-                if shadow is None or key < shadow[0]:
-                    shadow = (key, c)
-                if not ready:
-                    continue
-            if best is None or key < best[0]:
+            calibrated = c.kind in CALIBRATED_KINDS
+            key = (c.mean_cost() * margin if calibrated else c.mean_cost(), i)
+            if calibrated and (shadow is None or key < shadow[0]):
+                shadow = (key, c)
+            if (ready or not calibrated) and (best is None or key < best[0]):
                 best = (key, c)
-        shadow = None if shadow is None else shadow[1]
-        self.waiting = None if ready else shadow
-        return (None if best is None else best[1]), shadow
+        return (None if best is None else best[1]), (None if shadow is None else shadow[1]), ready
 
     def fall_back(self) -> _Candidate:
         """No candidate may be used: the peer's rule with the lowest realised violation rate

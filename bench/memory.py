@@ -62,6 +62,17 @@ suppression, the interference control) — what a user's node sees, where the BE
 reclaim work is CPU the online service competes with. The load generator runs at SCHED_FIFO 1
 as in bench-isolation: it stands for clients on other machines.
 
+``--disk-read-mbps MB`` / ``--disk-read-iops N`` make the disk under ``--workdir-parent`` a
+volume of that many MB/s and reads per second shared by the pods, as a node's network volume is (a
+cloud's general-purpose volume: 125 MB/s and 3,000 IOPS): one blkio cgroup of the v1 hierarchy,
+its throttle on the whole disk, holds nginx's and the BE job's processes (the v1 throttle is not
+hierarchical, so the pods cannot keep cgroups of their own there), nothing else. This machine's
+virtual disk reads 64 KiB at random in 0.6 ms and sequentially at 1–2 GB/s, faster than such a
+volume, so without it a page-cache miss of nginx costs little and the BE job's stream queues no
+one. Every line reports ``damon_pageout_mib``: what the machine's DAMON page-out schemes
+reclaimed meanwhile (bench/damon.py; machine-wide, not only the bench's cgroups); ``--pause-damon``
+switches them off for the run.
+
 ``--background lab`` runs the bench beside the load of a node's daemons, as bench-isolation does
 (bench/lab_background.py: the bench's lab control plane under a stream of API writes, outside the
 budget and every pod cgroup, for the whole run, every treatment alike): their CPU is what the
@@ -105,7 +116,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import lab_background  # noqa: E402  (bench/, on the path just above)
+import damon  # noqa: E402  (bench/, on the path just above)
+import lab_background  # noqa: E402
 from round_order import round_order  # noqa: E402
 import stalls  # noqa: E402
 
@@ -120,6 +132,7 @@ REPORTED = (*TREATMENTS, *LEADS)
 AGENT_RUNS = ("agent_solo", "tidal", *LEADS)
 SUMMARY_KEYS = ("p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions")
 GiB = 1 << 30
+BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
 MiB = 1 << 20
 #: a 64 KiB file: a product image, a JS bundle
 FILE_BYTES = 64 * 1024
@@ -213,7 +226,8 @@ def summarise(runs: Mapping[str, list[dict]]) -> dict[str, dict]:
                 round(statistics.median(values), 3)
         for key in ("p99_ms", "be_mb_per_s", "node_mem_used_pct"):
             record[f"{key}_spread"] = spread(r[key] for r in rows)
-        for key in ("node_workingset_pct", "online_refault_mib", "online_disk_read_kib", "budget_limit_hits"):
+        for key in ("node_workingset_pct", "online_refault_mib", "online_disk_read_kib", "budget_limit_hits",
+                    "damon_pageout_mib"):
             if all(key in r for r in rows):
                 record[key] = round(statistics.median(r[key] for r in rows), 3)
         for key in ("online_stall_ms", "node_stall_ms"):  # per kind of stall, the median of rounds
@@ -260,6 +274,30 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
         kept = tidal["be_mb_per_s"] / solo["be_mb_per_s"]
         lines.append(f"BE throughput under tidal {kept:.0%} of solo (bar >= 50%): {'met' if kept >= 0.5 else 'NOT met'}")
     return lines
+
+
+def whole_disk(device: int, sysfs: Path = Path("/sys")) -> str:
+    """``major:minor`` of the disk holding ``device`` (a ``st_dev``): the device itself, or the
+    disk a partition belongs to (the v1 blkio throttle takes whole disks only)."""
+    node = sysfs / "dev" / "block" / f"{os.major(device)}:{os.minor(device)}"
+    if not node.exists():
+        raise SystemExit(f"{os.major(device)}:{os.minor(device)} is not a block device (a tmpfs or overlay?): "
+                         "--disk-read-mbps/--disk-read-iops need the work directory on a disk")
+    if (node / "partition").exists():
+        node = node.resolve().parent
+    return (node / "dev").read_text().strip()
+
+
+def disk_throttle(disk: str, mb_per_s: float, iops: int) -> dict[str, str]:
+    """The v1 blkio throttle files that make ``disk`` (``major:minor``) a volume of ``mb_per_s``
+    (10^6 bytes) and ``iops`` reads per second for the processes of one cgroup; 0 leaves one
+    unlimited."""
+    files = {}
+    if mb_per_s:
+        files["blkio.throttle.read_bps_device"] = f"{disk} {int(mb_per_s * 1e6)}"
+    if iops:
+        files["blkio.throttle.read_iops_device"] = f"{disk} {iops}"
+    return files
 
 
 # -- the workloads ----------------------------------------------------------------------------
@@ -490,6 +528,14 @@ def main() -> int:
                         help="the BE job reads at most this many MB/s (10^6 bytes; its own processing paces it)")
     parser.add_argument("--be-batch-memory-gib", type=float, default=3.0,
                         help="the BE pod's kubernetes.io/batch-memory request (its limit under Tidal)")
+    parser.add_argument("--disk-read-mbps", type=float, default=0, metavar="MB",
+                        help="make the disk under --workdir-parent a volume of MB/s (10^6 bytes) of reads shared "
+                             "by the pods, as a node's network volume is (0: the machine's disk as it is)")
+    parser.add_argument("--disk-read-iops", type=int, default=0, metavar="N",
+                        help="and of N reads per second (0: unlimited)")
+    parser.add_argument("--pause-damon", action="store_true",
+                        help="switch the machine's DAMON page-out schemes off for the run (back on at its end): "
+                             "they reclaim cold page cache, nginx's files included, in every treatment")
     parser.add_argument("--memory-high", type=int, default=95, help="the policy's memory high watermark for tidal")
     parser.add_argument("--memory-low", type=int, default=85, help="the policy's memory low watermark for tidal")
     lab_background.add_arguments(parser)
@@ -547,6 +593,7 @@ def main() -> int:
     lab = Lab(workdir / "lab")
     python = sys.executable
     nginx = agent = be = None
+    paused_damon: list[Path] = []
     background = None
     background_report: dict = {"kind": "none"}
     node = "bench-node"
@@ -571,6 +618,18 @@ def main() -> int:
         budget = cgroups.make(kubelet.layout.hierarchy.memory_root / kubelet.kubelet_root.lstrip("/"))
         (budget / "memory.limit_in_bytes").write_text(str(budget_bytes))
         log(f"node budget {budget} at {args.budget_gib:g} GiB; private lab in {lab.dir}")
+        if args.pause_damon:
+            paused_damon = damon.pause()
+            log(f"DAMON page-out paused for the run: {', '.join(map(str, paused_damon)) or 'none was running'}")
+        disk_dirs = []  # --disk-read-*: one blkio cgroup for every pod's processes (the node's volume)
+        if args.disk_read_mbps or args.disk_read_iops:
+            disk = whole_disk(os.stat(workdir).st_dev)
+            volume = cgroups.make(below_own(BLKIO_ROOT, "blkio") / f"{cgroups.name}-volume")
+            for name, value in disk_throttle(disk, args.disk_read_mbps, args.disk_read_iops).items():
+                (volume / name).write_text(value)
+            disk_dirs.append(volume)
+            log(f"the pods read disk {disk} as one volume of {args.disk_read_mbps or 'unlimited'} MB/s and "
+                f"{args.disk_read_iops or 'unlimited'} IOPS ({volume})")
         lab_background.place_daemons(args, kubelet, cgroups, log)
         lab.up(nodes=0, real_nodes=0)
         with lab.api_client() as api:
@@ -604,7 +663,7 @@ def main() -> int:
             be_pods = [pod(core, "batch-1", "BE", batch, dict(batch))]
         web_adj = kubelet_burstable_oom_score_adj(web_request, budget_bytes)
 
-        nginx = Nginx(workdir / "nginx", web.dirs)
+        nginx = Nginx(workdir / "nginx", [*web.dirs, *disk_dirs])
         # nginx's processes also in a cgroup of the unified hierarchy (no controller there): their PSI
         web_psi = None
         if stalls.UNIFIED.is_dir():
@@ -675,13 +734,14 @@ def main() -> int:
             failcnt = int((budget / "memory.failcnt").read_text())
             refault = parse_flat((web_memory[0] / "memory.stat").read_text()).get("total_workingset_refault_file", 0)
             web_oom, be_oom = oom_counts([web.dirs]), oom_counts([be_pod.dirs])
+            damon_before = damon.pageout_bytes()
             be = None
             if run not in ("solo", "agent_solo"):
                 be_dirs = be_pod.dirs
                 if run in LEADS:  # the same pod's cgroups but the cpu hierarchy's: the idle group's
                     be_dirs = [be_idle_group_dir(cgroups) if (d / "cpu.shares").exists() else d
                                for d in be_pod.dirs]
-                be = BEJob(python, be_dirs, anon, stream, workdir,
+                be = BEJob(python, [*be_dirs, *disk_dirs], anon, stream, workdir,
                            1000 if run in ("k8s_default", "tidal", *LEADS) else 0, args.be_pace_mb * 1e6)
             evicted = threading.Event()
             watching = threading.Event()
@@ -764,13 +824,15 @@ def main() -> int:
                     "online_oom_kills": web_oom_after - web_oom, "be_killed": be_killed, "be_anon_mib": be_anon_mib,
                     "evictions": evictions, "online_refault_mib": round((refault_after - refault) * 4096 / MiB, 1),
                     "online_disk_read_kib": round(web_read / 1024),
+                    "damon_pageout_mib": round((damon.pageout_bytes() - damon_before) / MiB, 1),
                     "budget_limit_hits": int((budget / "memory.failcnt").read_text()) - failcnt,
                     "load1": round(os.getloadavg()[0], 2), **stall, **agent_metrics}
 
         be_anon = (f"{args.be_anon_from_limit:g} % of its limit" if args.be_anon_from_limit
                    else f"{args.be_anon_gib:g} GiB")
         log(f"{args.rate} req/s for {args.seconds:g}s per treatment, {args.rounds} rounds; "
-            f"BE: {be_anon} anonymous + streaming {args.stream_gib:g} GiB")
+            f"BE: {be_anon} anonymous + streaming {args.stream_gib:g} GiB"
+            + (f"; disk: {args.disk_read_mbps:g} MB/s, {args.disk_read_iops} IOPS" if disk_dirs else ""))
         # the files are written: from here on beside the daemons' load, if asked for
         background, background_report = lab_background.start(args, lab.kubeconfig_path, workdir, log)
         warm()
@@ -792,6 +854,7 @@ def main() -> int:
         try:
             lab.down(wipe=True)
         finally:
+            damon.resume(paused_damon)
             lab_background.release_daemons(args)
             cgroups.cleanup()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -803,7 +866,8 @@ def main() -> int:
                                               "online_oom_kills": sum(r["online_oom_kills"] for r in results["tidal"])}}):
         log(line)
     log(f"load average at start {load['start'][0]:.2f}, at end {load['end'][0]:.2f}")
-    print(json.dumps({**summary, "background": {**background_report, "daemons_cgroup": args.daemons_cgroup}}))
+    print(json.dumps({**summary, "background": {**background_report, "daemons_cgroup": args.daemons_cgroup},
+                      "disk": {"read_mb_per_s": args.disk_read_mbps, "read_iops": args.disk_read_iops}}))
     return 0
 
 

@@ -2,6 +2,7 @@
 """bench/memory.py's pure parts: OOM counting, progress and rate, metrics, the summary."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -182,3 +183,48 @@ def test_disk_read_bytes_counts_a_read_the_page_cache_did_not_serve():
         assert memory.disk_read_bytes([child.pid]) == 0  # reaped: nothing to read
     finally:
         path.unlink(missing_ok=True)
+
+
+def _sysfs_with_a_partitioned_disk(root: Path) -> Path:
+    disk = root / "devices" / "virtual" / "block" / "sda"
+    (disk / "sda1").mkdir(parents=True)
+    (disk / "dev").write_text("8:0\n")
+    (disk / "sda1" / "dev").write_text("8:1\n")
+    (disk / "sda1" / "partition").write_text("1\n")
+    (root / "dev" / "block").mkdir(parents=True)
+    (root / "dev" / "block" / "8:0").symlink_to(disk)
+    (root / "dev" / "block" / "8:1").symlink_to(disk / "sda1")
+    return root
+
+
+@pytest.mark.parametrize("device, disk", [
+    (os.makedev(8, 0), "8:0"),  # a file system on the whole disk
+    (os.makedev(8, 1), "8:0"),  # on a partition: the throttle takes its disk
+])
+def test_the_throttled_disk_is_the_whole_disk(tmp_path, device, disk):
+    assert memory.whole_disk(device, _sysfs_with_a_partitioned_disk(tmp_path)) == disk
+
+
+def test_a_work_directory_on_no_disk_is_refused_by_name(tmp_path):
+    with pytest.raises(SystemExit, match="0:42 is not a block device.*--disk-read-mbps"):
+        memory.whole_disk(os.makedev(0, 42), _sysfs_with_a_partitioned_disk(tmp_path))
+
+
+def test_this_machine_s_work_directory_resolves_to_a_disk_its_sysfs_lists():
+    st_dev = os.stat("/var/tmp").st_dev
+    if not Path(f"/sys/dev/block/{os.major(st_dev)}:{os.minor(st_dev)}").exists():
+        pytest.skip("/var/tmp is not on a block device here")
+    disk = memory.whole_disk(st_dev)
+    assert Path(f"/sys/dev/block/{disk}").exists()
+    assert not Path(f"/sys/dev/block/{disk}/partition").exists()
+
+
+@pytest.mark.parametrize("mb, iops, files", [
+    (125, 3000, {"blkio.throttle.read_bps_device": "254:0 125000000",
+                 "blkio.throttle.read_iops_device": "254:0 3000"}),
+    (62.5, 0, {"blkio.throttle.read_bps_device": "254:0 62500000"}),
+    (0, 500, {"blkio.throttle.read_iops_device": "254:0 500"}),
+    (0, 0, {}),
+])
+def test_the_volume_s_throttle_files(mb, iops, files):
+    assert memory.disk_throttle("254:0", mb, iops) == files

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The machine's DAMON: what its page-out schemes took, and pausing them for a run.
 
-A kernel may run DAMON (``/sys/kernel/mm/damon/admin``) with a ``pageout`` scheme, as a
-hypervisor's guest often does to hand cold memory back to the host: every page it judges cold
-(not accessed for a while) is reclaimed whatever cgroup it belongs to, with no memory pressure at
-all. A server's page cache read at random is exactly such memory — each of nginx's files is read
+A kernel may run DAMON (``/sys/kernel/mm/damon/admin``) with a ``pageout`` scheme, as the
+development machine's does from boot (set up by its image, presumably to hand cold memory back to
+its host): every page the scheme judges cold (not accessed for a while) is reclaimed whatever
+cgroup it belongs to, with no memory pressure at all. A server's page cache read at random is exactly such memory — each of nginx's files is read
 about once in 200 s in bench-memory — so on such a machine the server's misses come from DAMON as
 well as from its neighbours, in every treatment alike. bench-memory reports what the schemes paged
 out during each measured window (:func:`pageout_bytes`) and, with ``--pause-damon``, switches the

@@ -84,7 +84,9 @@ stands) and ``floor_stands_seconds_end`` (its NodeProfile's ``floorStandsSeconds
 whether idle CPUs were kept from halting. ``--stall-causes`` adds ``ls_stalls`` to every line (and,
 pooled over the rounds, to the medians): what each run-queue wait of a server thread over 5 ms
 waited behind — the hypervisor, the BE job, the server's own threads or other work — from the
-kernel's scheduler trace of the measured seconds (bench/stall_causes.py).
+kernel's scheduler trace of the measured seconds (bench/stall_causes.py). ``--pause-damon`` switches
+the machine's DAMON page-out schemes off for the run and on again at its end (bench/damon.py):
+their kernel thread runs beside the server in every treatment; ``pause_damon`` in S says so.
 """
 from __future__ import annotations
 
@@ -108,6 +110,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cpu_idle  # noqa: E402  (bench/, on the path just above)
+import damon  # noqa: E402
 import lab_background  # noqa: E402
 import stall_causes  # noqa: E402
 from round_order import ORDERS, round_order  # noqa: E402
@@ -565,6 +568,10 @@ def main() -> int:
                              "latency-performance profile); on a virtual machine a halted vCPU wakes through the "
                              "host, which makes solo's tail longer than a treatment's whose BE hog keeps the CPUs "
                              "busy (bench/cpu_idle.py)")
+    parser.add_argument("--pause-damon", action="store_true",
+                        help="switch the machine's DAMON page-out schemes off for the run (back on at its end): "
+                             "their kernel thread (kdamond) runs beside the server in every treatment "
+                             "(bench/damon.py)")
     args = parser.parse_args()
     if ("tidal_variant" in args.treatments) != (args.variant_policy is not None):
         parser.error("--variant-policy and the treatment tidal_variant go together: the one is the other's patch")
@@ -609,6 +616,10 @@ def main() -> int:
         if args.no_idle_halt:
             held.enter_context(cpu_idle.IdleLatencyHold(0))
             log("holding a 0 µs CPU latency request: idle CPUs poll, they do not halt")
+        if args.pause_damon:
+            paused = damon.pause()
+            held.callback(damon.resume, paused)
+            log(f"DAMON page-out paused for the run: {', '.join(map(str, paused)) or 'none was running'}")
         lab_background.place_daemons(args, kubelet, cgroups, log)
         log(f"starting a private lab in {lab.dir}")
         lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
@@ -760,7 +771,8 @@ def main() -> int:
                            "suppression_percent": args.suppression_percent,
                            "policy": args.policy, "variant_policy": args.variant_policy,
                            "daemons_cgroup": args.daemons_cgroup,
-                           "no_idle_halt": args.no_idle_halt, "be_method": args.be_method}
+                           "no_idle_halt": args.no_idle_halt, "be_method": args.be_method,
+                           "pause_damon": args.pause_damon}
     summary["background"] = background_report
     print(json.dumps(summary))
     return 0

@@ -93,7 +93,13 @@ says mostly in which rounds a stall fell; pooled, a stall counts by the requests
 ``online_stall_ms`` is how long nginx's processes were delayed during the measured seconds, by
 kind (``cpu``: waiting for a CPU, ``memory``/``memory_full``: in reclaim or refaulting, ``io``:
 waiting for block I/O; PSI of a cgroup of the unified hierarchy holding them, bench/stalls.py);
-``node_stall_ms`` the same for the whole machine (``/proc/pressure``).
+``node_stall_ms`` the same for the whole machine (``/proc/pressure``). ``--stall-causes`` adds
+``ls_stalls`` to every line with requests (pooled over the rounds in the medians): what each
+run-queue wait of an nginx thread longer than ``--stall-over-ms`` (1 ms: the p99 here is 2–3 ms,
+so a wait of a few milliseconds is what sets it) waited behind — the hypervisor, the BE job,
+nginx's own threads or other work (the agent, the lab's daemons, the load client, kernel threads),
+from the kernel's scheduler trace of the measured seconds (bench/stall_causes.py, as
+bench-isolation's).
 """
 from __future__ import annotations
 
@@ -119,6 +125,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import damon  # noqa: E402  (bench/, on the path just above)
 import lab_background  # noqa: E402
 from round_order import round_order  # noqa: E402
+import stall_causes  # noqa: E402
 import stalls  # noqa: E402
 
 TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
@@ -409,6 +416,25 @@ def cgroup_pids(dirs: Iterable[Path]) -> set[int]:
     return pids
 
 
+def cgroup_tids(dirs: Iterable[Path]) -> set[int]:
+    """The threads in ``dirs`` (the ``tasks`` file of a v1 cgroup; dirs without one add nothing)."""
+    tids: set[int] = set()
+    for d in dirs:
+        try:
+            tids.update(int(t) for t in (d / "tasks").read_text().split())
+        except FileNotFoundError:
+            pass
+    return tids
+
+
+def process_tids(pid: int) -> set[int]:
+    """The threads of process ``pid`` (none once it is gone)."""
+    try:
+        return {int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()}
+    except FileNotFoundError:
+        return set()
+
+
 def disk_read_bytes(pids: Iterable[int]) -> int:
     """Bytes the processes have had read from storage (``read_bytes`` of /proc/PID/io: page-cache
     misses and readahead they caused, not reads the cache served)."""
@@ -536,6 +562,12 @@ def main() -> int:
     parser.add_argument("--pause-damon", action="store_true",
                         help="switch the machine's DAMON page-out schemes off for the run (back on at its end): "
                              "they reclaim cold page cache, nginx's files included, in every treatment")
+    parser.add_argument("--stall-causes", action="store_true",
+                        help="say what each run-queue wait of an nginx thread over --stall-over-ms waited behind "
+                             "(ls_stalls: the hypervisor, the BE job, nginx's own threads or other work; "
+                             "bench/stall_causes.py, from the kernel's scheduler trace of the measured seconds)")
+    parser.add_argument("--stall-over-ms", type=float, default=1.0, metavar="MS",
+                        help="the shortest wait --stall-causes attributes (default 1 ms: the p99 here is 2-3 ms)")
     parser.add_argument("--memory-high", type=int, default=95, help="the policy's memory high watermark for tidal")
     parser.add_argument("--memory-low", type=int, default=85, help="the policy's memory low watermark for tidal")
     lab_background.add_arguments(parser)
@@ -549,6 +581,8 @@ def main() -> int:
                              "pod's CPU as each treatment ships it: cpu.shares 2 for k8s_default, Tidal's CPU "
                              "priority, suppression and interference control at the policy's defaults")
     args = parser.parse_args()
+    if args.stall_causes and (why := stall_causes.SchedTrace().available()):
+        parser.error(f"--stall-causes cannot run here: {why}")
     if os.geteuid() != 0:
         raise SystemExit("bench-memory needs root: it creates cgroups and moves processes into them")
     if not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()):
@@ -703,6 +737,7 @@ def main() -> int:
         def run_once(run: str, round_: int) -> dict:
             nonlocal agent, be
             be_pod = be_pods[-1]
+            trace = stall_causes.SchedTrace() if args.stall_causes and run != "be_solo" else None
             warm()
             set_oom_score_adj(cgroup_pids(web.dirs), web_adj if run in ("k8s_default", *AGENT_RUNS) else 0)
             shares = []  # --cpu as-shipped: Kubernetes' cpu.shares 2 of a BestEffort pod and its parent
@@ -774,7 +809,20 @@ def main() -> int:
                 result = {"p50_ms": 0.0, "p99_ms": 0.0, "errors": 0, "ok_per_s": 0.0}
             else:
                 latencies = workdir / "latencies.txt"
-                result = loadgen_run(loadgen, urls, args.rate, args.seconds, latencies)
+                web_tids = cgroup_tids(web.dirs)
+                if trace:
+                    trace.start()
+                try:
+                    result = loadgen_run(loadgen, urls, args.rate, args.seconds, latencies)
+                except BaseException:
+                    if trace:  # the kernel's tracing as it was, its buffer freed
+                        trace.stop()
+                        trace.collect()
+                    raise
+                if trace:  # read after the figures below, parsed after all of them: it takes seconds
+                    trace.stop()
+                    web_tids |= cgroup_tids(web.dirs)
+                    be_tids = process_tids(be.proc.pid) if be else set()
                 pooled.setdefault(run, []).extend(int(v) for v in latencies.read_text().split())
             after = be.read() if be else None
             web_read = disk_read_bytes(web_pids) - web_read
@@ -782,6 +830,7 @@ def main() -> int:
             if web_psi is not None:
                 stall["online_stall_ms"] = stalls.stall_ms(stalled[0], stalls.read_totals(web_psi))
             used, workingset = sampler.stop()
+            traced = trace.collect() if trace else None  # the tracing settings put back, its buffer freed
             watching.set()
             watcher.join()
             be_killed = be is not None and be.killed()
@@ -790,6 +839,11 @@ def main() -> int:
                 be.stop()
             for f in shares:
                 f.write_text("1024")
+            ls_stalls = {}
+            if traced:
+                text, overran = traced
+                found = stall_causes.stalls(stall_causes.parse(text), web_tids, be_tids, args.stall_over_ms / 1000)
+                ls_stalls = {"ls_stalls": {**stall_causes.summary(found), "trace_overran": overran}}
             be_rate = rate_between(before, after)
             agent_metrics = {}
             if run in AGENT_RUNS:
@@ -826,7 +880,7 @@ def main() -> int:
                     "online_disk_read_kib": round(web_read / 1024),
                     "damon_pageout_mib": round((damon.pageout_bytes() - damon_before) / MiB, 1),
                     "budget_limit_hits": int((budget / "memory.failcnt").read_text()) - failcnt,
-                    "load1": round(os.getloadavg()[0], 2), **stall, **agent_metrics}
+                    "load1": round(os.getloadavg()[0], 2), **stall, **ls_stalls, **agent_metrics}
 
         be_anon = (f"{args.be_anon_from_limit:g} % of its limit" if args.be_anon_from_limit
                    else f"{args.be_anon_gib:g} GiB")
@@ -859,6 +913,9 @@ def main() -> int:
             cgroups.cleanup()
             shutil.rmtree(workdir, ignore_errors=True)
     summary = summarise(results)
+    for run, lines in results.items():  # --stall-causes: every round's waits of a treatment together
+        if run in summary and lines and all("ls_stalls" in r for r in lines):
+            summary[run]["ls_stalls"] = stall_causes.pooled([r["ls_stalls"] for r in lines])
     for run, values in pooled.items():  # one p99 over all rounds' requests: a stall weighs by its requests
         if run in summary:
             summary[run]["p99_pooled_ms"] = pooled_p99(values)

@@ -228,3 +228,32 @@ def test_this_machine_s_work_directory_resolves_to_a_disk_its_sysfs_lists():
 ])
 def test_the_volume_s_throttle_files(mb, iops, files):
     assert memory.disk_throttle("254:0", mb, iops) == files
+
+
+def test_the_threads_of_cgroups_come_from_their_tasks_files(tmp_path):
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "tasks").write_text("10\n11\n12\n")
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "tasks").write_text("12\n13\n")
+    (tmp_path / "unified").mkdir()  # a v2 directory has no tasks file: nothing from it
+    assert memory.cgroup_tids([tmp_path / "cpu", tmp_path / "memory", tmp_path / "unified"]) == {10, 11, 12, 13}
+
+
+def test_the_threads_of_a_process_are_its_proc_tasks():
+    import threading
+    started, done = threading.Event(), threading.Event()
+    tid = []
+
+    def run():
+        tid.append(threading.get_native_id())
+        started.set()
+        done.wait(10)
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        assert started.wait(10)
+        assert {os.getpid(), tid[0]} <= memory.process_tids(os.getpid())
+    finally:
+        done.set()
+        t.join()
+    assert memory.process_tids(2 ** 22 + 1) == set()  # above pid_max: no such process

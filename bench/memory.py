@@ -406,25 +406,24 @@ def set_oom_score_adj(pids: Iterable[int], value: int) -> None:
             pass
 
 
-def cgroup_pids(dirs: Iterable[Path]) -> set[int]:
-    pids: set[int] = set()
+def _listed(dirs: Iterable[Path], name: str) -> set[int]:
+    ids: set[int] = set()
     for d in dirs:
         try:
-            pids.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            ids.update(int(i) for i in (d / name).read_text().split())
         except FileNotFoundError:
             pass
-    return pids
+    return ids
+
+
+def cgroup_pids(dirs: Iterable[Path]) -> set[int]:
+    """The processes in ``dirs`` (``cgroup.procs``)."""
+    return _listed(dirs, "cgroup.procs")
 
 
 def cgroup_tids(dirs: Iterable[Path]) -> set[int]:
     """The threads in ``dirs`` (the ``tasks`` file of a v1 cgroup; dirs without one add nothing)."""
-    tids: set[int] = set()
-    for d in dirs:
-        try:
-            tids.update(int(t) for t in (d / "tasks").read_text().split())
-        except FileNotFoundError:
-            pass
-    return tids
+    return _listed(dirs, "tasks")
 
 
 def process_tids(pid: int) -> set[int]:

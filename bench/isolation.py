@@ -355,17 +355,8 @@ def measure(loadgen, url, rate, seconds, be_dirs, workdir, realtime_client, ls_d
     threads, ran = ls_threads(ls_dir)
     waits = WaitSampler(threads.threads, seconds, workdir) if longest_waits else None
     trace = stall_causes.SchedTrace() if trace_stalls else None
-    if trace:
-        trace.start()
-    try:
+    with trace.recording() if trace else contextlib.nullcontext():
         result = fixed_rate(loadgen, url, rate, seconds, realtime_client)
-    except BaseException:
-        if trace:  # the kernel's tracing as it was, its buffer freed
-            trace.stop()
-            trace.collect()
-        raise
-    if trace:
-        trace.stop()
     longest_ms, long_waits = waits.result() if waits else (None, None)
     threads_after, ran_after = ls_threads(ls_dir)
     waited = runqueue_signal(threads, threads_after)

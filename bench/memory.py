@@ -104,6 +104,7 @@ bench-isolation's).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -809,17 +810,9 @@ def main() -> int:
             else:
                 latencies = workdir / "latencies.txt"
                 web_tids = cgroup_tids(web.dirs)
-                if trace:
-                    trace.start()
-                try:
+                with trace.recording() if trace else contextlib.nullcontext():
                     result = loadgen_run(loadgen, urls, args.rate, args.seconds, latencies)
-                except BaseException:
-                    if trace:  # the kernel's tracing as it was, its buffer freed
-                        trace.stop()
-                        trace.collect()
-                    raise
                 if trace:  # read after the figures below, parsed after all of them: it takes seconds
-                    trace.stop()
                     web_tids |= cgroup_tids(web.dirs)
                     be_tids = process_tids(be.proc.pid) if be else set()
                 pooled.setdefault(run, []).extend(int(v) for v in latencies.read_text().split())

@@ -27,6 +27,7 @@ adapter.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
 import statistics
 import subprocess
@@ -265,6 +266,20 @@ class SchedTrace:
     def stop(self) -> None:
         """Stops recording (at once; :meth:`collect` reads what was recorded)."""
         self._write("tracing_on", "0")
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Records while the block runs (:meth:`start`, then :meth:`stop` at its end; :meth:`collect`
+        reads it later). If the block raises, the tracing settings are put back and the buffer
+        freed before the error goes on: nothing is left to collect."""
+        self.start()
+        try:
+            yield self
+        except BaseException:
+            self.stop()
+            self.collect()
+            raise
+        self.stop()
 
     def collect(self) -> tuple[str, bool]:
         """After :meth:`stop`: the recorded text, and whether the buffer overran (events lost: the

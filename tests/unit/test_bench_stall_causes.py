@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,4 +140,24 @@ def test_this_kernels_trace_is_recorded_parsed_and_its_settings_put_back():
     events = stall_causes.parse(text)
     assert any(isinstance(e, stall_causes.Switch) and e.next_pid == pid for e in events)
     assert any(isinstance(e, stall_causes.Wakeup) and e.pid == pid for e in events)
+    assert {n: (tracer.root / n).read_text() for n in before} == before
+
+
+def test_a_recording_that_fails_puts_this_kernels_tracing_back():
+    if os.geteuid() != 0:
+        pytest.skip("tracefs needs root")
+    tracer = stall_causes.SchedTrace(buffer_kb=8192)
+    if why := tracer.available():
+        pytest.skip(why)
+    before = {n: (tracer.root / n).read_text() for n in ("set_event", "tracing_on")}
+    with pytest.raises(RuntimeError, match="the load failed"):
+        with tracer.recording():
+            assert (tracer.root / "tracing_on").read_text().strip() == "1"
+            raise RuntimeError("the load failed")
+    assert {n: (tracer.root / n).read_text() for n in before} == before
+    with tracer.recording():  # without an error it only stops: what it recorded is there to collect
+        time.sleep(0.01)
+    assert (tracer.root / "tracing_on").read_text().strip() == "0"
+    text, _ = tracer.collect()
+    assert stall_causes.parse(text)
     assert {n: (tracer.root / n).read_text() for n in before} == before

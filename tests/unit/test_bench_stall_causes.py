@@ -121,13 +121,24 @@ def test_summary_and_rounds_pooled():
                                         "other_cpu_be_ms": 0.0}
 
 
-def test_this_kernels_trace_is_recorded_parsed_and_its_settings_put_back():
+def settings(tracer) -> dict[str, str]:
+    """The tracing settings a recording changes and must put back."""
+    return {n: (tracer.root / n).read_text() for n in ("set_event", "tracing_on")}
+
+
+@pytest.fixture
+def tracer():
+    """This kernel's tracefs, skipped with the reason where the trace cannot run."""
     if os.geteuid() != 0:
         pytest.skip("tracefs needs root")
     tracer = stall_causes.SchedTrace(buffer_kb=8192)
     if why := tracer.available():
         pytest.skip(why)
-    before = {n: (tracer.root / n).read_text() for n in ("set_event", "tracing_on")}
+    return tracer
+
+
+def test_this_kernels_trace_is_recorded_parsed_and_its_settings_put_back(tracer):
+    before = settings(tracer)
     tracer.start()
     try:
         # a process that sleeps and wakes: its switches and wakeups are in the trace
@@ -140,24 +151,19 @@ def test_this_kernels_trace_is_recorded_parsed_and_its_settings_put_back():
     events = stall_causes.parse(text)
     assert any(isinstance(e, stall_causes.Switch) and e.next_pid == pid for e in events)
     assert any(isinstance(e, stall_causes.Wakeup) and e.pid == pid for e in events)
-    assert {n: (tracer.root / n).read_text() for n in before} == before
+    assert settings(tracer) == before
 
 
-def test_a_recording_that_fails_puts_this_kernels_tracing_back():
-    if os.geteuid() != 0:
-        pytest.skip("tracefs needs root")
-    tracer = stall_causes.SchedTrace(buffer_kb=8192)
-    if why := tracer.available():
-        pytest.skip(why)
-    before = {n: (tracer.root / n).read_text() for n in ("set_event", "tracing_on")}
+def test_a_recording_that_fails_puts_this_kernels_tracing_back(tracer):
+    before = settings(tracer)
     with pytest.raises(RuntimeError, match="the load failed"):
         with tracer.recording():
             assert (tracer.root / "tracing_on").read_text().strip() == "1"
             raise RuntimeError("the load failed")
-    assert {n: (tracer.root / n).read_text() for n in before} == before
+    assert settings(tracer) == before
     with tracer.recording():  # without an error it only stops: what it recorded is there to collect
         time.sleep(0.01)
     assert (tracer.root / "tracing_on").read_text().strip() == "0"
     text, _ = tracer.collect()
     assert stall_causes.parse(text)
-    assert {n: (tracer.root / n).read_text() for n in before} == before
+    assert settings(tracer) == before

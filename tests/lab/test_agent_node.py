@@ -71,6 +71,11 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         assert capabilities["cpu.idle"]["supported"] is True
         assert capabilities["resctrl.l3"]["supported"] is False and capabilities["resctrl.l3"]["reason"]
         assert status["predictions"]["onlinePeak"]["cpuMillicores"] >= 1500
+        # Its threads, all of them, yield to online work (SCHED_BATCH, --own-scheduling's default).
+        import os
+        policies = {int(t.name): os.sched_getscheduler(int(t.name))
+                    for t in Path(f"/proc/{agent.pid}/task").iterdir()}
+        assert policies and set(policies.values()) == {os.SCHED_BATCH}, policies
         # A pod created later reaches the agent through its watch.
         core.create_namespaced_pod(namespace, _pod("search", "LS", "500m", node))
         wait_for(profile_with(lambda s: "search" in pods_at_request(s)), 30, "pod search reported")

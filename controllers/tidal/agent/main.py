@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tidal.kube import ClusterAccessError, connect, stop_on_signals
 from tidal.api.policy import Predictor
+from tidal.agent.own_scheduling import CHOICES as OWN_SCHEDULING
 
 #: containerd's default NRI socket (tidal.agent.nri.probe.DEFAULT_SOCKET, not imported: the NRI
 #: process should not load the capability probe)
@@ -79,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the node is this memory cgroup (path in the memory hierarchy, e.g. a node running "
                         "in a container, or a memory budget standing for a node): its limit is the node's "
                         "memory capacity and its working set the memory used (default: /proc/meminfo)")
+    n.add_argument("--own-scheduling", choices=OWN_SCHEDULING, default="batch",
+                   help="batch (default): the agent's threads at SCHED_BATCH, so its wake-ups never preempt an "
+                        "online request (same CPU share; real-time or SCHED_IDLE threads are left alone); "
+                        "inherit: as the process was started")
     n.add_argument("--nri-socket", default=os.environ.get("NRI_SOCKET", _NRI_SOCKET),
                    help="the runtime's NRI socket, probed for the `nri` capability (default $NRI_SOCKET or "
                         f"{_NRI_SOCKET}; in a pod: where the host's socket directory is mounted)")
@@ -149,7 +154,9 @@ async def _replay(args) -> None:
 
 async def _run(args) -> None:
     from tidal.agent.collector.cgroups import CgroupDriver
+    from tidal.agent.own_scheduling import yield_to_online
     from tidal.agent.run import run_node_agent
+    yield_to_online(args.own_scheduling)  # before any other thread starts: they inherit it
     stop = stop_on_signals()
     async with connect(args.kubeconfig, "tidal-agent") as api:
         await run_node_agent(api, args.node, cgroup_root=args.cgroup_root, proc_root=args.proc_root,

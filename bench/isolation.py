@@ -29,10 +29,11 @@ land on the same next one):
                     the BE container's cgroup in the BE idle group (``/tidal-be/pod<uid>/<id>``,
                     where the NRI plugin creates it then; the bench stands in for the runtime),
                     the agent keeping the group idle and the container at its batch resources;
-* ``tidal_variant`` (only when named, with ``--variant-policy``) ``tidal`` with that merge patch
-                    on top: A/B of a policy change against the shipped defaults in one run
-                    (e.g. a feature switched off, to find what of the agent costs the tail); with
-                    ``cpuPriority.idleGroup`` on in the patch, its BE container is where
+* ``tidal_variant`` (only when named, with ``--variant-policy`` and/or ``--variant-agent-args``)
+                    ``tidal`` with that merge patch on top and/or its agent started with those
+                    arguments added: A/B of a policy or agent change against the shipped defaults
+                    in one run (e.g. a feature switched off, to find what of the agent costs the
+                    tail); with ``cpuPriority.idleGroup`` on in the patch, its BE container is where
                     ``tidal_idle_group``'s is;
 * ``be_idle_group`` (only when named) a lead, not what Tidal does: the BE hog in an idle cgroup
                     (``cpu.idle = 1``) at the cpu hierarchy's root (a node's, where ``kubepods``
@@ -97,6 +98,7 @@ import os
 import random
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import statistics
@@ -535,7 +537,7 @@ def main() -> int:
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always, "
                              f"solo_again (solo once more in each round: the noise floor), be_idle_group (a lead: "
                              f"BE in an idle cgroup at the cgroup root, no agent), tidal_idle_group and "
-                             f"tidal_variant (tidal with --variant-policy)")
+                             f"tidal_variant (tidal with --variant-policy and/or --variant-agent-args)")
     parser.add_argument("--order", choices=ORDERS, default="balanced",
                         help="the treatments' order within a round (bench/round_order.py): balanced (default "
                              "since 2026-12-03; a Williams design: every treatment follows every other one equally "
@@ -549,6 +551,9 @@ def main() -> int:
     parser.add_argument("--variant-policy", type=policy_patch, default=None, metavar="JSON",
                         help="tidal_variant's merge patch over the Tidal treatments' policy (with --policy); the "
                              "other Tidal treatments run with the fields it names put back")
+    parser.add_argument("--variant-agent-args", type=shlex.split, default=[], metavar="ARGS",
+                        help="tidal_variant's agent is started with these arguments added to `tidal-agent run`'s "
+                             "(one string, split as a shell would), e.g. '--own-scheduling inherit'")
     parser.add_argument("--be-method", default="matrixprod", metavar="METHOD",
                         help="the BE hog's stress-ng --cpu-method: matrixprod (default: 128 x 128 matrices, "
                              "a job whose data fills the core's caches) or e.g. loop (a spin that touches "
@@ -564,8 +569,10 @@ def main() -> int:
                              "their kernel thread (kdamond) runs beside the server in every treatment "
                              "(bench/damon.py)")
     args = parser.parse_args()
-    if ("tidal_variant" in args.treatments) != (args.variant_policy is not None):
-        parser.error("--variant-policy and the treatment tidal_variant go together: the one is the other's patch")
+    if ("tidal_variant" in args.treatments) != (args.variant_policy is not None or bool(args.variant_agent_args)):
+        parser.error("--variant-policy or --variant-agent-args and the treatment tidal_variant go together: "
+                     "they are what the variant changes")
+    args.variant_policy = args.variant_policy or {}
     if args.stall_causes and (why := stall_causes.SchedTrace().available()):
         parser.error(f"--stall-causes cannot run here: {why}")
     if os.geteuid() != 0:
@@ -626,7 +633,7 @@ def main() -> int:
                 custom.patch_cluster_custom_object(qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default",
                                                    {"spec": args.policy})
             # what the Tidal treatments other than the variant put back of the variant's fields
-            undo_variant = undo_patch(args.variant_policy or {}, custom.get_cluster_custom_object(
+            undo_variant = undo_patch(args.variant_policy, custom.get_cluster_custom_object(
                 qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")["spec"])
             capacity = {"cpu": str(CPUS), "memory": "24Gi", "pods": "110",
                         qos.BATCH_CPU_RESOURCE: str(CPUS * 1000), qos.BATCH_MEMORY_RESOURCE: str(8 << 30)}
@@ -691,7 +698,8 @@ def main() -> int:
                         str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
                         "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
                         "--kubelet-cgroup-root", kubelet.kubelet_root, "--state-dir", str(workdir / "agent"),
-                        "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port := free_port())],
+                        "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port := free_port()),
+                        *(args.variant_agent_args if treatment == "tidal_variant" else [])],
                         workdir / "agent.log")
                     idle = (idle_dirs[0].parent if idle_group else be_pod_dirs[0]) / "cpu.idle"
                     deadline = time.monotonic() + 30
@@ -761,6 +769,7 @@ def main() -> int:
     summary["settings"] = {"treatments": list(args.treatments), "order": args.order,
                            "suppression_percent": args.suppression_percent,
                            "policy": args.policy, "variant_policy": args.variant_policy,
+                           "variant_agent_args": args.variant_agent_args,
                            "daemons_cgroup": args.daemons_cgroup,
                            "no_idle_halt": args.no_idle_halt, "be_method": args.be_method,
                            "pause_damon": args.pause_damon}

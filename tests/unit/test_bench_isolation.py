@@ -193,10 +193,12 @@ def test_cpu_priority_is_on_unless_the_treatment_or_the_policy_switches_it_off(s
 
 
 @pytest.mark.parametrize("argv", [["--treatments", "tidal_variant"],
-                                  ["--variant-policy", '{"features": {"cpuBurst": {"enabled": false}}}']])
-def test_the_variant_treatment_and_its_patch_go_together(argv):
+                                  ["--variant-policy", '{"features": {"cpuBurst": {"enabled": false}}}'],
+                                  ["--variant-agent-args", "--own-scheduling inherit"]])
+def test_the_variant_treatment_and_what_it_changes_go_together(argv):
     ran = subprocess.run([sys.executable, str(Path(isolation.__file__)), *argv], capture_output=True, text=True)
-    assert ran.returncode == 2 and "--variant-policy and the treatment tidal_variant go together" in ran.stderr
+    assert ran.returncode == 2 and ("--variant-policy or --variant-agent-args and the treatment tidal_variant go "
+                                    "together") in ran.stderr
 
 
 def test_the_daemons_go_to_a_system_slice_beside_kubepods_with_the_kubelets_shares(hierarchy, real, tmp_path):

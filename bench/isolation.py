@@ -112,6 +112,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cpu_idle  # noqa: E402  (bench/, on the path just above)
+import agent_pod  # noqa: E402
 import damon  # noqa: E402
 import lab_background  # noqa: E402
 import stall_causes  # noqa: E402
@@ -523,6 +524,7 @@ def main() -> int:
                         help="the load generator's scheduling: fifo (SCHED_FIFO 1: a client on another "
                              "machine) or normal (it competes with the BE hog for this machine's CPUs)")
     lab_background.add_arguments(parser)  # --background, --background-rate, --daemons-cgroup
+    agent_pod.add_argument(parser)
     parser.add_argument("--longest-waits", action="store_true",
                         help="also measure each round's longest single run-queue wait of a server thread "
                              "(ls_longest_wait_ms, ls_waits_over_5ms; bench/wait_sampler.py, which reads the "
@@ -619,6 +621,7 @@ def main() -> int:
             held.callback(damon.resume, paused)
             log(f"DAMON page-out paused for the run: {', '.join(map(str, paused)) or 'none was running'}")
         lab_background.place_daemons(args, kubelet, cgroups, log)
+        agent_dirs = agent_pod.create(kubelet, log) if args.agent_cgroup == "pod" else None
         log(f"starting a private lab in {lab.dir}")
         lab.up(nodes=0, real_nodes=0)  # kwok nodes only: the bench needs no kubelet, containerd or kube-proxy
         with lab.api_client() as api:
@@ -701,6 +704,8 @@ def main() -> int:
                         "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port := free_port()),
                         *(args.variant_agent_args if treatment == "tidal_variant" else [])],
                         workdir / "agent.log")
+                    if agent_dirs:  # --agent-cgroup pod: where its DaemonSet would run it
+                        kubelet.move(agent.pid, agent_dirs)
                     idle = (idle_dirs[0].parent if idle_group else be_pod_dirs[0]) / "cpu.idle"
                     deadline = time.monotonic() + 30
                     while cpu_priority_on(spec, args.policy) and idle.read_text().strip() != "1":
@@ -770,7 +775,7 @@ def main() -> int:
                            "suppression_percent": args.suppression_percent,
                            "policy": args.policy, "variant_policy": args.variant_policy,
                            "variant_agent_args": args.variant_agent_args,
-                           "daemons_cgroup": args.daemons_cgroup,
+                           "daemons_cgroup": args.daemons_cgroup, "agent_cgroup": args.agent_cgroup,
                            "no_idle_halt": args.no_idle_halt, "be_method": args.be_method,
                            "pause_damon": args.pause_damon}
     summary["background"] = background_report

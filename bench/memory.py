@@ -123,7 +123,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import damon  # noqa: E402  (bench/, on the path just above)
+import agent_pod  # noqa: E402  (bench/, on the path just above)
+import damon  # noqa: E402
 import lab_background  # noqa: E402
 from round_order import round_order  # noqa: E402
 import stall_causes  # noqa: E402
@@ -571,6 +572,7 @@ def main() -> int:
     parser.add_argument("--memory-high", type=int, default=95, help="the policy's memory high watermark for tidal")
     parser.add_argument("--memory-low", type=int, default=85, help="the policy's memory low watermark for tidal")
     lab_background.add_arguments(parser)
+    agent_pod.add_argument(parser)
     parser.add_argument("--lead-be-idle-group", action="store_true",
                         help="also run tidal_idle_group each round (a lead, not what Tidal ships): tidal with the BE "
                              "job's cpu cgroup an idle group at the cgroup root instead of its pod's (its memory "
@@ -665,6 +667,7 @@ def main() -> int:
             log(f"the pods read disk {disk} as one volume of {args.disk_read_mbps or 'unlimited'} MB/s and "
                 f"{args.disk_read_iops or 'unlimited'} IOPS ({volume})")
         lab_background.place_daemons(args, kubelet, cgroups, log)
+        agent_dirs = agent_pod.create(kubelet, log) if args.agent_cgroup == "pod" else None
         lab.up(nodes=0, real_nodes=0)
         with lab.api_client() as api:
             create_or_replace_all(api, crd_manifests(), wait_established=True)
@@ -755,6 +758,8 @@ def main() -> int:
                     "--state-dir", str(workdir / "agent"),
                     "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
                     workdir / "agent.log")
+                if agent_dirs:  # --agent-cgroup pod: where its DaemonSet would run it
+                    kubelet.move(agent.pid, agent_dirs)
                 limit_file = next(d for d in be_pod.dirs if (d / "memory.stat").exists()) / "memory.limit_in_bytes"
                 want = int(args.be_batch_memory_gib * GiB)
                 deadline = time.monotonic() + 30

@@ -111,8 +111,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cpu_idle  # noqa: E402  (bench/, on the path just above)
-import agent_pod  # noqa: E402
+import agent_pod  # noqa: E402  (bench/, on the path just above)
+import cpu_idle  # noqa: E402
 import damon  # noqa: E402
 import lab_background  # noqa: E402
 import stall_causes  # noqa: E402

@@ -1,4 +1,5 @@
 """tidal-agent run: this machine's real /proc and cgroups, the lab's pods, its NodeProfile."""
+import os
 import sys
 from pathlib import Path
 
@@ -72,7 +73,6 @@ def test_agent_reports_real_node_usage_and_counts_unmeasured_pods_at_request(lab
         assert capabilities["resctrl.l3"]["supported"] is False and capabilities["resctrl.l3"]["reason"]
         assert status["predictions"]["onlinePeak"]["cpuMillicores"] >= 1500
         # Its threads, all of them, yield to online work (SCHED_BATCH, --own-scheduling's default).
-        import os
         policies = {int(t.name): os.sched_getscheduler(int(t.name))
                     for t in Path(f"/proc/{agent.pid}/task").iterdir()}
         assert policies and set(policies.values()) == {os.SCHED_BATCH}, policies

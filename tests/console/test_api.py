@@ -11,6 +11,7 @@ from kubernetes import client
 
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.policy import put_spec
 
 from .conftest import http, promql
 
@@ -223,9 +224,7 @@ def test_a_valid_policy_is_written_and_its_rollout_lists_the_colocation_nodes(co
     finally:
         spec["features"]["cpuBurst"]["enabled"] = not spec["features"]["cpuBurst"]["enabled"]
         if before["exists"]:
-            current = custom.get_cluster_custom_object(*group, "default")
-            current["spec"] = before["spec"]
-            custom.replace_cluster_custom_object(*group, "default", current)
+            put_spec(custom, (*group, "default"), before["spec"])
         else:
             custom.delete_cluster_custom_object(*group, "default")
 

@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tidal_dev.lab.pytest_plugin import wait_for
+from tidal_dev.testing.policy import put_spec
 from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, container_cgroup, gone, play, read,
                                     running, tidal_pods)
 
@@ -154,9 +155,7 @@ def suite_policy(deployed, custom):
     spec = custom.get_cluster_custom_object(*POLICY)["spec"]
     yield spec
     try:
-        current = custom.get_cluster_custom_object(*POLICY)
-        current["spec"] = original
-        custom.replace_cluster_custom_object(*POLICY, current)
+        put_spec(custom, POLICY, original)
     except ApiException as err:
         if err.status != 404:
             raise

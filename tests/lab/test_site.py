@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tidal_dev.testing.policy import put_spec
 from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, be_isolation_patched, play, recap
 from tidal_dev.testing.site import container_cgroup as _container_cgroup
 from tidal_dev.testing.site import gone as _gone
@@ -561,9 +562,7 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
         assert _read(be_parent) == "-1", "BE suppression quota not restored"
     finally:
         core.delete_namespace(namespace)
-        current = custom.get_cluster_custom_object(*policy)
-        current["spec"] = original_spec
-        custom.replace_cluster_custom_object(*policy, current)
+        put_spec(custom, policy, original_spec)
         _switch_colocation(lab, True)
 
 
@@ -775,9 +774,7 @@ def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node
                  "the agent removing the switched-off BE idle group from every hierarchy", describe=agent_says)
     finally:
         core.delete_namespace(namespace)
-        current = custom.get_cluster_custom_object(*policy)
-        current["spec"] = original_spec
-        custom.replace_cluster_custom_object(*policy, current)
+        put_spec(custom, policy, original_spec)
         for g in (d / "tidal-be" for d in _hierarchies()):  # a failed run's residue
             if g.is_dir() and not any(p.is_dir() for p in g.iterdir()):
                 g.rmdir()

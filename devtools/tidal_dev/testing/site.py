@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from tidal_dev.testing.playbook import run as playbook_run
+from tidal_dev.testing.policy import put_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
@@ -138,8 +139,8 @@ def be_isolation_patched(custom, policy: tuple, patch: dict):
     try:
         yield
     finally:
-        restored = custom.get_cluster_custom_object(*policy)
-        restored["spec"].pop("beIsolation", None)
+        restored = custom.get_cluster_custom_object(*policy)["spec"]
+        restored.pop("beIsolation", None)
         if isolation is not None:
-            restored["spec"]["beIsolation"] = isolation
-        custom.replace_cluster_custom_object(*policy, restored)
+            restored["beIsolation"] = isolation
+        put_spec(custom, policy, restored)

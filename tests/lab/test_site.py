@@ -96,6 +96,17 @@ def test_site_playbook_deploys_tidal_as_pods_on_the_real_node_and_summarises(lab
             assert all(s.ready for s in pod.status.container_statuses), (app, pod.status.container_statuses)
             assert all(c.image.startswith("localhost/tidal:") for c in pod.spec.containers)
     assert {c.name for c in by_app["tidal-agent"][0].spec.containers} == {"agent", "nri"}
+    # The deployed agent's threads yield to online work (`--own-scheduling batch`, the default):
+    # every thread of the agent container, read on the real node (a thread may end meanwhile).
+    agent = by_app["tidal-agent"][0]
+    agent_id = next(s.container_id for s in agent.status.container_statuses if s.name == "agent").split("://", 1)[1]
+    policies = {}
+    for tid in _read(_container_cgroup(agent, "cpu").parent / agent_id / "tasks").split():
+        try:
+            policies[int(tid)] = os.sched_getscheduler(int(tid))
+        except ProcessLookupError:
+            continue
+    assert policies and set(policies.values()) == {os.SCHED_BATCH}, policies
 
 
 def test_site_oversells_the_demo_nodes_from_the_start_and_runs_the_be_job_on_them(lab, site, core):

@@ -224,18 +224,33 @@ def measure(cpuacct: Path, quota_at: Path, seconds: float = 1.0) -> tuple[float,
     """(cores `cpuacct` used, CFS periods the quota of the cpu cgroup `quota_at` throttled) over
     `seconds` (a measuring interval). A quota shows as throttled periods however busy the machine
     is; the cores alone fall below the quota when other work takes the CPUs."""
+    # the clock is read outside the usage reads, so a stall of this process between them can only
+    # lengthen the interval divided by, never shorten it (no false excess over the quota)
     t0, u0, n0 = time.monotonic(), read_cpu_usage_ns(cpuacct, CgroupVersion.V1), _throttled(quota_at)
     time.sleep(seconds)
-    t1, u1, n1 = time.monotonic(), read_cpu_usage_ns(cpuacct, CgroupVersion.V1), _throttled(quota_at)
+    n1, u1, t1 = _throttled(quota_at), read_cpu_usage_ns(cpuacct, CgroupVersion.V1), time.monotonic()
     return (u1 - u0) / 1e9 / (t1 - t0), n1 - n0
 
 
+def until_throttled(cpuacct: Path, quota_at: Path, deadline: float = 15.0) -> tuple[float, int]:
+    """Measure one-second windows until the quota of `quota_at` throttles the loop (or `deadline`
+    seconds pass): (the most cores one window saw, periods throttled in the last window). On a
+    busy machine the loop may not reach its quota in a given second; a later one shows it."""
+    end, most = time.monotonic() + deadline, 0.0
+    while True:
+        cores, throttled = measure(cpuacct, quota_at)
+        most = max(most, cores)
+        if throttled or time.monotonic() >= end:
+            return most, throttled
+
+
 def _bitten(cores: float, throttled: int, quota: float) -> None:
-    """The quota held the loop, or the machine was too busy for the loop to reach it (a skip)."""
-    if not throttled and cores < quota * 0.75:
-        pytest.skip(f"this machine is too busy: the busy loop got {cores:.3f} cores, under its {quota} quota")
-    assert throttled > 0, f"quota {quota} CPU never throttled a busy loop measured at {cores:.3f} cores"
+    """The quota held the loop (never more than the quota, throttled at least once), or the machine
+    was too busy for the loop to reach its quota in any window (a skip)."""
     assert cores <= quota + 0.1, f"quota {quota} CPU, measured {cores:.3f} cores"
+    if not throttled:
+        pytest.skip(f"this machine is too busy: the busy loop got at most {cores:.3f} cores, "
+                    f"under its {quota} quota, and was never throttled")
 
 
 def test_busy_loop_in_a_be_container_gets_its_batch_cpu(hierarchy, real, tmp_path):
@@ -248,7 +263,7 @@ def test_busy_loop_in_a_be_container_gets_its_batch_cpu(hierarchy, real, tmp_pat
     assert result.errors == [] and read(dirs["cpu"] / "cpu.cfs_quota_us") == "20000"
 
     real.spawn("spin", dirs["cpu"], dirs["cpuacct"])
-    limited, throttled = measure(dirs["cpuacct"], dirs["cpu"])
+    limited, throttled = until_throttled(dirs["cpuacct"], dirs["cpu"])
     # the quota is live: restored (to unlimited), the same loop is never throttled again
     assert restore(journal) == []
     assert read(dirs["cpu"] / "cpu.cfs_quota_us") == "-1"
@@ -273,7 +288,7 @@ def test_suppression_caps_every_be_pod_through_the_besteffort_parent(hierarchy, 
     besteffort = node.cpu_root / node.layout.qos_relpath(PodQOSClass.BEST_EFFORT)
     assert read(besteffort / "cpu.cfs_quota_us") == "30000"
     real.spawn("spin", dirs["cpu"], dirs["cpuacct"])
-    suppressed, throttled = measure(dirs["cpuacct"], besteffort)
+    suppressed, throttled = until_throttled(dirs["cpuacct"], besteffort)
     assert restore(journal) == [] and read(besteffort / "cpu.cfs_quota_us") == "-1"
     print(f"\nbusy loop in a BE pod, besteffort quota 0.3 CPU: {suppressed:.3f} cores, "
           f"{throttled} periods throttled")

@@ -51,6 +51,11 @@ file uncached:
                     root (bench-isolation's ``be_idle_group``) instead of its pod's; its memory and
                     every other cgroup stay its pod's, under the agent. What placing BE
                     containers outside ``kubepods`` would add to Tidal's memory isolation.
+* ``agent_solo_variant``, ``tidal_variant`` (only with ``--variant-policy JSON`` and/or
+                    ``--variant-agent-args ARGS``) ``agent_solo`` and ``tidal`` with the policy's
+                    spec patched by JSON (put back after the run) and the agent started with ARGS
+                    added: an A/B of a policy or agent change in the same rounds, e.g. what
+                    part of ``agent_solo``'s cost a feature of the agent makes.
 
 By default (``--cpu defaults``) CPU is left at its defaults in every treatment — no ``cpu.shares``
 2 for k8s_default, Tidal's CPU priority and suppression off — so the figures show memory alone
@@ -109,6 +114,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import statistics
@@ -125,6 +131,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import agent_pod  # noqa: E402  (bench/, on the path just above)
 import damon  # noqa: E402
+from isolation import policy_patch, undo_patch  # noqa: E402
 import lab_background  # noqa: E402
 from round_order import round_order  # noqa: E402
 import stall_causes  # noqa: E402
@@ -135,10 +142,14 @@ TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
 RUNS = ("solo", "agent_solo", "be_solo", "no_isolation", "k8s_default", "tidal")
 #: ``--lead-be-idle-group``'s treatment, run only when asked for (a lead, not what Tidal ships)
 LEADS = ("tidal_idle_group",)
-#: what the summary and the verdict report, in this order (a lead only when it ran)
-REPORTED = (*TREATMENTS, *LEADS)
+#: ``--variant-policy`` / ``--variant-agent-args``' runs: ``agent_solo`` and ``tidal`` with the variant
+VARIANTS = ("agent_solo_variant", "tidal_variant")
+#: what the summary and the verdict report, in this order (a lead or a variant only when it ran)
+REPORTED = (*TREATMENTS, *LEADS, *VARIANTS)
 #: the runs with ``tidal-agent run`` enforcing
-AGENT_RUNS = ("agent_solo", "tidal", *LEADS)
+AGENT_RUNS = ("agent_solo", "tidal", *LEADS, *VARIANTS)
+#: the runs without the BE job (the online service alone, with or without the agent)
+ONLINE_ALONE = ("solo", "agent_solo", "agent_solo_variant")
 SUMMARY_KEYS = ("p50_ms", "p99_ms", "errors", "be_mb_per_s", "node_mem_used_pct", "oom_kills", "evictions")
 GiB = 1 << 30
 BLKIO_ROOT = Path("/sys/fs/cgroup/blkio")
@@ -256,7 +267,7 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
     lines = []
     solo, k8s, tidal = summary.get("solo"), summary.get("k8s_default"), summary.get("tidal")
     if not (solo and k8s and tidal) or not solo["p99_ms"]:
-        return ["not every treatment measured: no verdict"]
+        return ["not every treatment measured: no verdict", *agent_lines(summary)]
     ratio, k8s_ratio = tidal["p99_ms"] / solo["p99_ms"], k8s["p99_ms"] / solo["p99_ms"]
     lines.append(f"tidal p99 {ratio:.2f}x solo (bar <= 1.2x): {'met' if ratio <= 1.2 else 'NOT met'}")
     lines.append(f"node memory used under tidal {tidal['node_mem_used_pct']:.1f}% (bar >= 90%): "
@@ -274,14 +285,46 @@ def verdict(summary: Mapping[str, dict]) -> list[str]:
         solo_pooled = pooled["solo"]
         lines.append("p99 of all rounds' requests pooled, over solo's: " + ", ".join(
             f"{name} {value:.1f} ms ({value / solo_pooled:.2f}x)" for name, value in pooled.items()))
-    alone = summary.get("agent_solo")
-    if alone and alone["p99_ms"]:
-        lines.append(f"the agent alone (no BE job): p99 {alone['p99_ms'] / solo['p99_ms']:.2f}x solo; tidal "
-                     f"{tidal['p99_ms'] / alone['p99_ms']:.2f}x that")
+    lines.extend(agent_lines(summary))
     lines.append(f"OOM kills of the online service under tidal: {tidal.get('online_oom_kills', 0)} (bar 0)")
     if solo["be_mb_per_s"]:
         kept = tidal["be_mb_per_s"] / solo["be_mb_per_s"]
         lines.append(f"BE throughput under tidal {kept:.0%} of solo (bar >= 50%): {'met' if kept >= 0.5 else 'NOT met'}")
+    return lines
+
+
+def runs_of_round(runs: Iterable[str] | None, lead: bool, variant: bool) -> tuple[str, ...]:
+    """The runs of each round: every one of :data:`RUNS` (the lead's and the variants' when asked
+    for), or the ``--runs`` named among them, ``solo`` always (every ratio is over it)."""
+    every = RUNS + (LEADS if lead else ()) + (VARIANTS if variant else ())
+    if runs is None:
+        return every
+    named = set(runs)
+    unknown = sorted(named - set(every))
+    if unknown:
+        raise ValueError(f"--runs: unknown or not asked for: {', '.join(unknown)}; allowed: {', '.join(every)} "
+                         f"(tidal_idle_group with --lead-be-idle-group, the variants with --variant-policy or "
+                         f"--variant-agent-args)")
+    return tuple(r for r in every if r in named or r == "solo")
+
+
+def agent_lines(summary: Mapping[str, dict]) -> list[str]:
+    """What the agent alone costs the online service, and each variant against what it varies."""
+    solo = summary.get("solo")
+    if not (solo and solo["p99_ms"]):
+        return []
+    lines = []
+    alone, tidal = summary.get("agent_solo"), summary.get("tidal")
+    if alone and alone["p99_ms"]:
+        lines.append(f"the agent alone (no BE job): p99 {alone['p99_ms'] / solo['p99_ms']:.2f}x solo"
+                     + (f"; tidal {tidal['p99_ms'] / alone['p99_ms']:.2f}x that" if tidal else ""))
+    def vs_solo(name: str) -> str:  # by the medians, and the rounds' own ratios where every round had solo
+        rounds = f" (rounds {summary[name]['p99_vs_solo']:.2f}x)" if "p99_vs_solo" in summary[name] else ""
+        return f"{summary[name]['p99_ms'] / solo['p99_ms']:.2f}x solo{rounds}"
+    for name, base in (("agent_solo_variant", "agent_solo"), ("tidal_variant", "tidal")):
+        if summary.get(name, {}).get("p99_ms") and summary.get(base, {}).get("p99_ms"):
+            lines.append(f"{name}: p99 {vs_solo(name)}, {base} {vs_solo(base)}: the variant "
+                         f"{summary[name]['p99_ms'] / summary[base]['p99_ms']:.2f}x {base}'s")
     return lines
 
 
@@ -582,7 +625,24 @@ def main() -> int:
                         help="defaults: every cgroup's CPU at its defaults (memory alone); as-shipped: the BE "
                              "pod's CPU as each treatment ships it: cpu.shares 2 for k8s_default, Tidal's CPU "
                              "priority, suppression and interference control at the policy's defaults")
+    parser.add_argument("--variant-policy", type=policy_patch, default=None, metavar="JSON",
+                        help="also run agent_solo_variant and tidal_variant each round: agent_solo and tidal with "
+                             "this merge patch over the policy's spec (put back after each), an A/B of a policy "
+                             "change in one run")
+    parser.add_argument("--variant-agent-args", type=shlex.split, default=[], metavar="ARGS",
+                        help="the variants' agent is started with these arguments added to `tidal-agent run`'s "
+                             "(with or without --variant-policy)")
+    parser.add_argument("--runs", type=lambda text: [r.strip() for r in text.split(",") if r.strip()],
+                        default=None, metavar="LIST",
+                        help="run only these of each round's runs (solo always; the verdict needs solo, "
+                             "k8s_default and tidal), e.g. solo,agent_solo,agent_solo_variant: more rounds of "
+                             "what an A/B compares in the same time")
     args = parser.parse_args()
+    args.variant_policy = args.variant_policy or {}
+    try:
+        runs = runs_of_round(args.runs, args.lead_be_idle_group, bool(args.variant_policy or args.variant_agent_args))
+    except ValueError as err:
+        parser.error(str(err))
     if args.stall_causes and (why := stall_causes.SchedTrace().available()):
         parser.error(f"--stall-causes cannot run here: {why}")
     if os.geteuid() != 0:
@@ -634,8 +694,7 @@ def main() -> int:
     background_report: dict = {"kind": "none"}
     node = "bench-node"
     cpus = os.cpu_count() or 1
-    runs_of_round = RUNS + (LEADS if args.lead_be_idle_group else ())
-    results: dict[str, list[dict]] = {r: [] for r in runs_of_round}
+    results: dict[str, list[dict]] = {r: [] for r in runs}
     load = {"start": os.getloadavg()}
     batch = {qos.BATCH_CPU_RESOURCE: str(cpus * 1000),
              qos.BATCH_MEMORY_RESOURCE: str(int(args.be_batch_memory_gib * GiB))}
@@ -650,6 +709,11 @@ def main() -> int:
                                      "resources": {"requests": requests, "limits": limits}}]}})
         names[running.uid] = name
         return running
+
+    def put_policy(patch: dict) -> None:
+        with lab.api_client() as api:
+            client.CustomObjectsApi(api).patch_cluster_custom_object(
+                qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default", {"spec": patch})
     try:
         budget = cgroups.make(kubelet.layout.hierarchy.memory_root / kubelet.kubelet_root.lstrip("/"))
         (budget / "memory.limit_in_bytes").write_text(str(budget_bytes))
@@ -687,6 +751,9 @@ def main() -> int:
                              "cpuPriority": {"enabled": False}, "cpuSuppression": {"enabled": False}},
                          "features": {"memoryReclaim": {"enabled": True},
                                       "psiInterference": {"enabled": True, "resources": ["memory"]}}}})
+            # what the other runs put back of the variant's fields after a variant's run
+            undo_variant = undo_patch(args.variant_policy, custom.get_cluster_custom_object(
+                qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")["spec"])
             capacity = {"cpu": str(cpus), "memory": str(budget_bytes), "pods": "110",
                         qos.BATCH_CPU_RESOURCE: str(cpus * 1000),
                         qos.BATCH_MEMORY_RESOURCE: str(int(args.be_batch_memory_gib * GiB))}
@@ -749,6 +816,8 @@ def main() -> int:
                 for f in shares:
                     f.write_text("2")
             metrics_port = None
+            if run in VARIANTS and args.variant_policy:
+                put_policy(args.variant_policy)
             if run in AGENT_RUNS:
                 metrics_port = free_port()
                 agent = processes.start("agent", [
@@ -756,7 +825,8 @@ def main() -> int:
                     "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
                     "--kubelet-cgroup-root", kubelet.kubelet_root, "--node-memory-cgroup", kubelet.kubelet_root,
                     "--state-dir", str(workdir / "agent"),
-                    "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
+                    "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port),
+                    *(args.variant_agent_args if run in VARIANTS else [])],
                     workdir / "agent.log")
                 if agent_dirs:  # --agent-cgroup pod: where its DaemonSet would run it
                     kubelet.move(agent.pid, agent_dirs)
@@ -776,13 +846,14 @@ def main() -> int:
             web_oom, be_oom = oom_counts([web.dirs]), oom_counts([be_pod.dirs])
             damon_before = damon.pageout_bytes()
             be = None
-            if run not in ("solo", "agent_solo"):
+            if run not in ONLINE_ALONE:
                 be_dirs = be_pod.dirs
                 if run in LEADS:  # the same pod's cgroups but the cpu hierarchy's: the idle group's
                     be_dirs = [be_idle_group_dir(cgroups) if (d / "cpu.shares").exists() else d
                                for d in be_pod.dirs]
                 be = BEJob(python, [*be_dirs, *disk_dirs], anon, stream, workdir,
-                           1000 if run in ("k8s_default", "tidal", *LEADS) else 0, args.be_pace_mb * 1e6)
+                           1000 if run in ("k8s_default", "tidal", "tidal_variant", *LEADS) else 0,
+                           args.be_pace_mb * 1e6)
             evicted = threading.Event()
             watching = threading.Event()
 
@@ -857,6 +928,8 @@ def main() -> int:
                 subprocess.run([str(Path(python).with_name("tidal-agent")), "restore", "--node", node,
                                 "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
                                check=True, capture_output=True)
+            if run in VARIANTS and args.variant_policy:
+                put_policy(undo_variant)
             with lab.api_client() as api:
                 core = client.CoreV1Api(api)
                 events = sum(1 for e in core.list_namespaced_event("bench").items if e.reason == "TidalEvicted")
@@ -889,7 +962,7 @@ def main() -> int:
         warm()
         loadgen_run(loadgen, urls, args.rate, 5)  # discarded: nginx's and the client's first requests
         for round_ in range(args.rounds):
-            for run in round_order(tuple(runs_of_round), round_, "balanced"):
+            for run in round_order(runs, round_, "balanced"):
                 r = run_once(run, round_)
                 results[run].append(r)
                 print(json.dumps({"round": round_ + 1, "treatment": run, **r}), flush=True)

@@ -257,3 +257,35 @@ def test_the_threads_of_a_process_are_its_proc_tasks():
         done.set()
         t.join()
     assert memory.process_tids(2 ** 22 + 1) == set()  # above pid_max: no such process
+
+
+def test_the_variants_run_the_agent_and_are_reported_beside_what_they_vary():
+    assert set(memory.VARIANTS) <= set(memory.AGENT_RUNS) and not set(memory.VARIANTS) & set(memory.RUNS)
+    assert "agent_solo_variant" in memory.ONLINE_ALONE and "tidal_variant" not in memory.ONLINE_ALONE
+    names = ("solo", "k8s_default", "tidal", "agent_solo", "agent_solo_variant", "tidal_variant")
+    summary = memory.summarise({name: [run(p99)] for name, p99 in zip(names, (2.0, 40.0, 2.4, 2.3, 2.1, 2.6))})
+    assert list(summary)[-2:] == ["agent_solo_variant", "tidal_variant"]
+    lines = memory.verdict(summary)
+    assert ("agent_solo_variant: p99 1.05x solo (rounds 1.05x), agent_solo 1.15x solo (rounds 1.15x): "
+            "the variant 0.91x agent_solo's") in lines
+    assert "tidal_variant: p99 1.30x solo (rounds 1.30x), tidal 1.20x solo (rounds 1.20x): the variant 1.08x tidal's" \
+        in lines
+    del summary["tidal_variant"]
+    assert not any(line.startswith("tidal_variant") for line in memory.verdict(summary))
+
+
+def test_runs_of_a_round_are_every_run_or_those_named_with_solo_always():
+    assert memory.runs_of_round(None, False, False) == memory.RUNS
+    assert memory.runs_of_round(None, True, True) == (*memory.RUNS, *memory.LEADS, *memory.VARIANTS)
+    assert memory.runs_of_round(["agent_solo_variant", "agent_solo"], False, True) == \
+        ("solo", "agent_solo", "agent_solo_variant")
+    with pytest.raises(ValueError, match="unknown or not asked for: agent_solo_variant, tidle; allowed: solo, "):
+        memory.runs_of_round(["tidle", "agent_solo_variant"], False, False)
+
+
+def test_the_agent_lines_come_without_every_treatment_too():
+    summary = memory.summarise({"solo": [run(2.0)], "agent_solo": [run(2.2)], "agent_solo_variant": [run(2.0)]})
+    assert memory.verdict(summary) == [
+        "not every treatment measured: no verdict", "the agent alone (no BE job): p99 1.10x solo",
+        "agent_solo_variant: p99 1.00x solo (rounds 1.00x), agent_solo 1.10x solo (rounds 1.10x): "
+        "the variant 0.91x agent_solo's"]

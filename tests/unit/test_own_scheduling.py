@@ -25,7 +25,7 @@ def test_only_sched_other_threads_move(policies, moved):
 
 
 def test_an_unknown_choice_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="'fifo' is not one of batch, inherit"):
+    with pytest.raises(ValueError, match="'fifo' is not one of batch, batch-short-slice, inherit"):
         yield_to_online("fifo")
 
 
@@ -35,6 +35,7 @@ def _child(choice: str) -> dict:
     code = textwrap.dedent(f"""
         import json, os, threading
         from tidal.agent.own_scheduling import yield_to_online
+        from tidal.agent.executor.sched import get_attr
         ready, done, seen = threading.Event(), threading.Event(), {{}}
         def before():
             tid = threading.get_native_id()
@@ -51,12 +52,16 @@ def _child(choice: str) -> dict:
         moved = yield_to_online({choice!r})
         after = {{}}
         t = threading.Thread(target=lambda: after.update(tid=threading.get_native_id(),
-                                                         policy=os.sched_getscheduler(0)))
+                                                         policy=os.sched_getscheduler(0),
+                                                         slice=get_attr(0).runtime_ns))
         t.start(); t.join()
         out = {{name: [os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)]
                for name, tid in seen.items()}}
         out["main"] = [os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())]
         out["started_after"] = [after["policy"], None]
+        out["slices"] = {{name: get_attr(tid).runtime_ns for name, tid in seen.items()}}
+        out["slices"]["main"] = get_attr(0).runtime_ns
+        out["slices"]["started_after"] = after["slice"]
         out["moved"] = sorted(moved) == sorted([threading.get_native_id(), seen["nice_before"]])
         done.set()
         print(json.dumps(out))
@@ -80,3 +85,20 @@ def test_inherit_changes_nothing():
     assert out["main"] == [OTHER, 0]
     assert out["nice_before"] == [OTHER, 10]
     assert out["started_after"][0] == OTHER
+
+
+def test_batch_short_slice_also_gives_the_moved_threads_and_new_ones_the_shortest_slice():
+    from tidal.agent.executor.sched import probe
+    supported, why = probe()
+    if not supported:
+        pytest.skip(f"this kernel keeps no custom slice: {why}")
+    out = _child("batch-short-slice")
+    assert out["main"] == [BATCH, 0] and out["nice_before"] == [BATCH, 10] and out["started_after"][0] == BATCH
+    assert out["idle_before"][0] == IDLE and out["moved"] is True
+    assert out["slices"]["main"] == out["slices"]["nice_before"] == out["slices"]["started_after"] == 100_000
+    assert out["slices"]["idle_before"] != 100_000    # the SCHED_IDLE thread is not touched
+
+
+def test_plain_batch_keeps_the_kernel_s_base_slice():
+    out = _child("batch")
+    assert out["slices"]["main"] == out["slices"]["started_after"] != 100_000

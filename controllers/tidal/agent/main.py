@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--own-scheduling", choices=OWN_SCHEDULING, default="batch",
                    help="batch (default): the agent's threads at SCHED_BATCH, so its wake-ups never preempt an "
                         "online request (same CPU share; real-time or SCHED_IDLE threads are left alone); "
+                        "batch-short-slice: also the kernel's shortest EEVDF slice (100 us, Linux >= 6.12), so a "
+                        "running round keeps a waking online thread waiting at most that long; "
                         "inherit: as the process was started")
     n.add_argument("--nri-socket", default=os.environ.get("NRI_SOCKET", _NRI_SOCKET),
                    help="the runtime's NRI socket, probed for the `nri` capability (default $NRI_SOCKET or "

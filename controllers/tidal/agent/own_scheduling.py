@@ -8,7 +8,12 @@ the CPU is unchanged), but its wake-ups never preempt the thread running: the ag
 which wake every second, wait for the running online request's slice to end (at most a
 scheduler tick) instead of cutting into it. Threads at another policy (real-time, SCHED_IDLE:
 an operator's choice) are left as they are; so is the nice value. ``--own-scheduling inherit``
-leaves the process as it was started."""
+leaves the process as it was started.
+
+``--own-scheduling batch-short-slice`` (an option, measured in docs/benchmarks.md) also asks for
+the shortest EEVDF slice the kernel keeps (100 µs, Linux >= 6.12; ignored by older kernels): a
+running round of the agent keeps the CPU from a waking online thread for at most that long,
+instead of the base slice."""
 from __future__ import annotations
 
 import logging
@@ -18,7 +23,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 #: the choices of ``--own-scheduling``
-CHOICES = ("batch", "inherit")
+CHOICES = ("batch", "batch-short-slice", "inherit")
+#: ``batch-short-slice``'s slice: the kernel's shortest (executor/sched.py's SLICE_MIN_US)
+SHORT_SLICE_NS = 100_000
 
 
 def to_batch(policies: dict[int, int]) -> list[int]:
@@ -49,11 +56,17 @@ def yield_to_online(choice: str = "batch", task_dir: Path = Path("/proc/self/tas
     moved = []
     for tid in to_batch(own_policies(task_dir)):
         try:
-            os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
+            if choice == "batch-short-slice":
+                from tidal.agent.executor.sched import SCHED_BATCH, SchedAttr, get_attr, set_slice
+                attr = get_attr(tid)
+                set_slice(tid, SchedAttr(SCHED_BATCH, attr.flags, attr.nice, attr.runtime_ns), SHORT_SLICE_NS)
+            else:
+                os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
             moved.append(tid)
         except ProcessLookupError:
             continue
         except OSError as err:
             log.warning("own scheduling: thread %d stays at its policy: sched_setscheduler: %s", tid, err)
-    log.info("own scheduling: %d thread(s) at SCHED_BATCH (wake-ups never preempt online work)", len(moved))
+    log.info("own scheduling: %d thread(s) at SCHED_BATCH (wake-ups never preempt online work)%s", len(moved),
+             f", slice {SHORT_SLICE_NS // 1000} µs" if choice == "batch-short-slice" else "")
     return moved

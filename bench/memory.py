@@ -318,6 +318,7 @@ def agent_lines(summary: Mapping[str, dict]) -> list[str]:
     if alone and alone["p99_ms"]:
         lines.append(f"the agent alone (no BE job): p99 {alone['p99_ms'] / solo['p99_ms']:.2f}x solo"
                      + (f"; tidal {tidal['p99_ms'] / alone['p99_ms']:.2f}x that" if tidal else ""))
+
     def vs_solo(name: str) -> str:  # by the medians, and the rounds' own ratios where every round had solo
         rounds = f" (rounds {summary[name]['p99_vs_solo']:.2f}x)" if "p99_vs_solo" in summary[name] else ""
         return f"{summary[name]['p99_ms'] / solo['p99_ms']:.2f}x solo{rounds}"

@@ -36,6 +36,11 @@ def _child(choice: str) -> dict:
         import json, os, threading
         from tidal.agent.own_scheduling import yield_to_online
         from tidal.agent.executor.sched import get_attr
+        def slice_of(tid):  # None where sched_getattr is not there
+            try:
+                return get_attr(tid).runtime_ns
+            except OSError:
+                return None
         ready, done, seen = threading.Event(), threading.Event(), {{}}
         def before():
             tid = threading.get_native_id()
@@ -53,14 +58,14 @@ def _child(choice: str) -> dict:
         after = {{}}
         t = threading.Thread(target=lambda: after.update(tid=threading.get_native_id(),
                                                          policy=os.sched_getscheduler(0),
-                                                         slice=get_attr(0).runtime_ns))
+                                                         slice=slice_of(0)))
         t.start(); t.join()
         out = {{name: [os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)]
                for name, tid in seen.items()}}
         out["main"] = [os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())]
         out["started_after"] = [after["policy"], None]
-        out["slices"] = {{name: get_attr(tid).runtime_ns for name, tid in seen.items()}}
-        out["slices"]["main"] = get_attr(0).runtime_ns
+        out["slices"] = {{name: slice_of(tid) for name, tid in seen.items()}}
+        out["slices"]["main"] = slice_of(0)
         out["slices"]["started_after"] = after["slice"]
         out["moved"] = sorted(moved) == sorted([threading.get_native_id(), seen["nice_before"]])
         done.set()

@@ -66,7 +66,7 @@ def yield_to_online(choice: str = "batch", task_dir: Path = Path("/proc/self/tas
         except ProcessLookupError:
             continue
         except OSError as err:
-            log.warning("own scheduling: thread %d stays at its policy: sched_setscheduler: %s", tid, err)
+            log.warning("own scheduling: thread %d stays at its policy: %s", tid, err)
     log.info("own scheduling: %d thread(s) at SCHED_BATCH (wake-ups never preempt online work)%s", len(moved),
              f", slice {SHORT_SLICE_NS // 1000} µs" if choice == "batch-short-slice" else "")
     return moved

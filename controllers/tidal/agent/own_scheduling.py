@@ -20,12 +20,14 @@ import logging
 import os
 from pathlib import Path
 
+from tidal.agent.executor.sched import SCHED_BATCH, SLICE_MIN_US, SchedAttr, get_attr, set_slice
+
 log = logging.getLogger(__name__)
 
 #: the choices of ``--own-scheduling``
 CHOICES = ("batch", "batch-short-slice", "inherit")
-#: ``batch-short-slice``'s slice: the kernel's shortest (executor/sched.py's SLICE_MIN_US)
-SHORT_SLICE_NS = 100_000
+#: ``batch-short-slice``'s slice: the shortest the kernel keeps
+SHORT_SLICE_NS = SLICE_MIN_US * 1000
 
 
 def to_batch(policies: dict[int, int]) -> list[int]:
@@ -57,7 +59,6 @@ def yield_to_online(choice: str = "batch", task_dir: Path = Path("/proc/self/tas
     for tid in to_batch(own_policies(task_dir)):
         try:
             if choice == "batch-short-slice":
-                from tidal.agent.executor.sched import SCHED_BATCH, SchedAttr, get_attr, set_slice
                 attr = get_attr(tid)
                 set_slice(tid, SchedAttr(SCHED_BATCH, attr.flags, attr.nice, attr.runtime_ns), SHORT_SLICE_NS)
             else:

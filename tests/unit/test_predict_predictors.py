@@ -263,6 +263,31 @@ def test_tidal_waits_with_calibrated_rules_where_pods_come_and_go_until_its_choi
     assert "calibrated" in regimes[DAY:], regimes  # within the second day
 
 
+@pytest.mark.parametrize("peer_history,calibrated_history,chosen", [
+    # the peer's rule lower than the calibrated rule over the calibrated rule's span (the night
+    # it was calibrated in), higher over its own fortnight of days: compared on the same span
+    ([10.0] * 90 + [2.0] * 10, [3.0] * 10, "volcano"),
+    ([10.0] * 90 + [4.0] * 10, [3.0] * 10, "nsigma/all"),
+    # one as young as the other: their whole records
+    ([2.0] * 10, [3.0] * 10, "volcano"),
+])
+def test_tidal_chooses_by_averages_over_the_same_span(
+        peer_history: list[float], calibrated_history: list[float], chosen: str) -> None:
+    from tidal.predict.predictors.tidal import ALL, RAW, _Candidate, _Engine
+
+    engine = _Engine.__new__(_Engine)  # only what `choose` reads
+    peer, calibrated = _Candidate("volcano", RAW, 4032), _Candidate("nsigma", ALL, 4032)
+    for c, values in ((peer, peer_history), (calibrated, calibrated_history)):
+        for v in values:
+            c.push(v)
+    engine.candidates = [peer, calibrated]
+    engine.usable = lambda c, s: True
+    engine.choice_margin = lambda: 1.0
+    engine.choice_ready = lambda s: True
+    best, shadow, ready = engine.choose(0)
+    assert (best.name, shadow.name, ready) == (chosen, "nsigma/all", True)
+
+
 def test_tidal_is_a_pure_function_of_the_history() -> None:
     rng = random.Random(5)
     rows = [[rng.random() * 2, rng.random() * (1 + (i // 100) % 3)] for i in range(900)]

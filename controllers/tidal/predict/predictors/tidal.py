@@ -50,7 +50,9 @@ the violation budget and the horizon.
 
 **Which candidate.** The one whose *realised* predictions were lowest on average over the
 calibration window (the most reclaim), among those that may be used now (a calibrated one from
-one elapsed horizon of its calibrated predictions: an average of one point compares nothing). Choosing by the
+one elapsed horizon of its calibrated predictions: an average of one point compares nothing),
+all averaged over the same span, the newest usable candidate's (a candidate calibrated at night
+is not compared on its nights with a peer's days and nights). Choosing by the
 window's average rather than by today's margin keeps the choice stable, so the realised
 violation rate stays near that of one calibrated candidate, not the union of all. What
 selection bias remains is paid for by one more conformal margin, on the choice among the
@@ -495,11 +497,15 @@ class _Candidate:
         if p is not None:
             self.sums.append(self.sums[-1] + p)
 
-    def mean_cost(self) -> float:
-        """Average of its realised predictions over the window (a choice by today's margin
-        alone would favour whichever candidate's recent errors happened to be kindest)."""
+    def available(self) -> int:
+        """How many of its predictions the window holds (the newest ones)."""
+        return min(self.window, len(self.sums) - 1)
+
+    def mean_cost(self, n: int) -> float:
+        """Average of its last ``n`` realised predictions (a choice by today's margin alone
+        would favour whichever candidate's recent errors happened to be kindest); ``n`` at most
+        `available`, the same for every candidate compared (`_Engine.choose`)."""
         sums = self.sums
-        n = min(self.window, len(sums) - 1)
         return (sums[-1] - sums[-1 - n]) / n if n else math.inf
 
 
@@ -800,8 +806,8 @@ class _Engine:
         return math.isfinite(e.value) or (len(e) >= self.h and self.stable(s))
 
     def choose(self, s: int) -> tuple[_Candidate | None, _Candidate | None, bool]:
-        """The usable candidate whose predictions were lowest on average over the window, as
-        they would be used: a calibrated candidate's times the choice's margin, a peer's rule
+        """The usable candidate whose predictions were lowest on average over the window (the
+        span of the newest usable one, the same for all), as they would be used: a calibrated candidate's times the choice's margin, a peer's rule
         as it is (without that, a choice margin learnt on a bad first day would keep a
         calibrated rule ahead of a peer's rule that never missed, and above it); the
         calibrated candidate that choice would be among the calibrated ones (the choice
@@ -810,11 +816,14 @@ class _Engine:
         best = shadow = None
         margin = self.choice_margin()
         ready = self.choice_ready(s)
-        for i, c in enumerate(self.candidates):
-            if not self.usable(c, s):
-                continue
+        usable = [(i, c) for i, c in enumerate(self.candidates) if self.usable(c, s)]
+        # over the same span for all: the newest usable one's (before 2026-12-05 each over its
+        # own, so a candidate calibrated at night was compared on its nights with a peer's
+        # average over days and nights)
+        n = min((c.available() for _, c in usable), default=0)
+        for i, c in usable:
             calibrated = c.kind in CALIBRATED_KINDS
-            key = (c.mean_cost() * margin if calibrated else c.mean_cost(), i)
+            key = (c.mean_cost(n) * margin if calibrated else c.mean_cost(n), i)
             if calibrated and (shadow is None or key < shadow[0]):
                 shadow = (key, c)
             if (ready or not calibrated) and (best is None or key < best[0]):

@@ -297,7 +297,18 @@ class Tidal(Predictor):
             out.update(regime=WARMING_UP if choice.kind == RAW else CALIBRATED, rule=choice.rule,
                        form=choice.kind, baseCores=round(base, 4),
                        observedViolations=choice.violations, observedPoints=len(choice.record))
-            if choice.kind == RAW:
+            if choice.kind == RAW and choice.rule in WARMUP_RULES:
+                out["reason"] = (
+                    f"the reference row {choice.rule} (Σ per-pod 95th percentile over 24 h, at "
+                    f"least mean + {self.rc_nsigma_n:g} σ over 2 h) as it is, uncalibrated, while no "
+                    f"calibrated rule may be the choice: it missed the online peak at "
+                    f"{choice.violations or 'none'} of its {len(choice.record)} points on this "
+                    f"node (its own record, from the node's {math.ceil(1.0 / (1.0 - self.rc_q))}th "
+                    f"sample: within the level with no prior), no pod arrived on the node within "
+                    f"the calibration window, and its predictions were the lowest of the usable "
+                    f"rules over the window")
+                self._explain_waiting(history, e, out)
+            elif choice.kind == RAW:
                 out["reason"] = (
                     f"{choice.rule}'s rule as its system uses it, uncalibrated: its realised "
                     f"violations on this node ({choice.violations} of {len(choice.record)} "

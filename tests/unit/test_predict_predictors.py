@@ -108,19 +108,6 @@ def test_tidal_drops_the_reference_row_at_its_first_miss_while_warming_up() -> N
     assert explained["rule"] in ("koordinator", "volcano"), explained
 
 
-def test_tidal_judges_the_reference_row_only_from_samples_enough_for_its_percentile() -> None:
-    # a node whose first reading is its lowest: a "95th percentile" of one sample is that
-    # sample, the next hour exceeds it, and that one miss kept the row out for half a day; its
-    # record starts at the 20th sample, the fewest a 95th percentile needs
-    h = NodeHistory(["a"], STEP)
-    for i in range(19 + 12 + 12):  # its first point at the 20th sample, then a horizon of record
-        h.append([0.2 if i == 0 else 0.5 + 0.1 * (i % 2)], [4.0])
-    explained = Tidal().explain(h)
-    assert (explained["rule"], explained["observedViolations"]) == ("rc-nsigma-max", 0), explained
-    assert explained["observedPoints"] == 12, explained
-    assert Tidal().predict(h) == pytest.approx(RCNSigmaMax().predict(h))
-
-
 def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
     # 12 h of elapsed horizons (the rank exists), one more horizon of calibrated predictions and,
     # on a node whose pods have not changed, one horizon of the choice's own record
@@ -128,8 +115,6 @@ def test_tidal_moves_to_a_calibrated_rule_once_it_has_the_evidence() -> None:
     waiting = Tidal().explain(h)
     assert waiting["regime"] == "warming-up" and waiting["calibratedChoice"]["form"] == "all", waiting
     assert "until their choice has a horizon of record" in waiting["reason"], waiting
-    # meanwhile the warm-up reference row, as before the first calibration (not the peers' rules)
-    assert (waiting["rule"], waiting["form"]) == ("rc-nsigma-max", "raw"), waiting
     h = history(CONSTANT[: DAY // 2 + 60])
     explained = Tidal().explain(h)
     assert explained["regime"] == "calibrated", explained

@@ -84,22 +84,17 @@ requests counts as 1 %, so an idle node cannot produce an unbounded ratio.
 
 **Cold start (regime ``warming-up``).** A calibrated margin needs ⌈1/α⌉ − 1 elapsed horizons
 (about 12 h at 5-minute steps, the first point at which the conformal rank exists); until then
-only the peers' rules and the reference row below may be used, under their rules, and so until
-the choice among the calibrated candidates has its record ("where pods come and go", above: about 17 h into a
+only the peers' rules may be used, under the rule above, and then until the choice among the
+calibrated candidates has its record ("where pods come and go", above: about 17 h into a
 node's history whose pods have not changed, more than a day where they have). So from its
 first sample a node new to the cluster reclaims what the better of the peers reclaims.
 
 Besides the peers' rules, the traces README's reference row ``rc-nsigma-max`` (Σ per-pod p95
 over 24 h, at least mean + 3 σ over 2 h; Bashir et al., EuroSys 2021) may be used as it is while
-warming up, but on its own record only: from one elapsed horizon of it (its record starts at
-the node's 20th sample, ⌈1/(1 − 0.95)⌉, the fewest of which a 95th percentile is more than the
-maximum: before 2026-12-05 its first prediction, one sample's "percentile", missed and kept the
-row out for half a day), and only while its
+warming up, but on its own record only: from one elapsed horizon of it, and only while its
 violations stay within α without a prior (none in its first 12 h), and only on a node whose pods
-have not changed over the calibration window. It is not computed once a calibrated candidate may
-be the choice (it would cost a per-pod sorted window in the agent); before 2026-12-05 it was
-dropped at the first calibration, and the peers' rules filled the hours until then (about 4 h:
-with two hours of warm-up strict Azure's default reclaimed 72.7 %, now 73.1 %).
+have not changed over the calibration window. It is not computed once a rule is calibrated (it
+would cost a per-pod sorted window in the agent).
 
 **Fallback (regime ``fallback``).** When no candidate may be used (both peers missed before any
 rule is calibrated, which on the traces is pods arriving while a node fills) the peer's rule
@@ -148,8 +143,7 @@ __all__ = ["HEADROOM_RULES", "RULES", "PEER_RULES", "ShiftDetector", "Tidal"]
 #: Every rule, in report order; the peers' rules may be used before calibration.
 RULES = ("koordinator", "volcano", "nsigma", "level-2h", "level-30m", "recent-peak")
 PEER_RULES = ("koordinator", "volcano")
-#: Rules used only as they are, only until a calibrated candidate may be the choice, once they
-#: have a record.
+#: Rules used only as they are, only while no rule is calibrated, once they have a record.
 WARMUP_RULES = ("rc-nsigma-max",)
 #: Rules used only in the ``headroom`` form (usage now + a calibrated share of the base).
 HEADROOM_RULES = ("requests",)
@@ -544,10 +538,6 @@ class _Engine:
         self.bases: dict[str, array] = {name: array("d") for name in RULES + WARMUP_RULES + HEADROOM_RULES}
         self.candidates = [_Candidate(name, RAW, self.cal) for name in PEER_RULES + WARMUP_RULES]
         self.warming = True  # no rule calibrated yet
-        # a calibrated candidate may not be the choice yet (`choice_ready`): until it may, the
-        # warm-up reference row is kept (dropped at the first calibration, before 2026-12-05,
-        # the peers' rules filled the hours between)
-        self.handing_over = True
         self.rc = [RollingSorted(history.steps(p.rc_window_seconds)) for _ in range(self.k)]
         self.candidates += [_Candidate(name, kind, self.cal)
                             for kind in (PRESENT, ALL, ARRIVALS) for name in RULES]
@@ -604,7 +594,7 @@ class _Engine:
         k = self.k
         us = [history.usage(j)[s] for j in range(k)]  # this step's per-pod readings, once
         rs = [history.request(j)[s] for j in range(k)]
-        if self.warming or self.handing_over:
+        if self.warming:
             if not self.rc:  # warming up again (every calibration window emptied): windows anew
                 self.rc = [RollingSorted(history.steps(p.rc_window_seconds)) for _ in range(k)]
             rc = 0.0
@@ -613,8 +603,7 @@ class _Engine:
                 w.sync(history.usage(j), s + 1)
                 if rs[j] > 0.0 or us[j] > 0.0:
                     rc += linear_quantile(w.sorted, p.rc_q)
-            if s + 1 >= math.ceil(1.0 / (1.0 - p.rc_q)):  # a percentile of enough samples
-                out["rc-nsigma-max"] = max(rc, mean + p.rc_nsigma_n * std)
+            out["rc-nsigma-max"] = max(rc, mean + p.rc_nsigma_n * std)
         elif self.rc:
             self.rc = []
         mask = 0
@@ -677,7 +666,6 @@ class _Engine:
             self.warming = not any(math.isfinite(c.margin) for c in self.candidates if c.kind == ALL)
             upper = max(history.total_request[s], u)
             choice, shadow, ready = self.choose(s)
-            self.handing_over = self.warming or not ready
             self.waiting = None if ready else shadow
             floor = u + self.young_idle
             self.shadow.append(math.nan if shadow is None else min(upper, max(shadow.at[-1], floor)))

@@ -95,7 +95,7 @@ def test_tidal_reclaims_from_its_first_sample_as_the_better_peer_does() -> None:
     assert (explained["regime"], explained["rule"], explained["form"]) == ("warming-up", "rc-nsigma-max", "raw")
     assert explained["reason"].startswith("the reference row rc-nsigma-max (Σ per-pod 95th percentile over "
                                           "24 h, at least mean + 3 σ over 2 h) as it is"), explained
-    assert "at none of its 29 points on this node (its own record, from the node's 20th sample" in explained["reason"]
+    assert "at none of its 48 points on this node (its own record: within the level" in explained["reason"]
     assert "prior" in explained["reason"] and "clean day's prior" not in explained["reason"]
     assert Tidal().predict(h) == pytest.approx(RCNSigmaMax().predict(h))
 

@@ -297,10 +297,9 @@ class Tidal(Predictor):
                     f"least mean + {self.rc_nsigma_n:g} σ over 2 h) as it is, uncalibrated, while no "
                     f"calibrated rule may be the choice: it missed the online peak at "
                     f"{choice.violations or 'none'} of its {len(choice.record)} points on this "
-                    f"node (its own record, from the node's {math.ceil(1.0 / (1.0 - self.rc_q))}th "
-                    f"sample: within the level with no prior), no pod arrived on the node within "
-                    f"the calibration window, and its predictions were the lowest of the usable "
-                    f"rules over the window")
+                    f"node (its own record: within the level with no prior), no pod arrived on "
+                    f"the node within the calibration window, and its predictions were the lowest "
+                    f"of the usable rules over the window")
                 self._explain_waiting(history, e, out)
             elif choice.kind == RAW:
                 out["reason"] = (

@@ -301,8 +301,9 @@ class Tidal(Predictor):
                        observedViolations=choice.violations, observedPoints=len(choice.record))
             if choice.kind == RAW and choice.rule in WARMUP_RULES:
                 out["reason"] = (
-                    f"the reference row {choice.rule} (Σ per-pod 95th percentile over 24 h, at "
-                    f"least mean + {self.rc_nsigma_n:g} σ over 2 h) as it is, uncalibrated, while no "
+                    f"the reference row {choice.rule} (Σ per-pod {self.rc_q * 100:g}th percentile "
+                    f"over {self.rc_window_seconds / 3600:g} h, at least mean + {self.rc_nsigma_n:g} σ "
+                    f"over {self.nsigma_window_seconds / 3600:g} h) as it is, uncalibrated, while no "
                     f"calibrated rule may be the choice: it missed the online peak at "
                     f"{choice.violations or 'none'} of its {len(choice.record)} points on this "
                     f"node (its own record: within the level with no prior), no pod arrived on "

@@ -54,6 +54,13 @@ def test_batch_amount_is_always_a_finite_non_negative_integer(alloc, peak, usage
         assert result <= alloc
 
 
+def test_an_allocatable_near_the_float_maximum_does_not_overflow():
+    # found by the property test above: 8.99e307 × 2 (the margin's percent) is inf before / 100
+    huge = 8.98846567431158e307
+    assert batch_amount(ResourceInputs(huge, 0.0, 0.0, 0.0), 0.0, 2.0).result == 0
+    assert batch_amount(ResourceInputs(huge, 0.0, 0.0, 0.0), 100.0, 2.0).result > 0
+
+
 @pytest.mark.parametrize("inputs, include, result, overhead, why", [
     # counted (default): 1500 m measured outside the pods, 1000 m reserved by the kubelet
     (ResourceInputs(16000, 2000, system_usage=1500, system_reserved=1000), True, 5500, 500,

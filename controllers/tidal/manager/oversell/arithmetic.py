@@ -110,6 +110,13 @@ def _system_fields(inputs: ResourceInputs, include: bool) -> tuple[int | None, i
             math.ceil(reserved) if _usable(reserved) else 0, bool(include))
 
 
+def _share(total: float, percent: float) -> float:
+    """``total × percent / 100`` (rounded as that expression is), but without its product
+    overflowing to infinity near the float maximum."""
+    product = total * percent
+    return product / 100 if math.isfinite(product) else total * (percent / 100)
+
+
 def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_percent: float,
                  include_system_usage: bool = True) -> Breakdown:
     """The batch amount for one resource; never negative, NaN or infinite.
@@ -131,10 +138,10 @@ def batch_amount(inputs: ResourceInputs, cap_percent: float, safety_margin_perce
             return zero_breakdown(f"{name} unknown or invalid ({value!r})", inputs, cap_percent, include, overhead_reason)
     assert system_usage is not None
     allocatable = inputs.allocatable
-    capped = allocatable * cap_percent / 100
+    capped = _share(allocatable, cap_percent)
     reserved = inputs.system_reserved if _usable(inputs.system_reserved) else 0.0
     overhead = max(0.0, system_usage - reserved) if include else 0.0
-    margin = allocatable * safety_margin_percent / 100
+    margin = _share(allocatable, safety_margin_percent)
     # the terms as the breakdown shows them (the cap rounded down, what it gives up rounded up),
     # and the result from them: a reader's capped − peak − overhead − margin is the result
     terms = math.floor(capped), math.ceil(inputs.predicted_online_peak), math.ceil(overhead), math.ceil(margin)

@@ -31,7 +31,7 @@ FRESH = tuple(range(200, 240))
 VALIDATION = tuple(range(500, 540))
 #: One-day traces with a 2-hour warm-up (issue 18's cold-start bar): seeds first looked at on
 #: 2026-12-05, once, to validate the wait for a day of history (`Tidal.period_seconds`) chosen
-#: on seeds 700-739 (predict/README.md, "A day before a calibrated rule").
+#: on seeds 700-739 (predict/README.md, "One span; a day before a calibrated rule").
 ONE_DAY = tuple(range(900, 940))
 BUDGET = 0.01
 
@@ -151,7 +151,7 @@ def test_one_day_with_two_hours_of_warm_up_keeps_the_violation_bars(shape: str) 
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "issue 18: on its first day the default reclaims what Volcano's rule does (level shifts 40.7 %, "
+    "issue 18: on its first day the default reclaims about what Volcano's rule does (level shifts 40.7 %, "
     "daily cycles 42.4 %, rare spikes 52.1 %); the best peer within 1 % seed by seed reclaims 49.4, "
     "55.7 and 53.3 % — N-sigma or RC on the seeds where they stayed within it; over the 40 seeds "
     "each of those misses more than 1 % (predict/README.md)"))

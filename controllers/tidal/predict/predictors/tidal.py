@@ -837,12 +837,12 @@ class _Engine:
 
     def choose(self, s: int) -> tuple[_Candidate | None, _Candidate | None, bool]:
         """The usable candidate whose predictions were lowest on average over the window (the
-        span of the newest usable one, the same for all), as they would be used: a calibrated candidate's times the choice's margin, a peer's rule
-        as it is (without that, a choice margin learnt on a bad first day would keep a
-        calibrated rule ahead of a peer's rule that never missed, and above it); the
-        calibrated candidate that choice would be among the calibrated ones (the choice
-        margin's calibration); and whether a calibrated candidate may be the choice yet
-        (`choice_ready`)."""
+        span of the newest usable one, the same for all), as they would be used: a calibrated
+        candidate's times the choice's margin, a peer's rule as it is (without that, a choice
+        margin learnt on a bad first day would keep a calibrated rule ahead of a peer's rule
+        that never missed, and above it); the calibrated candidate that choice would be among
+        the calibrated ones (the choice margin's calibration); and whether a calibrated
+        candidate may be the choice yet (`choice_ready`)."""
         best = shadow = None
         margin = self.choice_margin()
         ready = self.choice_ready(s)
@@ -853,7 +853,8 @@ class _Engine:
         n = min((c.available() for _, c in usable), default=0)
         for i, c in usable:
             calibrated = c.kind in CALIBRATED_KINDS
-            key = (c.mean_cost(n) * margin if calibrated else c.mean_cost(n), i)
+            cost = c.mean_cost(n)
+            key = (cost * margin if calibrated else cost, i)
             if calibrated and (shadow is None or key < shadow[0]):
                 shadow = (key, c)
             if (ready or not calibrated) and (best is None or key < best[0]):

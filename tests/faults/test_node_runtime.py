@@ -1,16 +1,20 @@
 """Faults of the real node's runtime under Tidal deployed as pods: containerd restarted (the
 NRI plugin must reconnect and re-synchronise) and the kubelet restarted."""
+import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.site import CGROUP, REAL_NODE, container_cgroup, gone, logs_since, read, running, tidal_pods
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_helpers import BE_QUOTA_US, be_pod, evictions, now_utc, pod_ready, tracebacks  # noqa: E402
+from fault_helpers import BE_QUOTA_US, POLICY, be_pod, evictions, now_utc, pod_ready, tracebacks  # noqa: E402
 
 pytestmark = pytest.mark.lab
 
@@ -98,3 +102,123 @@ def test_kubelet_restarted_the_node_is_ready_again_and_nothing_is_restarted_or_e
     assert read(container_cgroup(after, "cpu") / "cpu.cfs_quota_us") == BE_QUOTA_US
     assert len(evictions(core, workload)) == evicted_before
     assert not tracebacks(core, started)
+
+
+#: A process that holds 64 MiB, and 2 GiB more on SIGUSR1 (the test sends it from the host, so the
+#: pressure starts when the test says, without an exec through the API server).
+_GROWS_ON_SIGNAL = """
+import signal
+held = []
+def hold(mib):
+    b = bytearray(mib << 20)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    held.append(b)
+signal.signal(signal.SIGUSR1, lambda *_: hold(2048))
+hold(64)
+while True:
+    signal.pause()
+"""
+
+
+def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an_online_pod(
+        lab, core, custom, suite_policy, image, workload, recovery):
+    """beIsolation.cpuPriority.idleGroup puts a BE container outside its pod's cgroup, so the
+    kubelet's pod-level working set of that pod is its sandbox's (about 1 MiB), whatever the
+    container holds; the kubelet ranks pods for a memory-pressure eviction by that figure, after
+    "exceeds its memory request" and priority. Must hold, under real memory pressure on the real
+    node (the kubelet's hard threshold raised to 800 MiB below what is available, then the BE
+    container taking 2 GiB more): the kubelet evicts the BE pod (tidal-be, priority -100; its
+    sandbox's working set exceeds its memory request of 0), never the LS pod that is over its
+    own request (tidal-ls, 50000). The kubelet's configuration is put back afterwards and the
+    pressure is gone with its restart. The suite's BE pod may go first (a BE pod too, ranked
+    above a moved one by its pod-level working set): it is then deleted, and started again for
+    the next test that needs it."""
+    from tidal_dev.lab import realnode
+    from tidal_dev.testing.policy import put_spec
+    from tidal_dev.testing.site import pod_manifest
+
+    config = realnode.node_for(lab.dir).kubelet_config
+    original = config.read_text()
+    namespace = f"pressure-{os.getpid()}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        wait_for(lambda: core.list_namespaced_service_account(namespace).items, 30, "default ServiceAccount")
+        custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {"cpuPriority": {"idleGroup": True}}}})
+        idle = CGROUP / "cpu/tidal-be/cpu.idle"
+        wait_for(lambda: idle.exists() and read(idle) == "1", 60, "the agent's BE idle group, idle")
+        core.create_namespaced_pod(namespace, pod_manifest(
+            "web", image, "LS", {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+            ["python3", "-c", "import signal; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); "
+                              "signal.pause()"]))
+        wait_for(lambda: int(core.read_node(REAL_NODE).status.allocatable.get("kubernetes.io/batch-memory", "0"))
+                 >= 3 * 1024**3, 120, f"batch-memory >= 3Gi on {REAL_NODE}")
+        core.create_namespaced_pod(namespace, pod_manifest(
+            "batch", image, "BE", {"requests": {"cpu": "100m", "memory": "3Gi"}, "limits": {"memory": "3Gi"}},
+            ["python3", "-c", _GROWS_ON_SIGNAL]))
+        web = wait_for(running(core, namespace, "web"), 120, "the LS pod Running")
+        batch = wait_for(running(core, namespace, "batch"), 120, "the BE pod Running")
+        assert (web.spec.priority, batch.spec.priority) == (50000, -100)
+        container = batch.status.container_statuses[0].container_id.split("://", 1)[1]
+        moved = CGROUP / "memory/tidal-be" / f"pod{batch.metadata.uid}" / container
+        assert moved.is_dir(), f"the BE container is not in the idle group: no {moved}"
+        pids = wait_for(lambda: read(moved / "cgroup.procs").split(), 30, f"the BE process in {moved}")
+
+        def stats() -> dict:
+            return json.loads(core.connect_get_node_proxy_with_path(
+                REAL_NODE, "stats/summary", _preload_content=False).data)
+        # the kubelet's view before the pressure: the LS pod over its 64 MiB request, the BE
+        # pod's pod-level working set its sandbox's only
+        def pods_seen():
+            pods = {p["podRef"]["name"]: p for p in stats()["pods"] if p["podRef"]["namespace"] == namespace}
+            ws = {name: p.get("memory", {}).get("workingSetBytes", 0) for name, p in pods.items()}
+            return ws if ws.get("web", 0) > 200 * 2**20 else None
+        seen = wait_for(pods_seen, 60, "the kubelet's stats of the LS pod holding its 300 MiB")
+        assert seen["batch"] < 32 * 2**20, seen
+        available = stats()["node"]["memory"]["availableBytes"]
+        threshold = f"{(available - 800 * 2**20) // 2**20}Mi"
+        pressured = yaml.safe_load(original)
+        pressured["evictionHard"]["memory.available"] = threshold
+        config.write_text(yaml.safe_dump(pressured))
+        started = now_utc()
+        lab.restart("kubelet")
+        wait_for(lambda: _ready_since(core, started), 90, f"{REAL_NODE} Ready after the restart", interval=0.25)
+        os.kill(int(pids[0]), signal.SIGUSR1)
+        grown = time.monotonic()
+
+        def evicted():
+            out = {}
+            for name in ("web", "batch"):
+                pod = core.read_namespaced_pod(name, namespace)
+                if pod.status.reason == "Evicted":
+                    out[name] = pod.status.message
+            return out
+        first = wait_for(evicted, 120, f"the kubelet's eviction at memory.available < {threshold}",
+                         describe=lambda: f"available now {stats()['node']['memory']['availableBytes'] >> 20} MiB")
+        recovery("memory pressure, the BE idle group", time.monotonic() - grown,
+                 "from the BE container's growth to the kubelet's eviction of the first of the two pods")
+        assert "batch" in first and "web" not in first, first
+        assert "low on resource: memory" in first["batch"], first
+        assert core.read_namespaced_pod("web", namespace).status.phase == "Running"
+    finally:
+        config.write_text(original)
+        lab.restart("kubelet")
+        core.delete_namespace(namespace)
+        put_spec(custom, POLICY, suite_policy)
+        if core.read_namespaced_pod("transcode", workload).status.reason == "Evicted":
+            print("the kubelet evicted the suite's BE pod too (ranked before the moved one): deleted")
+            core.delete_namespaced_pod("transcode", workload, grace_period_seconds=0)
+    wait_for(lambda: _no_memory_pressure(core), 90, f"{REAL_NODE} without MemoryPressure after the restart")
+
+
+def _ready_since(core, since) -> bool:
+    conditions = {c.type: c for c in core.read_node(REAL_NODE).status.conditions}
+    ready = conditions["Ready"]
+    return ready.status == "True" and ready.last_heartbeat_time >= since.replace(microsecond=0)
+
+
+def _no_memory_pressure(core) -> bool:
+    node = core.read_node(REAL_NODE)
+    conditions = {c.type: c.status for c in node.status.conditions}
+    return conditions.get("MemoryPressure") == "False" and not [
+        t for t in node.spec.taints or [] if t.key == "node.kubernetes.io/memory-pressure"]

@@ -47,7 +47,13 @@ def be_pod(name: str, image: str) -> dict:
 
 
 def batch_cpu(core) -> int:
+    """The real node's allocatable batch-cpu (millicores)."""
     return int(core.read_node(REAL_NODE).status.allocatable.get("kubernetes.io/batch-cpu", "0"))
+
+
+def batch_memory(core) -> int:
+    """The real node's allocatable batch-memory (bytes)."""
+    return int(core.read_node(REAL_NODE).status.allocatable.get("kubernetes.io/batch-memory", "0"))
 
 
 def now_utc() -> datetime.datetime:

@@ -16,7 +16,8 @@ from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.site import CGROUP, REAL_NODE, container_cgroup, gone, logs_since, read, running, tidal_pods
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fault_helpers import BE_QUOTA_US, POLICY, be_pod, evictions, now_utc, pod_ready, tracebacks  # noqa: E402
+from fault_helpers import (BE_QUOTA_US, POLICY, batch_memory, be_pod, evictions, now_utc, pod_ready,  # noqa: E402
+                           tracebacks)
 
 pytestmark = pytest.mark.lab
 
@@ -105,7 +106,8 @@ def test_kubelet_restarted_the_node_is_ready_again_and_nothing_is_restarted_or_e
 #: later one (the test sends them from the host, so the pressure starts when the test says, without
 #: an exec through the API server, and grows until the kubelet acts whatever the machine's other
 #: memory does meanwhile).
-_GROWS_ON_SIGNAL = """
+_GROWTH_MIB = (2048, 512)  # the first signal's, each later one's
+_GROWS_ON_SIGNAL = f"""
 import signal
 held = []
 def hold(mib):
@@ -113,13 +115,11 @@ def hold(mib):
     for i in range(0, len(b), 4096):
         b[i] = 1
     held.append(b)
-signal.signal(signal.SIGUSR1, lambda *_: hold({later} if len(held) > 1 else {first}))
+signal.signal(signal.SIGUSR1, lambda *_: hold({_GROWTH_MIB[1]} if len(held) > 1 else {_GROWTH_MIB[0]}))
 hold(64)
 while True:
     signal.pause()
 """
-_GROWTH_MIB = (2048, 512)  # the first signal's, each later one's
-_GROWS_ON_SIGNAL = _GROWS_ON_SIGNAL.format(first=_GROWTH_MIB[0], later=_GROWTH_MIB[1])
 _LIMIT_MIB = 6144  # the BE pod's batch memory: 64 MiB + 2 GiB + 7 × 512 MiB fit
 
 
@@ -130,12 +130,12 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
     container holds; the kubelet ranks pods for a memory-pressure eviction by that figure, after
     "exceeds its memory request" and priority. Must hold, under real memory pressure on the real
     node (the kubelet's hard threshold raised to 800 MiB below what is available, then the BE
-    container taking 2 GiB more, and 512 MiB more every 15 s until the kubelet acts): the kubelet evicts the BE pod (tidal-be, priority -100; its
-    sandbox's working set exceeds its memory request of 0), never the LS pod that is over its
-    own request (tidal-ls, 50000). The kubelet's configuration is put back afterwards and the
-    pressure is gone with its restart. The suite's BE pod may go first (a BE pod too, ranked
-    above a moved one by its pod-level working set): it is then deleted, and started again for
-    the next test that needs it."""
+    container taking 2 GiB more, and 512 MiB more every 15 s until the kubelet acts): the kubelet
+    evicts the BE pod (tidal-be, priority -100; its sandbox's working set exceeds its memory
+    request of 0), never the LS pod that is over its own request (tidal-ls, 50000). The kubelet's
+    configuration is put back afterwards and the pressure is gone with its restart. The suite's
+    BE pod may go first (a BE pod too, ranked above a moved one by its pod-level working set): it
+    is then deleted, and started again for the next test that needs it."""
     from tidal_dev.lab import realnode
     from tidal_dev.testing.policy import put_spec
     from tidal_dev.testing.site import pod_manifest
@@ -153,12 +153,11 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
             "web", image, "LS", {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
             ["python3", "-c", "import signal; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); "
                               "signal.pause()"]))
-        wait_for(lambda: int(core.read_node(REAL_NODE).status.allocatable.get("kubernetes.io/batch-memory", "0"))
-                 >= _LIMIT_MIB * 2**20, 120, f"batch-memory >= {_LIMIT_MIB}Mi on {REAL_NODE}")
+        wait_for(lambda: batch_memory(core) >= _LIMIT_MIB * 2**20, 120,
+                 f"batch-memory >= {_LIMIT_MIB}Mi on {REAL_NODE}")
         memory = {"requests": {"cpu": "100m", "memory": f"{_LIMIT_MIB}Mi"}, "limits": {"memory": f"{_LIMIT_MIB}Mi"}}
-        core.create_namespaced_pod(namespace, pod_manifest(
-            "batch", image, "BE", memory,
-            ["python3", "-c", _GROWS_ON_SIGNAL]))
+        core.create_namespaced_pod(namespace, pod_manifest("batch", image, "BE", memory,
+                                                           ["python3", "-c", _GROWS_ON_SIGNAL]))
         web = wait_for(running(core, namespace, "web"), 120, "the LS pod Running")
         batch = wait_for(running(core, namespace, "batch"), 120, "the BE pod Running")
         assert (web.spec.priority, batch.spec.priority) == (50000, -100)

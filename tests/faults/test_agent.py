@@ -538,12 +538,16 @@ def _cpu_at_root(pid: int):
             (CGROUP / "cpu" / own.lstrip("/") / "cgroup.procs").write_text(str(pid))
 
 
+class _KilledFirst(Exception):
+    """The EBUSY test's BE process ended before it held its memory (the kubelet's race, at the
+    test); the message says how its container ended."""
+
+
 def _hog_holding_its_memory(core, workload: str, name: str, started):
     """The BE pod `name` (HOG) set up for the EBUSY test: its 64 MiB limits raised by hand to
     512 MiB with the agent and the NRI plugin frozen, then 160 MiB taken. Returns (the container's
-    memory cgroup, the pod's and the container's limit files, the process, the agent's pod), or
-    (None, why) when the process was OOM-killed before it held the memory (the kubelet's race,
-    at the test)."""
+    memory cgroup, the pod's and the container's limit files, the process, the agent's pod);
+    raises `_KilledFirst` when the process was OOM-killed before it held the memory."""
     pod = wait_for(running(core, workload, name), 120, "the memory-taking BE pod Running")
     container = container_cgroup(pod, "memory")
     limits = [container.parent / "memory.limit_in_bytes", container / "memory.limit_in_bytes"]
@@ -591,8 +595,8 @@ def _hog_holding_its_memory(core, workload: str, name: str, started):
             os.kill(pid, signal.SIGCONT)
     if held == "killed":
         status = core.read_namespaced_pod(name, workload).status.container_statuses or []
-        return None, (f"the process ended before it held 160 MiB (container state: "
-                      f"{[(c.last_state.terminated or c.state.terminated) for c in status]!r})")
+        raise _KilledFirst(f"the process ended before it held 160 MiB (container state: "
+                           f"{[(c.last_state.terminated or c.state.terminated) for c in status]!r})")
     return container, limits, hog, agent
 
 
@@ -626,17 +630,17 @@ def test_cgroup_memory_limit_refused_busy_is_an_event_and_a_metric_and_no_crash(
             manifest = be_pod(name, image)
             manifest["spec"]["containers"][0]["command"] = ["python3", "-c", HOG]
             core.create_namespaced_pod(workload, manifest)
-            held = _hog_holding_its_memory(core, workload, name, started)
-            if held[0] is not None:
+            try:
+                container, limits, hog, agent = _hog_holding_its_memory(core, workload, name, started)
                 break
-            races.append(f"attempt {attempt}: {held[1]}")
+            except _KilledFirst as race:
+                races.append(f"attempt {attempt}: {race}")
             core.delete_namespaced_pod(name, workload, grace_period_seconds=0)
             wait_for(gone(core, workload, name), 60, f"the OOM-killed BE pod {name} deleted")
             name = ""
         else:
             pytest.fail("the BE process was OOM-killed before it held its 160 MiB in every attempt: "
                         + "; ".join(races))
-        container, limits, hog, agent = held
         (failed,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteFailed", before) or None, 60,
                              "a TidalCgroupWriteFailed Event on the node")
         assert "Device or resource busy" in failed.message and failed.type == "Warning", failed.message

@@ -156,14 +156,25 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
         wait_for(lambda: batch_memory(core) >= _LIMIT_MIB * 2**20, 120,
                  f"batch-memory >= {_LIMIT_MIB}Mi on {REAL_NODE}")
         memory = {"requests": {"cpu": "100m", "memory": f"{_LIMIT_MIB}Mi"}, "limits": {"memory": f"{_LIMIT_MIB}Mi"}}
-        core.create_namespaced_pod(namespace, pod_manifest("batch", image, "BE", memory,
-                                                           ["python3", "-c", _GROWS_ON_SIGNAL]))
         web = wait_for(running(core, namespace, "web"), 120, "the LS pod Running")
-        batch = wait_for(running(core, namespace, "batch"), 120, "the BE pod Running")
+        # The NRI plugin reads the switch from its own watch of the policy, which may lag the
+        # agent's (after the faults before this one restarted the API server and containerd): a
+        # BE pod created before it sees the switch stays in kubepods, as the switch's contract
+        # says. Not what is tested here, so such a pod is deleted and a new one created.
+        deadline, tries = time.monotonic() + 90, 0
+        while True:
+            tries += 1
+            core.create_namespaced_pod(namespace, pod_manifest("batch", image, "BE", memory,
+                                                               ["python3", "-c", _GROWS_ON_SIGNAL]))
+            batch = wait_for(running(core, namespace, "batch"), 120, "the BE pod Running")
+            container = batch.status.container_statuses[0].container_id.split("://", 1)[1]
+            moved = CGROUP / "memory/tidal-be" / f"pod{batch.metadata.uid}" / container
+            if moved.is_dir() or time.monotonic() > deadline:
+                break
+            core.delete_namespaced_pod("batch", namespace, grace_period_seconds=0)
+            wait_for(gone(core, namespace, "batch"), 60, "the BE pod created in kubepods deleted")
+        assert moved.is_dir(), f"the BE container is not in the idle group after {tries} pods: no {moved}"
         assert (web.spec.priority, batch.spec.priority) == (50000, -100)
-        container = batch.status.container_statuses[0].container_id.split("://", 1)[1]
-        moved = CGROUP / "memory/tidal-be" / f"pod{batch.metadata.uid}" / container
-        assert moved.is_dir(), f"the BE container is not in the idle group: no {moved}"
         pids = wait_for(lambda: read(moved / "cgroup.procs").split(), 30, f"the BE process in {moved}")
 
         def stats() -> dict:

@@ -149,10 +149,11 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
         custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {"cpuPriority": {"idleGroup": True}}}})
         idle = CGROUP / "cpu/tidal-be/cpu.idle"
         wait_for(lambda: idle.exists() and read(idle) == "1", 60, "the agent's BE idle group, idle")
-        core.create_namespaced_pod(namespace, pod_manifest(
+        deadline = time.monotonic() + 90
+        _admitted(core, namespace, pod_manifest(
             "web", image, "LS", {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
             ["python3", "-c", "import signal; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); "
-                              "signal.pause()"]))
+                              "signal.pause()"]), 50000, deadline)
         wait_for(lambda: batch_memory(core) >= _LIMIT_MIB * 2**20, 120,
                  f"batch-memory >= {_LIMIT_MIB}Mi on {REAL_NODE}")
         memory = {"requests": {"cpu": "100m", "memory": f"{_LIMIT_MIB}Mi"}, "limits": {"memory": f"{_LIMIT_MIB}Mi"}}
@@ -161,11 +162,11 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
         # agent's (after the faults before this one restarted the API server and containerd): a
         # BE pod created before it sees the switch stays in kubepods, as the switch's contract
         # says. Not what is tested here, so such a pod is deleted and a new one created.
-        deadline, tries = time.monotonic() + 90, 0
+        tries = 0
         while True:
             tries += 1
-            core.create_namespaced_pod(namespace, pod_manifest("batch", image, "BE", memory,
-                                                               ["python3", "-c", _GROWS_ON_SIGNAL]))
+            _admitted(core, namespace, pod_manifest("batch", image, "BE", memory, ["python3", "-c", _GROWS_ON_SIGNAL]),
+                      -100, deadline)
             batch = wait_for(running(core, namespace, "batch"), 120, "the BE pod Running")
             container = batch.status.container_statuses[0].container_id.split("://", 1)[1]
             moved = CGROUP / "memory/tidal-be" / f"pod{batch.metadata.uid}" / container
@@ -231,6 +232,19 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
             print("the kubelet evicted the suite's BE pod too (ranked before the moved one): deleted")
             core.delete_namespaced_pod("transcode", workload, grace_period_seconds=0)
     wait_for(lambda: _no_memory_pressure(core), 90, f"{REAL_NODE} without MemoryPressure after the restart")
+
+
+def _admitted(core, namespace: str, manifest: dict, priority: int, deadline: float):
+    """Create the pod, again while Tidal's admission did not set its level's ``priority`` (its
+    webhook ignores failures: right after the kubelet restart of the test before, the manager's
+    Service may not answer yet) until ``deadline``; the pod as created last."""
+    name = manifest["metadata"]["name"]
+    while True:
+        pod = core.create_namespaced_pod(namespace, manifest)
+        if pod.spec.priority == priority or time.monotonic() > deadline:
+            return pod
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        wait_for(gone(core, namespace, name), 60, f"the pod {name} Tidal's admission missed deleted")
 
 
 def _ready_since(core, since) -> bool:

@@ -353,11 +353,14 @@ class CPUPriority:
 
     enabled: bool = _boolean("enabled", True, "Run this strategy on colocation nodes.")
     idle_group: bool = _boolean(
-        "idleGroup", False, "Create BE containers (through the NRI plugin, at creation) in an idle cgroup "
+        "idleGroup", True, "Create BE containers (through the NRI plugin, at creation) in an idle cgroup "
         "beside kubepods instead of below their pod's cgroup: idle against the online pods and the node's "
         "daemons alike, where a BE pod below kubepods is only idle among BE pods. The kubelet's pod-level "
-        "usage of such a pod then counts only its sandbox (its containers' usage stays right). Applies to "
-        "containers created after the switch. Only with enabled: the group is idle through this strategy."
+        "usage of such a pod then counts only its sandbox (its containers' usage stays right; the kubelet "
+        "still evicts BE pods before online ones, by priority). Applies to containers created after the "
+        "switch. Only with enabled: the group is idle through this strategy. Needs the runtime's NRI (else "
+        "BE containers stay below kubepods) and cpu.idle (else the group is at the minimum weight); a node "
+        "without them says so in its NodeProfile's policy problems."
     )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()

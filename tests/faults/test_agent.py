@@ -317,7 +317,11 @@ def _unharmed(core, workload: str, restarts: dict[str, int], evicted_before: int
     assert not tracebacks(core, since)
 
 
-REFUSING = CGROUP / "cpu/tidal-lab/kubepods/besteffort"
+def _be_parent(core, workload: str) -> Path:
+    """The BE pods' parent in the cpu hierarchy, where BE CPU suppression puts its quota: the
+    parent of the suite's BE pod's cgroup — the BE idle group (``/tidal-be``) as Tidal ships,
+    ``kubepods/besteffort`` with ``beIsolation.cpuPriority.idleGroup`` off."""
+    return container_cgroup(core.read_namespaced_pod("transcode", workload), "cpu").parent.parent
 
 
 def _node_events(core, reason: str, before: frozenset[str]) -> list:
@@ -340,18 +344,18 @@ def _write_errors(url: str) -> float:
     return float(line.rsplit(" ", 1)[1]) if line else 0.0
 
 
-def _hold_parent_quota(child: Path) -> int:
+def _hold_parent_quota(parent: Path, child: Path) -> int:
     """Give `child` (under the BE pods' parent) the parent's current CFS quota, so the kernel
     refuses any lower quota on the parent (cgroup v1: a child's quota may not exceed its
     parent's). Retried while the agent moves the parent's quota under it."""
     def held():
-        quota = int(read(REFUSING / "cpu.cfs_quota_us"))
+        quota = int(read(parent / "cpu.cfs_quota_us"))
         try:
             (child / "cpu.cfs_quota_us").write_text(str(quota))
         except OSError:
             return None
         return quota
-    return wait_for(held, 30, "a child of kubepods/besteffort holding the parent's quota", interval=0.1)
+    return wait_for(held, 30, f"a child of {parent} holding its quota", interval=0.1)
 
 
 def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, custom, workload):
@@ -364,19 +368,20 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     one Warning Event TidalCgroupWriteFailed naming the file and the kernel's error, with the time
     it happened, and one TidalCgroupWriteRecovered after it (both are sent on a change only: a
     dropped one was never sent again). Nothing evicted."""
-    if not (REFUSING / "cpu.cfs_quota_us").exists():
+    parent = _be_parent(core, workload)
+    if not (parent / "cpu.cfs_quota_us").exists():
         pytest.skip("no cgroup v1 cpu hierarchy for the BE pods: this refusal is v1's")
     url = agent_health_url(core)
     restarts, errors_before = _restarts(core), _write_errors(url)
     evicted_before = len(evictions(core, workload))
     started, before = now_utc(), _node_event_uids(core)
-    child = REFUSING / "tidal-fault-refuses"
+    child = parent / "tidal-fault-refuses"
     child.mkdir(exist_ok=True)
     # the quota in force every round (the default, onInterference, holds none on a quiet node)
     with be_isolation_patched(custom, POLICY, {"cpuSuppression": {"quota": "always"}}):
         try:
             with events_refused(core, "default"):  # where the node's Events go
-                _refused_write_and_its_recovery(core, custom, url, child, started, errors_before, before)
+                _refused_write_and_its_recovery(core, custom, url, parent, child, started, errors_before, before)
         finally:
             if child.exists():
                 child.rmdir()
@@ -384,7 +389,7 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
         (recovered,) = wait_for(lambda: _node_events(core, "TidalCgroupWriteRecovered", before) or None, 60,
                                 "the TidalCgroupWriteRecovered Event once the API accepts Events")
         (failed,) = _node_events(core, "TidalCgroupWriteFailed", before)  # once, not every round or try
-        assert "kubepods/besteffort/cpu.cfs_quota_us" in failed.message, failed.message
+        assert f"{parent.name}/cpu.cfs_quota_us" in failed.message, failed.message
         assert "Invalid argument" in failed.message and failed.type == "Warning", failed.message
         # each with the time it happened (seconds), the failure before the recovery, and both
         # before the API server accepted them
@@ -394,11 +399,11 @@ def test_cgroup_writes_refused_are_an_event_and_a_metric_and_no_crash(core, cust
     _unharmed(core, workload, restarts, evicted_before, started)
 
 
-def _refused_write_and_its_recovery(core, custom, url, child, started, errors_before, before) -> None:
+def _refused_write_and_its_recovery(core, custom, url, parent, child, started, errors_before, before) -> None:
     """The EINVAL refusal while the node's Events are refused: the Event tried again, the errors
     counted, the agent healthy; then the obstacle removed and the write through."""
-    wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") != "-1", 30, "a quota on the BE pods' parent")
-    held = _hold_parent_quota(child)
+    wait_for(lambda: read(parent / "cpu.cfs_quota_us") != "-1", 30, "a quota on the BE pods' parent")
+    held = _hold_parent_quota(parent, child)
     assert held > 30000, f"the BE parent's quota {held} is already at the floor the test asks for"
     # Suppression's floor, and a threshold below it: the agent wants the parent at 300 m.
     custom.patch_cluster_custom_object(*POLICY, {"spec": {"beIsolation": {
@@ -406,10 +411,10 @@ def _refused_write_and_its_recovery(core, custom, url, child, started, errors_be
     wait_for(lambda: _agent_says(core, started, f"Event TidalCgroupWriteFailed on node {REAL_NODE} not sent")
              >= 2, 60, "the refused TidalCgroupWriteFailed Event tried twice", interval=0.5)
     wait_for(lambda: _write_errors(url) >= errors_before + 3, 30, "the write errors counted every round")
-    assert int(read(REFUSING / "cpu.cfs_quota_us")) >= held  # the kernel kept the parent's quota
+    assert int(read(parent / "cpu.cfs_quota_us")) >= held  # the kernel kept the parent's quota
     assert healthy(url)
     child.rmdir()
-    wait_for(lambda: read(REFUSING / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
+    wait_for(lambda: read(parent / "cpu.cfs_quota_us") == "30000", 30, "the parent at the policy's 300 m")
     assert not _node_events(core, "TidalCgroupWriteFailed", before)
 
 

@@ -770,7 +770,7 @@ def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node
         wait_for(lambda: _read(moved["cpu"] / "cpu.cfs_quota_us") == "30000", 30,  # its 300 m of batch-cpu
                  f"{moved['cpu']} quota 30000 (the agent's round sets it on cgroup v1)")
         assert int(_read(moved["memory"] / "memory.limit_in_bytes")) == 64 * 1024**2
-        kubelet_pod = _container_cgroup(pod, "cpu").parent
+        kubelet_pod = CGROUP / "cpu/tidal-lab/kubepods/besteffort" / f"pod{pod.metadata.uid}"
         assert not (kubelet_pod / container).exists(), f"{container} also in the kubelet's {kubelet_pod}"
         assert pod.status.phase == "Running" and pod.status.container_statuses[0].ready
         core.delete_namespaced_pod("encode", namespace, grace_period_seconds=0)

@@ -61,8 +61,10 @@ def uid() -> str:
 
 
 #: suppression's quota in force every round (the default, onInterference, leaves it to the
-#: interference control, which these tests do not run)
-ALWAYS = ColocationPolicy.from_spec({"beIsolation": {"cpuSuppression": {"quota": "always"}}})
+#: interference control, which these tests do not run); the BE idle group off (on by default):
+#: these pods are below the test's kubepods, and the group would be the machine's own /tidal-be
+ALWAYS = ColocationPolicy.from_spec({"beIsolation": {"cpuSuppression": {"quota": "always"},
+                                                     "cpuPriority": {"idleGroup": False}}})
 
 
 class Node:

@@ -51,10 +51,15 @@ BE_POD = PodState(
 LS_POD = PodState(LS_UID, PodQOSClass.BURSTABLE, QoSLevel.LS, (ContainerState("containerd://ccc"),))
 
 
+#: the BE idle group switched off (it is on by default): BE pods below kubepods only, as on a node
+#: without NRI or for pods created before the switch (test_be_cpu_priority_in_the_idle_group)
+IDLE_OFF = ColocationPolicy.from_spec({"beIsolation": {"cpuPriority": {"idleGroup": False}}})
+
+
 def state(layout, caps=None, pods=(BE_POD, LS_POD), cpus=8.0, online=2000.0):
     return NodeState(
         pods=tuple(pods), node_cpus=cpus, online_usage_millicores=online,
-        policy=ColocationPolicy(), capabilities=caps or {}, layout=layout,
+        policy=IDLE_OFF, capabilities=caps or {}, layout=layout,
     )
 
 
@@ -115,6 +120,10 @@ IDLE_ON = ColocationPolicy.from_spec({"beIsolation": {"cpuPriority": {"idleGroup
                                       (f"/cg/cpu/tidal-be/pod{IDLE_POD.uid}", "cpu.idle", "1")]),
     # switched on, no BE pod yet: the group idle before the first BE container lands there
     ([LS_POD], IDLE_ON, [("/cg/cpu/tidal-be", "cpu.idle", "1")]),
+    # ... as by default
+    ([LS_POD], ColocationPolicy(), [("/cg/cpu/tidal-be", "cpu.idle", "1")]),
+    # switched off: nothing for a node of online pods only
+    ([LS_POD], IDLE_OFF, []),
     # both parents hold BE pods (one created before the switch)
     ([BE_POD, IDLE_POD], IDLE_ON, [("/cg/cpu/kubepods/besteffort", "cpu.shares", "2"),
                                    ("/cg/cpu/tidal-be", "cpu.idle", "1"),

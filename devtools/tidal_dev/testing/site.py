@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tidal.agent.collector.cgroups import BE_IDLE_GROUP
 from tidal_dev.testing.playbook import run as playbook_run
 from tidal_dev.testing.policy import put_spec
 
@@ -41,12 +42,18 @@ def recap(output: str) -> dict[str, dict[str, int]]:
 
 
 def container_cgroup(pod, controller: str) -> Path:
-    """The container's cgroup directory under the real node's kubelet (cgroupfs driver)."""
+    """The container's cgroup directory on the real node (cgroupfs driver): in the BE idle group
+    (``/tidal-be/pod<uid>/<id>``, where Tidal's NRI plugin creates BE containers while
+    ``beIsolation.cpuPriority.idleGroup`` is on, as by default) when it is there, else below the
+    kubelet's ``kubepods``."""
     qos_class = pod.status.qos_class.lower()
     pod_dir = f"pod{pod.metadata.uid}"
+    container_id = pod.status.container_statuses[0].container_id.split("://", 1)[1]
+    moved = CGROUP / controller / BE_IDLE_GROUP / pod_dir / container_id
+    if qos_class == "besteffort" and moved.is_dir():
+        return moved
     base = CGROUP / controller / "tidal-lab" / "kubepods"
     base = base / pod_dir if qos_class == "guaranteed" else base / qos_class / pod_dir
-    container_id = pod.status.container_statuses[0].container_id.split("://", 1)[1]
     return base / container_id
 
 

@@ -17,7 +17,13 @@ land on the same next one):
 * ``tidal``         the same with the policy's defaults: the BE quota also follows the online
                     threads' run-queue delay (``beIsolation.cpuInterference``), and since
                     2026-11-29 is in force only while that delay shows BE delaying the server
-                    (``cpuSuppression.quota: onInterference``);
+                    (``cpuSuppression.quota: onInterference``); since 2026-12-05 the BE container's
+                    cgroup is in the BE idle group (``beIsolation.cpuPriority.idleGroup``, on by
+                    default: ``/tidal-be/pod<uid>/<id>``, where the NRI plugin creates it; the bench
+                    stands in for the runtime), the agent keeping the group idle and the container
+                    at its batch resources. Every Tidal treatment but ``tidal_kubepods`` puts it
+                    there unless ``--policy`` (or ``--variant-policy`` for ``tidal_variant``) turns
+                    the switch off;
 * ``tidal_slice``   (only when named in ``--treatments``) ``tidal`` with the online wake-up slice
                     on (``features.onlineSchedSlice``: the server's threads ask for a 100 µs slice);
 * ``tidal_always``  (only when named) ``tidal`` with the BE quota in force every round
@@ -25,25 +31,25 @@ land on the same next one):
 * ``solo_again``    (only when named) ``solo`` once more in each round: an A/A control. Its
                     ratio to solo is what the machine's noise alone makes of a treatment that
                     changes nothing, i.e. the smallest difference this run can resolve.
-* ``tidal_idle_group`` (only when named) ``tidal`` with ``beIsolation.cpuPriority.idleGroup`` on:
-                    the BE container's cgroup in the BE idle group (``/tidal-be/pod<uid>/<id>``,
-                    where the NRI plugin creates it then; the bench stands in for the runtime),
-                    the agent keeping the group idle and the container at its batch resources;
+* ``tidal_kubepods`` (only when named) ``tidal`` with ``beIsolation.cpuPriority.idleGroup`` off:
+                    the BE container below its pod's cgroup in ``kubepods/besteffort``, as Tidal
+                    shipped until 2026-12-05 (``tidal`` of every figure before that day) and as on a
+                    node without NRI;
 * ``tidal_variant`` (only when named, with ``--variant-policy`` and/or ``--variant-agent-args``)
                     ``tidal`` with that merge patch on top and/or its agent started with those
                     arguments added: A/B of a policy or agent change against the shipped defaults
                     in one run (e.g. a feature switched off, to find what of the agent costs the
-                    tail); with ``cpuPriority.idleGroup`` on in the patch, its BE container is where
-                    ``tidal_idle_group``'s is;
-* ``be_idle_group`` (only when named) a lead, not what Tidal does: the BE hog in an idle cgroup
+                    tail); with ``cpuPriority.idleGroup`` off in the patch, its BE container is
+                    where ``tidal_kubepods``' is;
+* ``be_idle_group`` (only when named) the idle group alone: the BE hog in an idle cgroup
                     (``cpu.idle = 1``) at the cpu hierarchy's root (a node's, where ``kubepods``
                     and ``system.slice`` are) instead of in its pod's cgroup, no agent. An idle
-                    group only yields to its siblings, and Tidal's idle BE pods' siblings are
-                    other BE pods: against the online pods and the node's daemons BE competes
-                    through ``kubepods/besteffort`` (the kubelet's ``cpu.shares = 2``, which it
-                    must keep writing) and ``kubepods`` itself, whose CPU time BE's is. This
-                    measures what placing BE containers outside ``kubepods`` would give
-                    (``be_idle_group_dir``; docs/node-engine.md).
+                    group only yields to its siblings; below ``kubepods`` an idle BE pod's
+                    siblings are other BE pods: against the online pods and the node's daemons BE
+                    competes through ``kubepods/besteffort`` (the kubelet's ``cpu.shares = 2``,
+                    which it must keep writing) and ``kubepods`` itself, whose CPU time BE's is.
+                    This measured what placing BE containers outside ``kubepods`` would give
+                    before Tidal did (``be_idle_group_dir``; docs/node-engine.md).
 
 Both Tidal treatments run against a private lab where a kwok node stands for this machine and
 the pods are bound to it. The agent starts with each Tidal treatment. In every treatment with a
@@ -120,13 +126,13 @@ from round_order import ORDERS, round_order  # noqa: E402
 from lab_background import CPU_ROOT  # noqa: E402  (sched_probe's too)
 
 TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal", "tidal_slice", "tidal_always",
-              "solo_again", "be_idle_group", "tidal_idle_group", "tidal_variant")
+              "solo_again", "be_idle_group", "tidal_kubepods", "tidal_variant")
 #: what a run measures unless --treatments says otherwise
 DEFAULT_TREATMENTS = ("solo", "no_isolation", "k8s_default", "tidal_usage", "tidal")
 #: the treatments without a BE job: solo, and its repeat in each round (the A/A control)
 SOLO = ("solo", "solo_again")
 #: the treatments that run the agent
-TIDAL = ("tidal_usage", "tidal", "tidal_slice", "tidal_always", "tidal_idle_group", "tidal_variant")
+TIDAL = ("tidal_usage", "tidal", "tidal_slice", "tidal_always", "tidal_kubepods", "tidal_variant")
 CPUS = os.cpu_count() or 1
 
 
@@ -484,14 +490,28 @@ def overlay(base: dict, top: dict) -> dict:
     return out
 
 
-def cpu_priority_on(treatment_spec: dict, policy: dict) -> bool:
-    """Whether a Tidal treatment runs with ``beIsolation.cpuPriority`` on (its default): the
-    treatment's patch, else ``--policy``'s. Without it the agent makes nothing idle."""
+def _cpu_priority_field(name: str, treatment_spec: dict, policy: dict) -> bool:
+    """``beIsolation.cpuPriority.<name>`` of a Tidal treatment: the treatment's patch, else
+    ``--policy``'s, else the policy's default."""
+    from tidal.api.policy import ColocationPolicy
     for spec in (treatment_spec, policy):
-        enabled = ((spec.get("beIsolation") or {}).get("cpuPriority") or {}).get("enabled")
-        if enabled is not None:
-            return bool(enabled)
-    return True
+        value = ((spec.get("beIsolation") or {}).get("cpuPriority") or {}).get(name)
+        if value is not None:
+            return bool(value)
+    return ColocationPolicy().to_spec()["beIsolation"]["cpuPriority"][name]
+
+
+def cpu_priority_on(treatment_spec: dict, policy: dict) -> bool:
+    """Whether a Tidal treatment runs with ``beIsolation.cpuPriority`` on (its default). Without
+    it the agent makes nothing idle."""
+    return _cpu_priority_field("enabled", treatment_spec, policy)
+
+
+def idle_group_asked(policy: dict, treatment_spec: dict) -> bool:
+    """Whether a Tidal treatment's BE container goes in the BE idle group, where the NRI plugin
+    creates it while ``beIsolation.cpuPriority.idleGroup`` is in force: the switch (on by default
+    since 2026-12-05) and BE CPU priority both on."""
+    return _cpu_priority_field("idleGroup", treatment_spec, policy) and cpu_priority_on(treatment_spec, policy)
 
 
 def undo_patch(patch: dict, spec: dict) -> dict:
@@ -538,7 +558,8 @@ def main() -> int:
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always, "
                              f"solo_again (solo once more in each round: the noise floor), be_idle_group (a lead: "
-                             f"BE in an idle cgroup at the cgroup root, no agent), tidal_idle_group and "
+                             f"BE in an idle cgroup at the cgroup root, no agent), tidal_kubepods (tidal with the "
+                             f"BE idle group off: BE below kubepods, as shipped until 2026-12-05) and "
                              f"tidal_variant (tidal with --variant-policy and/or --variant-agent-args)")
     parser.add_argument("--order", choices=ORDERS, default="balanced",
                         help="the treatments' order within a round (bench/round_order.py): balanced (default "
@@ -683,8 +704,10 @@ def main() -> int:
                     # ... and its quota mode unless this is the treatment of the quota always in force
                     quota = "always" if treatment == "tidal_always" else args.policy.get("beIsolation", {}).get(
                         "cpuSuppression", {}).get("quota", "onInterference")
-                    idle_group = treatment == "tidal_idle_group" or treatment == "tidal_variant" and (
-                        args.variant_policy.get("beIsolation", {}).get("cpuPriority", {}).get("idleGroup") is True)
+                    # ... and where its BE container is: the BE idle group as shipped, unless the
+                    # --policy patch (or the variant's) turns it off or this is the treatment without it
+                    idle_group = treatment != "tidal_kubepods" and idle_group_asked(
+                        args.policy, args.variant_policy if treatment == "tidal_variant" else {})
                     if idle_group:  # where the NRI plugin creates the BE container while the switch is on
                         idle_dirs = kubelet.create_pod(be_pod.uid, PodQOSClass.BE_IDLE_GROUP,
                                                        [be_pod.container_id])[be_pod.container_id]

@@ -46,11 +46,14 @@ file uncached:
                     memory reclaim, memory watermark eviction, PSI-based eviction on memory.
                     An eviction ends the BE job (the bench stands in for the kubelet) and is
                     counted, with the agent's reason logged.
-* ``tidal_idle_group`` (only with ``--lead-be-idle-group``) a lead, not what Tidal ships:
-                    ``tidal`` with the BE job's cpu cgroup an idle group at the cpu hierarchy's
-                    root (bench-isolation's ``be_idle_group``) instead of its pod's; its memory and
-                    every other cgroup stay its pod's, under the agent. What placing BE
-                    containers outside ``kubepods`` would add to Tidal's memory isolation.
+* ``tidal_idle_group`` (only with ``--lead-be-idle-group``) ``tidal`` with the BE job's cpu
+                    cgroup an idle group at the cpu hierarchy's root (bench-isolation's
+                    ``be_idle_group``) instead of its pod's; its memory and every other cgroup stay
+                    its pod's, under the agent. The CPU side of the BE idle group Tidal ships on
+                    by default since 2026-12-05 (``beIsolation.cpuPriority.idleGroup``), which
+                    ``tidal`` leaves off: that group sits at the machine's root, outside the
+                    budget cgroup that stands for the node here (on a node its memory is bounded
+                    as ``kubepods``).
 * ``agent_solo_variant``, ``tidal_variant`` (only with ``--variant-policy JSON`` and/or
                     ``--variant-agent-args ARGS``) ``agent_solo`` and ``tidal`` with the policy's
                     spec patched by JSON (put back after the run) and the agent started with ARGS
@@ -140,7 +143,8 @@ import stalls  # noqa: E402
 TREATMENTS = ("solo", "agent_solo", "no_isolation", "k8s_default", "tidal")
 #: the runs of one round: ``be_solo`` is the BE job alone, folded into ``solo``'s record
 RUNS = ("solo", "agent_solo", "be_solo", "no_isolation", "k8s_default", "tidal")
-#: ``--lead-be-idle-group``'s treatment, run only when asked for (a lead, not what Tidal ships)
+#: ``--lead-be-idle-group``'s treatment, run only when asked for (the BE idle group's CPU side, its
+#: memory kept in the budget)
 LEADS = ("tidal_idle_group",)
 #: ``--variant-policy`` / ``--variant-agent-args``' runs: ``agent_solo`` and ``tidal`` with the variant
 VARIANTS = ("agent_solo_variant", "tidal_variant")
@@ -618,7 +622,7 @@ def main() -> int:
     lab_background.add_arguments(parser)
     agent_pod.add_argument(parser)
     parser.add_argument("--lead-be-idle-group", action="store_true",
-                        help="also run tidal_idle_group each round (a lead, not what Tidal ships): tidal with the BE "
+                        help="also run tidal_idle_group each round (the CPU side of the BE idle group): tidal with the BE "
                              "job's cpu cgroup an idle group at the cgroup root instead of its pod's (its memory "
                              "and other cgroups its pod's); see bench-isolation's be_idle_group")
     parser.add_argument("--workdir-parent", default="/var/tmp", help="where the files go (deleted at the end)")
@@ -747,8 +751,10 @@ def main() -> int:
                                                                             "lowPercent": args.memory_low},
                                                 "cpu": {"highPercent": 99, "lowPercent": 98}},
                          # CPU stays at its defaults in every treatment (make bench-isolation measures it),
-                         # unless --cpu as-shipped
-                         "beIsolation": {} if args.cpu == "as-shipped" else {
+                         # unless --cpu as-shipped; the BE job's cgroups stay its pod's below the budget
+                         # (the node): the BE idle group, on by default, is at the machine's root, where
+                         # the budget would not hold it (--lead-be-idle-group puts its cpu cgroup there)
+                         "beIsolation": {"cpuPriority": {"idleGroup": False}} if args.cpu == "as-shipped" else {
                              "cpuPriority": {"enabled": False}, "cpuSuppression": {"enabled": False}},
                          "features": {"memoryReclaim": {"enabled": True},
                                       "psiInterference": {"enabled": True, "resources": ["memory"]}}}})

@@ -192,6 +192,20 @@ def test_cpu_priority_is_on_unless_the_treatment_or_the_policy_switches_it_off(s
     assert isolation.cpu_priority_on(spec, policy) is expected
 
 
+OFF = {"beIsolation": {"cpuPriority": {"idleGroup": False}}}
+
+
+@pytest.mark.parametrize("policy, spec, expected", [
+    ({}, {}, True),  # the policy's default since 2026-12-05: the BE container in the BE idle group
+    (OFF, {}, False),  # --policy turns it off for every Tidal treatment ...
+    (OFF, {"beIsolation": {"cpuPriority": {"idleGroup": True}}}, True),  # ... the variant's patch over it
+    ({}, {"beIsolation": {"cpuPriority": {"enabled": False}}}, False),  # not in force without BE CPU priority
+    ({"beIsolation": {"cpuPriority": {"idleGroup": None}}}, {}, True),  # a null: back to the default
+])
+def test_the_be_container_is_in_the_idle_group_where_the_nri_plugin_would_create_it(policy, spec, expected):
+    assert isolation.idle_group_asked(policy, spec) is expected
+
+
 @pytest.mark.parametrize("argv", [["--treatments", "tidal_variant"],
                                   ["--variant-policy", '{"features": {"cpuBurst": {"enabled": false}}}'],
                                   ["--variant-agent-args", "--own-scheduling inherit"]])

@@ -711,16 +711,17 @@ def _roll_and_keep_the_journal(lab, core, node, journal, before):
 
 
 def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node(lab, site, core):
-    """beIsolation.cpuPriority.idleGroup on, with Tidal deployed as pods: the agent makes the BE
-    idle group (``tidal-be`` at the root of every hierarchy, beside the kubelet's cgroup root), idle
-    and bounded as ``kubepods``; the DaemonSet's NRI plugin creates a new BE pod's container in
-    ``tidal-be/pod<uid>``, with its batch limits; the kubelet runs the pod as any other. Once the
-    pod is deleted the agent removes its directory from every hierarchy, and once the switch is off
-    the group itself."""
+    """beIsolation.cpuPriority.idleGroup on (the default; set again here), with Tidal deployed as
+    pods: the agent makes the BE idle group (``tidal-be`` at the root of every hierarchy, beside the
+    kubelet's cgroup root), idle and bounded as ``kubepods``; the DaemonSet's NRI plugin creates a
+    new BE pod's container in ``tidal-be/pod<uid>``, with its batch limits; the kubelet runs the pod
+    as any other. Once the pod is deleted the agent removes its directory from every hierarchy, and
+    once the switch is off the group itself."""
     from kubernetes import client
     from tidal_dev.lab.pytest_plugin import wait_for
 
     from tidal.api import qos
+    from tidal.api.policy import ColocationPolicy
 
     assert site.returncode == 0
     custom = client.CustomObjectsApi(core.api_client)
@@ -786,9 +787,11 @@ def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node
     finally:
         core.delete_namespace(namespace)
         put_spec(custom, policy, original_spec)
-        for g in (d / "tidal-be" for d in _hierarchies()):  # a failed run's residue
-            if g.is_dir() and not any(p.is_dir() for p in g.iterdir()):
-                g.rmdir()
+        # a failed run's residue, unless the policy put back keeps the group (on by default: the agent's)
+        if not ColocationPolicy.from_spec(original_spec).be_isolation.cpu_priority.idle_group_in_force:
+            for g in (d / "tidal-be" for d in _hierarchies()):
+                if g.is_dir() and not any(p.is_dir() for p in g.iterdir()):
+                    g.rmdir()
 
 
 def _hierarchies() -> list[Path]:

@@ -557,8 +557,8 @@ def main() -> int:
     parser.add_argument("--treatments", type=treatment_list, default=DEFAULT_TREATMENTS, metavar="T,T,...",
                         help=f"the treatments to run (solo always runs: the ratios' reference; --order says in "
                              f"which order); default {','.join(DEFAULT_TREATMENTS)}; also tidal_slice, tidal_always, "
-                             f"solo_again (solo once more in each round: the noise floor), be_idle_group (a lead: "
-                             f"BE in an idle cgroup at the cgroup root, no agent), tidal_kubepods (tidal with the "
+                             f"solo_again (solo once more in each round: the noise floor), be_idle_group (the idle "
+                             f"group alone: BE in an idle cgroup at the cgroup root, no agent), tidal_kubepods (tidal with the "
                              f"BE idle group off: BE below kubepods, as shipped until 2026-12-05) and "
                              f"tidal_variant (tidal with --variant-policy and/or --variant-agent-args)")
     parser.add_argument("--order", choices=ORDERS, default="balanced",

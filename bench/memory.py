@@ -622,9 +622,9 @@ def main() -> int:
     lab_background.add_arguments(parser)
     agent_pod.add_argument(parser)
     parser.add_argument("--lead-be-idle-group", action="store_true",
-                        help="also run tidal_idle_group each round (the CPU side of the BE idle group): tidal with the BE "
-                             "job's cpu cgroup an idle group at the cgroup root instead of its pod's (its memory "
-                             "and other cgroups its pod's); see bench-isolation's be_idle_group")
+                        help="also run tidal_idle_group each round (the CPU side of the BE idle group): tidal "
+                             "with the BE job's cpu cgroup an idle group at the cgroup root instead of its pod's "
+                             "(its memory and other cgroups its pod's); see bench-isolation's be_idle_group")
     parser.add_argument("--workdir-parent", default="/var/tmp", help="where the files go (deleted at the end)")
     parser.add_argument("--cpu", choices=("defaults", "as-shipped"), default="defaults",
                         help="defaults: every cgroup's CPU at its defaults (memory alone); as-shipped: the BE "

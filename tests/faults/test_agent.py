@@ -21,8 +21,8 @@ from tidal_dev.testing.full_disk import fill
 from tidal_dev.testing.refusing_webhook import EVENTS_RULE, EVICTIONS_RULE, answers_500, events_refused, refusing
 from tidal_dev.testing.refusing_webhook import NAME as REFUSE
 from tidal_dev.testing.refusing_webhook import remove as remove_refusing
-from tidal_dev.testing.site import (CGROUP, REAL_NODE, be_isolation_patched, container_cgroup, gone, logs_since,
-                                     pod_manifest, read, running, tidal_pods)
+from tidal_dev.testing.site import (CGROUP, REAL_NODE, be_isolation_patched, container_cgroup, gone,
+                                     kubelet_pod_cgroup, logs_since, pod_manifest, read, running, tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, _host, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
@@ -38,8 +38,7 @@ MODE_LABELS = (qos.COLOCATION_NODE_LABEL, qos.OVERSUBSCRIPTION_NODE_LABEL)
 def _agent_pids(pod, container: str = "agent") -> list[int]:
     """The processes of the agent pod's `agent` (or other) container (cgroup v1 cpu hierarchy)."""
     status = next(s for s in pod.status.container_statuses if s.name == container)
-    base = CGROUP / "cpu/tidal-lab/kubepods" / pod.status.qos_class.lower() / f"pod{pod.metadata.uid}"
-    procs = base / status.container_id.split("://", 1)[1] / "cgroup.procs"
+    procs = kubelet_pod_cgroup(pod, "cpu") / status.container_id.split("://", 1)[1] / "cgroup.procs"
     return [int(p) for p in procs.read_text().split()]
 
 

@@ -17,6 +17,7 @@ from tidal_dev.testing.policy import put_spec
 from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, be_isolation_patched, play, recap
 from tidal_dev.testing.site import container_cgroup as _container_cgroup
 from tidal_dev.testing.site import gone as _gone
+from tidal_dev.testing.site import kubelet_pod_cgroup
 from tidal_dev.testing.site import pod_manifest as _pod
 from tidal_dev.testing.site import read as _read
 from tidal_dev.testing.site import running as _running
@@ -771,7 +772,7 @@ def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node
         wait_for(lambda: _read(moved["cpu"] / "cpu.cfs_quota_us") == "30000", 30,  # its 300 m of batch-cpu
                  f"{moved['cpu']} quota 30000 (the agent's round sets it on cgroup v1)")
         assert int(_read(moved["memory"] / "memory.limit_in_bytes")) == 64 * 1024**2
-        kubelet_pod = CGROUP / "cpu/tidal-lab/kubepods/besteffort" / f"pod{pod.metadata.uid}"
+        kubelet_pod = kubelet_pod_cgroup(pod, "cpu")
         assert not (kubelet_pod / container).exists(), f"{container} also in the kubelet's {kubelet_pod}"
         assert pod.status.phase == "Running" and pod.status.container_statuses[0].ready
         core.delete_namespaced_pod("encode", namespace, grace_period_seconds=0)

@@ -41,20 +41,23 @@ def recap(output: str) -> dict[str, dict[str, int]]:
             for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.MULTILINE)}
 
 
+def kubelet_pod_cgroup(pod, controller: str) -> Path:
+    """The pod's cgroup directory under the real node's kubelet (cgroupfs driver)."""
+    qos_class = pod.status.qos_class.lower()
+    base = CGROUP / controller / "tidal-lab" / "kubepods"
+    return (base if qos_class == "guaranteed" else base / qos_class) / f"pod{pod.metadata.uid}"
+
+
 def container_cgroup(pod, controller: str) -> Path:
     """The container's cgroup directory on the real node (cgroupfs driver): in the BE idle group
     (``/tidal-be/pod<uid>/<id>``, where Tidal's NRI plugin creates BE containers while
     ``beIsolation.cpuPriority.idleGroup`` is on, as by default) when it is there, else below the
     kubelet's ``kubepods``."""
-    qos_class = pod.status.qos_class.lower()
-    pod_dir = f"pod{pod.metadata.uid}"
     container_id = pod.status.container_statuses[0].container_id.split("://", 1)[1]
-    moved = CGROUP / controller / BE_IDLE_GROUP / pod_dir / container_id
-    if qos_class == "besteffort" and moved.is_dir():
+    moved = CGROUP / controller / BE_IDLE_GROUP / f"pod{pod.metadata.uid}" / container_id
+    if pod.status.qos_class == "BestEffort" and moved.is_dir():
         return moved
-    base = CGROUP / controller / "tidal-lab" / "kubepods"
-    base = base / pod_dir if qos_class == "guaranteed" else base / qos_class / pod_dir
-    return base / container_id
+    return kubelet_pod_cgroup(pod, controller) / container_id
 
 
 def read(path: Path) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import uuid
 
 from tidal.agent.be_placement import BEPlacement
-from tidal.agent.collector.cgroups import PodQOSClass
+from tidal.agent.collector.cgroups import ContainerID, PodQOSClass
 from tidal.agent.collector.sampler import PodInfo
-from tidal.agent.qos.strategy import PodState
+from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.qos import QoSLevel
 from tidal_dev.testing.local_kubelet import LocalKubelet
 
@@ -44,3 +44,36 @@ def test_a_besteffort_pod_in_the_idle_group_takes_its_class_and_paths(hierarchy,
         d.rmdir()
     assert moved not in placement.refresh()
     assert next(placement.place(infos[:1])).qos_class is PodQOSClass.BEST_EFFORT
+
+
+def test_while_the_switch_is_in_force_a_be_pod_without_a_container_yet_counts_in_the_idle_group(hierarchy, real):
+    """Between a new BE pod's sandbox and its first container the pod is nowhere yet: with the
+    switch in force it is placed where the NRI plugin will create its containers (the group), so
+    no BE strategy plans for ``kubepods/besteffort`` on its account; a pod that has a container
+    below ``kubepods`` (created with the switch off, or on a node without NRI), a plain BestEffort
+    pod that is not Tidal's BE, and every pod while the switch is not in force keep their class."""
+    kubelet = LocalKubelet(real)
+    new, below, plain = (str(uuid.uuid4()) for _ in range(3))
+    cid = "containerd://" + uuid.uuid4().hex
+    kubelet.create_pod(new, PodQOSClass.BEST_EFFORT, [])  # the sandbox's pod cgroup only
+    kubelet.create_pod(below, PodQOSClass.BEST_EFFORT, [cid])
+    kubelet.create_pod(plain, PodQOSClass.BEST_EFFORT, [])
+    infos = [PodInfo(uid=new, namespace="ns", name="new", qos_class=PodQOSClass.BEST_EFFORT, tidal_level=QoSLevel.BE),
+             PodInfo(uid=below, namespace="ns", name="below", qos_class=PodQOSClass.BEST_EFFORT,
+                     tidal_level=QoSLevel.BE, container_ids=(ContainerID.parse(cid),)),
+             PodInfo(uid=plain, namespace="ns", name="plain", qos_class=PodQOSClass.BEST_EFFORT)]
+    states = [PodState(uid=new, qos_class=PodQOSClass.BEST_EFFORT, tidal_level=QoSLevel.BE),
+              PodState(uid=below, qos_class=PodQOSClass.BEST_EFFORT, tidal_level=QoSLevel.BE,
+                       containers=(ContainerState(cid),)),
+              PodState(uid=plain, qos_class=PodQOSClass.BEST_EFFORT, tidal_level=None)]
+    placement = BEPlacement(kubelet.layout)
+    for in_force, expected in ((True, {new: PodQOSClass.BE_IDLE_GROUP, below: PodQOSClass.BEST_EFFORT,
+                                       plain: PodQOSClass.BEST_EFFORT}),
+                               (False, dict.fromkeys((new, below, plain), PodQOSClass.BEST_EFFORT))):
+        assert new not in placement.refresh(in_force)
+        assert {p.uid: p.qos_class for p in placement.place(infos)} == expected, in_force
+        assert {p.uid: p.qos_class for p in placement.place(states)} == expected, in_force
+    # its first container created in the group: there, switch in force or not
+    kubelet.create_pod(new, PodQOSClass.BE_IDLE_GROUP, [cid.replace("://", "://2")])
+    assert new in placement.refresh(False)
+    assert next(placement.place(infos)).qos_class is PodQOSClass.BE_IDLE_GROUP

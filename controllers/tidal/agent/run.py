@@ -266,11 +266,11 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # the sample, the prediction's history
         node_qos.observe_policy(policy_watch.object)
         node_qos.observe_node(node_watch.object)
-        found = placement.refresh()  # the group's BE pods
-        idle_group.remove_gone(found, pods.pods.keys())
         # not on a node whose mode is off (its agent only restores): the group goes with its last pod
-        idle_group.upkeep(node_qos.enabled and node_qos.policy.be_isolation.cpu_priority.idle_group_in_force,
-                          holding=bool(found & pods.pods.keys()))
+        in_force = node_qos.enabled and node_qos.policy.be_isolation.cpu_priority.idle_group_in_force
+        found = placement.refresh(in_force)  # the group's BE pods
+        idle_group.remove_gone(found, pods.pods.keys())
+        idle_group.upkeep(in_force, holding=bool(found & pods.pods.keys()))
         sampler.sample(placement.place(pods.pods.values()))
         predictions.observe(sampler, history_clock())
 

@@ -64,14 +64,6 @@ the lab's control plane under a stream of API writes, outside every pod cgroup) 
 run, every treatment alike; ``--background none`` (default) adds nothing (the lab then idles).
 Each line carries the machine's 1-minute load average at its end.
 
-``--warmup-rounds`` (1 by default since 2026-12-05; 0 in every figure before) runs that many whole
-rounds first, every treatment as in a measured one, printed with ``"warmup": true`` and left out
-of the medians, the ratios and the rounds counted: the machine reaches the state the measured
-rounds share (the background's daemons past their start, the agent's state directory, the page
-cache). Two busy runs of 2026-12-05 missed "below the default in every round" in their round 1
-only, where the default measured right after solo was below solo itself (0.62 and 0.48 ms
-against 0.83 and 1.05): an early state of the background, not of the treatments.
-
 The online server is nginx with gzip serving a 16 KiB page from an LS "pod" cgroup, under a fixed
 request rate (open loop: bench/loadgen sends on schedule whatever the latency, so queueing shows).
 The load generator runs at SCHED_FIFO priority 1 (``--client-scheduling fifo``): on this one
@@ -463,14 +455,6 @@ def vs_solo(runs: list[dict], solo: list[dict]) -> dict:
             "p99_vs_solo_max": round(max(ratios), 3)}
 
 
-def schedule(treatments: tuple[str, ...], rounds: int, warmup_rounds: int, order: str) -> list[tuple[int, str]]:
-    """The run's (round number, treatment) pairs in the order they run: ``warmup_rounds`` whole
-    rounds first, numbered 0, -1, ... backwards from the first measured one (in the order of the
-    design's rows before its first: its last rows), then the measured rounds 1 to ``rounds``."""
-    return [(index + 1, treatment) for index in range(-warmup_rounds, rounds)
-            for treatment in round_order(treatments, index, order)]
-
-
 def treatment_list(text: str) -> tuple[str, ...]:
     """``--treatments``: a comma-separated subset of TREATMENTS, listed in TREATMENTS' order with solo
     first whether named or not (every ratio divides by the same round's solo; ``--order`` orders the
@@ -550,10 +534,6 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=500, help="online requests per second")
     parser.add_argument("--seconds", type=float, default=12, help="measured seconds per treatment")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup-rounds", type=int, default=1,
-                        help="whole rounds run first and left out of every figure (printed with \"warmup\": "
-                             "true): the background and the machine past their start (default 1; 0 before "
-                             "2026-12-05)")
     parser.add_argument("--agent-settle", type=float, default=20,
                         help="seconds the server serves beside the BE hog (and a just started agent) before the "
                              "measured ones, in every treatment with a BE hog: the agent's controller's steady "
@@ -615,9 +595,6 @@ def main() -> int:
     if ("tidal_variant" in args.treatments) != (args.variant_policy is not None or bool(args.variant_agent_args)):
         parser.error("--variant-policy or --variant-agent-args and the treatment tidal_variant go together: "
                      "they are what the variant changes")
-    if args.rounds < 1 or args.warmup_rounds < 0:
-        parser.error(f"--rounds must be at least 1 (got {args.rounds}) and --warmup-rounds at least 0 "
-                     f"(got {args.warmup_rounds})")
     args.variant_policy = args.variant_policy or {}
     if args.stall_causes and (why := stall_causes.SchedTrace().available()):
         parser.error(f"--stall-causes cannot run here: {why}")
@@ -708,97 +685,95 @@ def main() -> int:
         nginx = Nginx(workdir / "nginx", web_dirs)
         url = f"http://127.0.0.1:{nginx.port}/index.html"
         log(f"nginx on {url} in {web_dirs[0]}; {args.rate} req/s for {args.seconds:g}s per treatment, "
-            f"{args.rounds} rounds after {args.warmup_rounds} warm-up round(s)")
+            f"{args.rounds} rounds")
 
-        for number, treatment in schedule(args.treatments, args.rounds, args.warmup_rounds, args.order):
-            if treatment == "k8s_default" or treatment in TIDAL:
-                # what the kubelet writes for every BestEffort pod; the Tidal treatments run over it
-                # as on a node (Tidal's CPU priority writes the parent's the same; with it switched
-                # off, by a --policy or the variant, the BE pod stays at the kubelet's)
-                for f in cpu_files:
-                    f.write_text("2")
-            if treatment in TIDAL:
-                # the --policy patch's slice switch holds unless this is the treatment that turns it on
-                asked = args.policy.get("features", {}).get("onlineSchedSlice", {})
-                slice_on = treatment == "tidal_slice" or bool(asked.get("enabled", False)) or (
-                    treatment == "tidal_variant" and args.variant_policy.get("features", {}).get(
-                        "onlineSchedSlice", {}).get("enabled") is True)
-                # ... and its quota mode unless this is the treatment of the quota always in force
-                quota = "always" if treatment == "tidal_always" else args.policy.get("beIsolation", {}).get(
-                    "cpuSuppression", {}).get("quota", "onInterference")
-                # ... and where its BE container is: the BE idle group as shipped, unless the
-                # --policy patch (or the variant's) turns it off or this is the treatment without it
-                idle_group = treatment != "tidal_kubepods" and idle_group_asked(
-                    args.policy, args.variant_policy if treatment == "tidal_variant" else {})
-                if idle_group:  # where the NRI plugin creates the BE container while the switch is on
-                    idle_dirs = kubelet.create_pod(be_pod.uid, PodQOSClass.BE_IDLE_GROUP,
-                                                   [be_pod.container_id])[be_pod.container_id]
-                own = {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"},
-                                       "cpuPriority": {"idleGroup": idle_group},
-                                       "cpuSuppression": {"quota": quota}},
-                       "features": {"onlineSchedSlice": {"enabled": slice_on}}}
-                spec = overlay(own, args.variant_policy) if treatment == "tidal_variant" else \
-                    overlay(undo_variant, own)
-                with lab.api_client() as api:
-                    client.CustomObjectsApi(api).patch_cluster_custom_object(
-                        qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default", {"spec": spec})
-                agent = processes.start("agent", [
-                    str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
-                    "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
-                    "--kubelet-cgroup-root", kubelet.kubelet_root, "--state-dir", str(workdir / "agent"),
-                    "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port := free_port()),
-                    *(args.variant_agent_args if treatment == "tidal_variant" else [])],
-                    workdir / "agent.log")
-                if agent_dirs:  # --agent-cgroup pod: where its DaemonSet would run it
-                    kubelet.move(agent.pid, agent_dirs)
-                idle = (idle_dirs[0].parent if idle_group else be_pod_dirs[0]) / "cpu.idle"
-                deadline = time.monotonic() + 30
-                while cpu_priority_on(spec, args.policy) and idle.read_text().strip() != "1":
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
-                    time.sleep(0.2)
-            hog_dirs = [be_idle_group_dir(cgroups)] if treatment == "be_idle_group" else \
-                idle_dirs if treatment in TIDAL and idle_group else be_dirs
-            agent_cpu = (cpu_seconds(agent.pid), time.monotonic()) if treatment in TIDAL else None
-            r = measure(loadgen, url, args.rate, args.seconds,
-                        None if treatment in SOLO else hog_dirs, workdir, args.client_scheduling == "fifo",
-                        web_dirs[0], 0 if treatment in SOLO else args.agent_settle,
-                        args.longest_waits, args.be_method, args.stall_causes)
-            if treatment == "k8s_default":
-                for f in cpu_files:
-                    f.write_text("1024")
-            if treatment in TIDAL:
-                r.update(agent_metrics(metrics_port))
-                with lab.api_client() as api:  # what the agent said, and how long the floor stands
-                    r.update(events_summary(be_cpu_events(client.CoreV1Api(api), node, events_seen)))
-                    profile = client.CustomObjectsApi(api).get_cluster_custom_object(
-                        qos.API_GROUP, qos.API_VERSION, "nodeprofiles", node)
-                    r["floor_stands_seconds_end"] = (profile.get("status", {}).get("cpuInterference", {})
-                                                     .get("floorStandsSeconds"))
-                # the agent's own CPU over the settle and measured seconds, in % of one CPU
-                r["agent_cpu_pct"] = round(100 * (cpu_seconds(agent.pid) - agent_cpu[0])
-                                           / (time.monotonic() - agent_cpu[1]), 2)
-                processes.stop(agent)
-                agent = None
-                subprocess.run([str(Path(sys.executable).with_name("tidal-agent")), "restore", "--node", node,
-                                "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
-                               check=True, capture_output=True)
-                if idle_group:  # the container's cgroup goes with it, as runc removes it; the pod's too
-                    for d in (*idle_dirs, *(d.parent for d in idle_dirs)):
-                        d.rmdir()
-                if slice_on:  # restore put the server's threads' own slice back (the agent's journal)
-                    given = asked.get("sliceMicroseconds", 100)
-                    left = [t for t in (web_dirs[0] / "tasks").read_text().split()
-                            if get_attr(int(t)).runtime_ns == given * 1000]
-                    if left:
-                        raise SystemExit(f"tidal-agent restore left server threads {left} at the {given} µs slice")
-                for f in cpu_files:  # after the restore: the kernel refuses a weight on a group still idle
-                    f.write_text("1024")
-            if number < 1:  # a warm-up round's: printed, not counted
-                print(json.dumps({"round": number, "warmup": True, "treatment": treatment, **r}), flush=True)
-                continue
-            results[treatment].append(r)
-            print(json.dumps({"round": number, "treatment": treatment, **r}), flush=True)
+        for round_ in range(args.rounds):
+            for treatment in round_order(args.treatments, round_, args.order):
+                if treatment == "k8s_default" or treatment in TIDAL:
+                    # what the kubelet writes for every BestEffort pod; the Tidal treatments run over it
+                    # as on a node (Tidal's CPU priority writes the parent's the same; with it switched
+                    # off, by a --policy or the variant, the BE pod stays at the kubelet's)
+                    for f in cpu_files:
+                        f.write_text("2")
+                if treatment in TIDAL:
+                    # the --policy patch's slice switch holds unless this is the treatment that turns it on
+                    asked = args.policy.get("features", {}).get("onlineSchedSlice", {})
+                    slice_on = treatment == "tidal_slice" or bool(asked.get("enabled", False)) or (
+                        treatment == "tidal_variant" and args.variant_policy.get("features", {}).get(
+                            "onlineSchedSlice", {}).get("enabled") is True)
+                    # ... and its quota mode unless this is the treatment of the quota always in force
+                    quota = "always" if treatment == "tidal_always" else args.policy.get("beIsolation", {}).get(
+                        "cpuSuppression", {}).get("quota", "onInterference")
+                    # ... and where its BE container is: the BE idle group as shipped, unless the
+                    # --policy patch (or the variant's) turns it off or this is the treatment without it
+                    idle_group = treatment != "tidal_kubepods" and idle_group_asked(
+                        args.policy, args.variant_policy if treatment == "tidal_variant" else {})
+                    if idle_group:  # where the NRI plugin creates the BE container while the switch is on
+                        idle_dirs = kubelet.create_pod(be_pod.uid, PodQOSClass.BE_IDLE_GROUP,
+                                                       [be_pod.container_id])[be_pod.container_id]
+                    own = {"beIsolation": {"cpuInterference": {"enabled": treatment != "tidal_usage"},
+                                           "cpuPriority": {"idleGroup": idle_group},
+                                           "cpuSuppression": {"quota": quota}},
+                           "features": {"onlineSchedSlice": {"enabled": slice_on}}}
+                    spec = overlay(own, args.variant_policy) if treatment == "tidal_variant" else \
+                        overlay(undo_variant, own)
+                    with lab.api_client() as api:
+                        client.CustomObjectsApi(api).patch_cluster_custom_object(
+                            qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default", {"spec": spec})
+                    agent = processes.start("agent", [
+                        str(Path(sys.executable).with_name("tidal-agent")), "run", "--node", node,
+                        "--kubeconfig", str(lab.kubeconfig_path), "--cgroup-driver", "cgroupfs",
+                        "--kubelet-cgroup-root", kubelet.kubelet_root, "--state-dir", str(workdir / "agent"),
+                        "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port := free_port()),
+                        *(args.variant_agent_args if treatment == "tidal_variant" else [])],
+                        workdir / "agent.log")
+                    if agent_dirs:  # --agent-cgroup pod: where its DaemonSet would run it
+                        kubelet.move(agent.pid, agent_dirs)
+                    idle = (idle_dirs[0].parent if idle_group else be_pod_dirs[0]) / "cpu.idle"
+                    deadline = time.monotonic() + 30
+                    while cpu_priority_on(spec, args.policy) and idle.read_text().strip() != "1":
+                        if time.monotonic() > deadline:
+                            raise SystemExit(f"the agent did not isolate the BE pod (log {workdir / 'agent.log'})")
+                        time.sleep(0.2)
+                hog_dirs = [be_idle_group_dir(cgroups)] if treatment == "be_idle_group" else \
+                    idle_dirs if treatment in TIDAL and idle_group else be_dirs
+                agent_cpu = (cpu_seconds(agent.pid), time.monotonic()) if treatment in TIDAL else None
+                r = measure(loadgen, url, args.rate, args.seconds,
+                            None if treatment in SOLO else hog_dirs, workdir, args.client_scheduling == "fifo",
+                            web_dirs[0], 0 if treatment in SOLO else args.agent_settle,
+                            args.longest_waits, args.be_method, args.stall_causes)
+                if treatment == "k8s_default":
+                    for f in cpu_files:
+                        f.write_text("1024")
+                if treatment in TIDAL:
+                    r.update(agent_metrics(metrics_port))
+                    with lab.api_client() as api:  # what the agent said, and how long the floor stands
+                        r.update(events_summary(be_cpu_events(client.CoreV1Api(api), node, events_seen)))
+                        profile = client.CustomObjectsApi(api).get_cluster_custom_object(
+                            qos.API_GROUP, qos.API_VERSION, "nodeprofiles", node)
+                        r["floor_stands_seconds_end"] = (profile.get("status", {}).get("cpuInterference", {})
+                                                         .get("floorStandsSeconds"))
+                    # the agent's own CPU over the settle and measured seconds, in % of one CPU
+                    r["agent_cpu_pct"] = round(100 * (cpu_seconds(agent.pid) - agent_cpu[0])
+                                               / (time.monotonic() - agent_cpu[1]), 2)
+                    processes.stop(agent)
+                    agent = None
+                    subprocess.run([str(Path(sys.executable).with_name("tidal-agent")), "restore", "--node", node,
+                                    "--kubeconfig", str(lab.kubeconfig_path), "--state-dir", str(workdir / "agent")],
+                                   check=True, capture_output=True)
+                    if idle_group:  # the container's cgroup goes with it, as runc removes it; the pod's too
+                        for d in (*idle_dirs, *(d.parent for d in idle_dirs)):
+                            d.rmdir()
+                    if slice_on:  # restore put the server's threads' own slice back (the agent's journal)
+                        given = asked.get("sliceMicroseconds", 100)
+                        left = [t for t in (web_dirs[0] / "tasks").read_text().split()
+                                if get_attr(int(t)).runtime_ns == given * 1000]
+                        if left:
+                            raise SystemExit(f"tidal-agent restore left server threads {left} at the {given} µs slice")
+                    for f in cpu_files:  # after the restore: the kernel refuses a weight on a group still idle
+                        f.write_text("1024")
+                results[treatment].append(r)
+                print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
     finally:
         background_report = lab_background.stop(background, background_report)
         if agent is not None:
@@ -820,7 +795,6 @@ def main() -> int:
         below = sum(t["p99_ms"] < k["p99_ms"] for t, k in zip(results[name], results["k8s_default"]))
         summary[f"{name}_below_k8s_default_rounds"] = f"{below}/{len(results[name])}"
     summary["settings"] = {"treatments": list(args.treatments), "order": args.order,
-                           "warmup_rounds": args.warmup_rounds,
                            "suppression_percent": args.suppression_percent,
                            "policy": args.policy, "variant_policy": args.variant_policy,
                            "variant_agent_args": args.variant_agent_args,

@@ -397,23 +397,3 @@ def test_the_hold_keeps_this_machines_cpus_from_halting():
             if cpu_idle.halts() == before:
                 break
             assert time.monotonic() < deadline, "idle CPUs kept halting under a 0 µs latency request"
-
-
-@pytest.mark.parametrize("rounds, warmup, order, expected", [
-    # no warm-up: the measured rounds as round_order gives them
-    (2, 0, "fixed", [(1, "solo"), (1, "k8s_default"), (1, "tidal"), (2, "solo"), (2, "k8s_default"), (2, "tidal")]),
-    # one warm-up round, numbered 0, then rounds 1..n as without it
-    (1, 1, "fixed", [(0, "solo"), (0, "k8s_default"), (0, "tidal"), (1, "solo"), (1, "k8s_default"), (1, "tidal")]),
-    # balanced: the warm-up takes the design's last row; the measured rounds keep rows 0, 1, ...
-    # (three treatments: six rows, the last 1 0 2)
-    (2, 1, "balanced", [(0, "k8s_default"), (0, "solo"), (0, "tidal"), (1, "solo"), (1, "k8s_default"),
-                        (1, "tidal"), (2, "k8s_default"), (2, "tidal"), (2, "solo")]),
-    (1, 2, "rotate", [(-1, "k8s_default"), (-1, "tidal"), (-1, "solo"), (0, "tidal"), (0, "solo"),
-                      (0, "k8s_default"), (1, "solo"), (1, "k8s_default"), (1, "tidal")]),
-])
-def test_warm_up_rounds_come_first_and_leave_the_measured_rounds_as_they_were(rounds, warmup, order, expected):
-    treatments = ("solo", "k8s_default", "tidal")
-    got = isolation.schedule(treatments, rounds, warmup, order)
-    assert got == expected
-    measured = [(n, t) for n, t in got if n >= 1]
-    assert measured == isolation.schedule(treatments, rounds, 0, order)

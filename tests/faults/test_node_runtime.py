@@ -129,10 +129,13 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
     kubelet's pod-level working set of that pod is its sandbox's (about 1 MiB), whatever the
     container holds; the kubelet ranks pods for a memory-pressure eviction by that figure, after
     "exceeds its memory request" and priority. Must hold, under real memory pressure on the real
-    node (the kubelet's hard threshold raised to 800 MiB below what is available, then the BE
-    container taking 2 GiB more, and 512 MiB more every 15 s until the kubelet acts): the kubelet
-    evicts the BE pod (tidal-be, priority -100; its sandbox's working set exceeds its memory
-    request of 0), never the LS pod that is over its own request (tidal-ls, 50000). The kubelet's
+    node (a soft threshold of the kubelet's, with no grace period, 800 MiB below what is available,
+    then the BE container taking 2 GiB more, and 512 MiB more every 15 s until the kubelet acts;
+    not the hard one, which the kubelet subtracts from the node's allocatable memory: the oversell
+    master then shrinks batch-memory below the BE pod's request, and the restarted kubelet's
+    re-admission of its pods fails that pod with OutOfkubernetes.io/batch-memory, as a CI run
+    showed, before any pressure): the kubelet evicts the BE pod (tidal-be, priority -100; its
+    sandbox's working set exceeds its memory request of 0), never the LS pod that is over its own request (tidal-ls, 50000). The kubelet's
     configuration is put back afterwards and the pressure is gone with its restart. The suite's
     BE pod may go first (a BE pod too, ranked above a moved one by its pod-level working set): it
     is then deleted, and started again for the next test that needs it."""
@@ -192,7 +195,10 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
         available = stats()["node"]["memory"]["availableBytes"]
         threshold = f"{(available - 800 * 2**20) // 2**20}Mi"
         pressured = yaml.safe_load(original)
-        pressured["evictionHard"]["memory.available"] = threshold
+        # a soft threshold with a grace period of 0 evicts as a hard one does (at once, with no
+        # grace for the pod), and leaves the node's allocatable memory, and so batch-memory, alone
+        pressured["evictionSoft"] = {"memory.available": threshold}
+        pressured["evictionSoftGracePeriod"] = {"memory.available": "0s"}
         config.write_text(yaml.safe_dump(pressured))
         started = now_utc()
         lab.restart("kubelet")

@@ -16,12 +16,12 @@ from kubernetes.client.exceptions import ApiException
 
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.policy import put_spec
-from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, container_cgroup, gone, play, read,
-                                    running, tidal_pods)
+from tidal_dev.testing.site import (BATCH_PREFIX, REAL_NODE, TIDAL_PREFIX, agent_state_dir, container_cgroup, gone,
+                                    play, read, running, tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, SUITE_POLICY, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
-                           VOLCANO_NAMESPACE, VOLCANO_TARGET, _namespace_gone, agent_state_dir, batch_cpu, be_pod,
+                           VOLCANO_NAMESPACE, VOLCANO_TARGET, _namespace_gone, batch_cpu, be_pod,
                            now_utc, settled)
 
 # The recovery times measured by the suite, by fault (the README's table is made from them).

@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tidal.agent.executor.cgroupfs import _normalize
-from tidal_dev.testing.site import NAMESPACE, REAL_NODE, logs_since, micro_time, pod_manifest, tidal_pods
+from tidal_dev.testing.site import NAMESPACE, REAL_NODE, agent_state_dir, logs_since, micro_time, pod_manifest, tidal_pods
 
 POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
 PROFILES = ("colocation.tidal.io", "v1alpha1", "nodeprofiles")
@@ -179,32 +179,13 @@ def tracebacks(core, since: datetime.datetime) -> list[str]:
     return found
 
 
-def agent_state_dir(lab) -> Path:
-    """The agent's state directory on the real node (its journals and history), on the host: its
-    hostPath."""
-    return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent"
-
-
-def _state_file(lab, name: str) -> Path:
-    """A file of the agent's state directory on the real node, on the host."""
-    return agent_state_dir(lab) / name
-
-
 def eviction_intents(lab) -> list[dict]:
     """The evictions the agent on the real node has requested and not yet finished (its
     evictions journal on the host)."""
     try:
-        return json.loads(_state_file(lab, "evictions-journal.json").read_text()).get("evictions") or []
+        return json.loads((agent_state_dir(lab) / "evictions-journal.json").read_text()).get("evictions") or []
     except (FileNotFoundError, ValueError):  # absent, or caught between truncate and write
         return []
-
-
-def journal_originals(lab) -> dict[str, str]:
-    """The agent's restore journal on the real node: file -> original value."""
-    try:
-        return json.loads(_state_file(lab, "qos-journal.json").read_text()).get("originals") or {}
-    except FileNotFoundError:
-        return {}
 
 
 def _host(path: str) -> Path:

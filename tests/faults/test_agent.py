@@ -21,12 +21,12 @@ from tidal_dev.testing.full_disk import fill
 from tidal_dev.testing.refusing_webhook import EVENTS_RULE, EVICTIONS_RULE, answers_500, events_refused, refusing
 from tidal_dev.testing.refusing_webhook import NAME as REFUSE
 from tidal_dev.testing.refusing_webhook import remove as remove_refusing
-from tidal_dev.testing.site import (CGROUP, REAL_NODE, be_isolation_patched, container_cgroup, gone,
-                                     kubelet_pod_cgroup, logs_since, pod_manifest, read, running, tidal_pods)
+from tidal_dev.testing.site import (CGROUP, REAL_NODE, be_isolation_patched, container_cgroup, gone, journal_originals,
+                                    kubelet_pod_cgroup, logs_since, pod_manifest, read, running, tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, _host, agent_health_url, agent_metrics, batch_cpu,  # noqa: E402
-                           be_pod, eviction_intents, evictions, healthy, journal_originals, not_restored, now_utc,
+                           be_pod, eviction_intents, evictions, healthy, not_restored, now_utc,
                            pod_ready, tracebacks)
 
 pytestmark = pytest.mark.lab

@@ -16,11 +16,12 @@ from ruamel.yaml import YAML
 from tidal.api import qos
 from tidal.api.policy import ColocationPolicy
 from tidal_dev.lab.pytest_plugin import wait_for
-from tidal_dev.testing.site import REAL_NODE, container_cgroup, gone, micro_time, read, running, tidal_pods
+from tidal_dev.testing.site import (REAL_NODE, container_cgroup, gone, journal_originals, micro_time, read, running,
+                                    tidal_pods)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fault_helpers import (BE_QUOTA_US, POLICY, PROFILES, VOLCANO_CONFIGMAP, VOLCANO_KEY,  # noqa: E402
-                           VOLCANO_NAMESPACE, batch_cpu, be_pod, evictions, journal_originals, now_utc,
+                           VOLCANO_NAMESPACE, batch_cpu, be_pod, evictions, now_utc,
                            pod_ready, tracebacks)
 
 pytestmark = pytest.mark.lab

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tidal_dev.testing.policy import put_spec
-from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, be_isolation_patched, play, recap
+from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, be_isolation_patched, journal_originals, play, recap
 from tidal_dev.testing.site import container_cgroup as _container_cgroup
 from tidal_dev.testing.site import gone as _gone
 from tidal_dev.testing.site import kubelet_pod_cgroup
@@ -668,10 +668,7 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
     def journalled():
         # the agent saves the journal at each original it records, so a round's other files (the BE
         # idle group's cpu.idle, written first) can be there before the quota: wait for the quota
-        try:
-            originals = json.loads(journal.read_text()).get("originals") or {}
-        except (OSError, ValueError):
-            return None
+        originals = journal_originals(lab)
         return originals if any(key.endswith("/cpu.cfs_quota_us") for key in originals) else None
     with be_isolation_patched(custom, policy, {"cpuSuppression": {"quota": "always"}}):
         before = wait_for(journalled, 60, f"the BE parent's original quota in the agent's journal {journal}")
@@ -711,10 +708,7 @@ def _roll_and_keep_the_journal(lab, core, node, journal, before):
         # The originals are what the node had before Tidal: the upgraded agent holds the same ones
         # (a lost journal would make it record its predecessor's values as originals).
         def kept():
-            try:
-                after = json.loads(journal.read_text()).get("originals") or {}
-            except (OSError, ValueError):
-                return None
+            after = journal_originals(lab)
             return all(after.get(key) == value for key, value in before.items())
         wait_for(kept, 30, f"the originals {before} kept in the agent's journal across the upgrade",
                  describe=lambda: f"the journal now: {journal.read_text()}")

@@ -64,6 +64,21 @@ def read(path: Path) -> str:
     return path.read_text().strip()
 
 
+def agent_state_dir(lab, node: str = REAL_NODE) -> Path:
+    """The agent's state directory on a real node (its journals and history), on the host: its
+    hostPath."""
+    return lab.dir / "node-roots" / node / "var/lib/tidal-agent"
+
+
+def journal_originals(lab, node: str = REAL_NODE) -> dict[str, str]:
+    """The agent's restore journal on a real node: file -> original value; empty while there is
+    none (the agent writes it atomically: temporary file and rename)."""
+    try:
+        return json.loads((agent_state_dir(lab, node) / "qos-journal.json").read_text()).get("originals") or {}
+    except FileNotFoundError:
+        return {}
+
+
 def pod_manifest(name: str, image: str, level: str | None, resources: dict, command: list[str], **extra) -> dict:
     """A pod on the real node from the project's image (already in its containerd)."""
     annotations = {"colocation.tidal.io/qos-level": level} if level else {}

@@ -94,6 +94,28 @@ def test_a_be_pods_limits_count_its_sidecars_and_containers_not_started_yet():
     assert (state.batch_cpu_millicores, state.batch_memory_bytes) == (0, 768 * mib)
 
 
+@pytest.mark.parametrize("init_id, sidecar_id, expected", [
+    pytest.param(None, None, False, id="nothing-created-yet"),
+    pytest.param("containerd://init", None, True, id="an-ordinary-init-container-created"),
+    pytest.param("", None, False, id="an-init-status-without-an-id-yet"),
+    # a sidecar is one of the pod's containers (PodState.containers), not an init step
+    pytest.param(None, "containerd://side", False, id="a-sidecar-only"),
+])
+def test_pod_state_says_whether_an_ordinary_init_container_was_created(init_id, sidecar_id, expected):
+    """What BEPlacement needs to tell a BE pod nowhere yet from one whose containers' place (below
+    kubepods or in the BE idle group) is decided: its init phase counts."""
+    init = {"name": "fetch"}
+    sidecar = {"name": "proxy", "restartPolicy": "Always"}
+    pod = {"metadata": {"uid": "u1", "namespace": "ns", "name": "p", "annotations": {qos.QOS_ANNOTATION: "BE"}},
+           "spec": {"initContainers": [init, sidecar], "containers": [{"name": "main"}]},
+           "status": {"phase": "Pending", "qosClass": "BestEffort", "containerStatuses": [{"name": "main"}],
+                      "initContainerStatuses": [{"name": "fetch", **({"containerID": init_id} if init_id is not None else {})},
+                                                {"name": "proxy", **({"containerID": sidecar_id} if sidecar_id else {})}]}}
+    state = pod_state(pod, pod_info(pod))
+    assert state.init_started is expected
+    assert [c.id for c in state.containers] == ([sidecar_id] if sidecar_id else [])
+
+
 @pytest.mark.parametrize("deletion, terminating", [(None, False), ("2026-11-27T03:00:00Z", True)])
 def test_pod_state_says_when_the_pod_is_on_its_way_out(deletion, terminating):
     pod = _pod({qos.QOS_ANNOTATION: "BE"})

@@ -11,13 +11,13 @@ tick, and every BestEffort pod found there is given the class
 :attr:`~tidal.agent.collector.cgroups.PodQOSClass.BE_IDLE_GROUP`, which the layout maps to the
 idle group's paths; the sampler and every strategy then follow it unchanged.
 
-A BE pod whose containers are not created yet (none has a runtime ID) is nowhere yet: its
-containers will go where the switch says when the first is created. While the switch is in
-force on the node it is counted in the idle group already, so that a new pod never draws the
-BE strategies back below ``kubepods`` for the seconds before its first container (a suppression
-quota split between two parents, values planned for a pod cgroup that will hold only the
-sandbox); a pod planned there whose containers the runtime then creates below ``kubepods`` (a
-node without NRI) is back at its kubelet class as soon as it has a container.
+A BE pod none of whose containers is created yet (no container, sidecar or init container has
+a runtime ID) is nowhere yet: its containers will go where the switch says when the first is
+created. While the switch is in force on the node it is counted in the idle group already, so that
+a new pod never draws the BE strategies back below ``kubepods`` for the seconds before its first
+container (a suppression quota split between two parents, values planned for a pod cgroup that
+will hold only the sandbox); a pod planned there whose containers the runtime then creates below
+``kubepods`` (a node without NRI) is back at its kubelet class as soon as one is created.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from tidal.agent.collector.cgroups import CgroupLayout, PodQOSClass, pod_uids_in
-from tidal.agent.collector.sampler import PodInfo
 from tidal.agent.qos.strategy import PodState
-from tidal.api.qos import QoSLevel
 
 __all__ = ["BEPlacement"]
 
@@ -41,27 +39,27 @@ class BEPlacement:
 
     def __init__(self, layout: CgroupLayout) -> None:
         self.layout = layout
-        self.uids: frozenset[str] = frozenset()
-        self.in_force = False
+        self.uids: frozenset[str] = frozenset()  # pods with containers in the group
+        self.awaiting: frozenset[str] = frozenset()  # BE pods placed there before their first container
 
-    def refresh(self, in_force: bool = False) -> frozenset[str]:
-        """List the group's pods; ``in_force``: whether the switch is in force on the node now
-        (BE pods without a container yet are then placed in the group)."""
+    def refresh(self, in_force: bool = False, states: Iterable[PodState] = ()) -> frozenset[str]:
+        """List the group's pods (returned); ``in_force``: whether the switch is in force on the
+        node now, when the BE pods of ``states`` none of whose containers is created yet are
+        placed in the group too."""
         self.uids = frozenset(pod_uids_in(self.layout, PodQOSClass.BE_IDLE_GROUP))
-        self.in_force = in_force
+        self.awaiting = frozenset(s.uid for s in states if _awaiting_containers(s)) if in_force else frozenset()
         return self.uids
 
     def place(self, views: Iterable[View]) -> Iterator[View]:
+        """``views`` (PodInfo or PodState) with the idle group's class for its BestEffort pods."""
         for view in views:
-            if view.qos_class is PodQOSClass.BEST_EFFORT and (
-                    view.uid in self.uids or self.in_force and _awaiting_containers(view)):
+            if view.qos_class is PodQOSClass.BEST_EFFORT and (view.uid in self.uids or view.uid in self.awaiting):
                 yield dataclasses.replace(view, qos_class=PodQOSClass.BE_IDLE_GROUP)
             else:
                 yield view
 
 
-def _awaiting_containers(view: PodInfo | PodState) -> bool:
-    """A BE pod (Tidal's level) none of whose containers has a runtime ID yet."""
-    if view.tidal_level is not QoSLevel.BE:
-        return False
-    return not (view.container_ids if isinstance(view, PodInfo) else view.containers)
+def _awaiting_containers(state: PodState) -> bool:
+    """A BE pod (Tidal's level) none of whose containers, sidecars and init containers included,
+    has a runtime ID yet."""
+    return state.is_be and not state.containers and not state.init_started

@@ -75,13 +75,14 @@ def pod_state(pod: Mapping[str, Any], info: PodInfo) -> PodState:
         total = pod_batch(pod)
         amount = (total.cpu_millicores if all(b.cpu_millicores > 0 for b in batches) else 0,
                   total.memory_bytes if all(b.memory_bytes > 0 for b in batches) else 0)
+    init_started = any(ids.get(c.get("name")) for c in spec.get("initContainers") or [] if not is_sidecar(c))
     priority = spec.get("priority")
     return PodState(uid=info.uid, qos_class=info.qos_class, tidal_level=info.tidal_level,
                     containers=tuple(containers), namespace=info.namespace, name=info.name,
                     priority=priority if isinstance(priority, int) else 0,
                     node_requests=pod_node_requests(pod),
                     terminating=bool((pod.get("metadata") or {}).get("deletionTimestamp")),
-                    pod_batch=amount)
+                    pod_batch=amount, init_started=init_started)
 
 
 class NodePods(Watcher):

@@ -268,7 +268,7 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         node_qos.observe_node(node_watch.object)
         # not on a node whose mode is off (its agent only restores): the group goes with its last pod
         in_force = node_qos.enabled and node_qos.policy.be_isolation.cpu_priority.idle_group_in_force
-        found = placement.refresh(in_force)  # the group's BE pods
+        found = placement.refresh(in_force, pods.states.values())  # the group's BE pods
         idle_group.remove_gone(found, pods.pods.keys())
         idle_group.upkeep(in_force, holding=bool(found & pods.pods.keys()))
         sampler.sample(placement.place(pods.pods.values()))

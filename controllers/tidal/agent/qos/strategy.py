@@ -80,6 +80,9 @@ class PodState:
     #: no batch limit of (the pod then has no pod-level limit, as the kubelet's rule); None: the
     #: sum of ``containers`` (a state built without the pod's spec)
     pod_batch: tuple[int, int] | None = None
+    #: an ordinary init container of it has a runtime ID (it runs, or ran, before ``containers``
+    #: start): where the pod's containers go (kubepods or the BE idle group) is decided
+    init_started: bool = False
 
     @property
     def is_be(self) -> bool:

@@ -12,7 +12,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tidal.agent.executor.cgroupfs import _normalize
-from tidal_dev.testing.site import NAMESPACE, REAL_NODE, agent_state_dir, logs_since, micro_time, pod_manifest, tidal_pods
+from tidal_dev.testing.site import (NAMESPACE, REAL_NODE, agent_state_dir, logs_since, micro_time, pod_manifest,
+                                    tidal_pods)
 
 POLICY = ("colocation.tidal.io", "v1alpha1", "colocationpolicies", "default")
 PROFILES = ("colocation.tidal.io", "v1alpha1", "nodeprofiles")

@@ -135,10 +135,11 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
     master then shrinks batch-memory below the BE pod's request, and the restarted kubelet's
     re-admission of its pods fails that pod with OutOfkubernetes.io/batch-memory, as a CI run
     showed, before any pressure): the kubelet evicts the BE pod (tidal-be, priority -100; its
-    sandbox's working set exceeds its memory request of 0), never the LS pod that is over its own request (tidal-ls, 50000). The kubelet's
-    configuration is put back afterwards and the pressure is gone with its restart. The suite's
-    BE pod may go first (a BE pod too, ranked above a moved one by its pod-level working set): it
-    is then deleted, and started again for the next test that needs it."""
+    sandbox's working set exceeds its memory request of 0), never the LS pod that is over its own
+    request (tidal-ls, 50000). The kubelet's configuration is put back afterwards and the pressure
+    is gone with its restart. The suite's BE pod may go first (a BE pod too, ranked above a moved
+    one by its pod-level working set): it is then deleted, and started again for the next test
+    that needs it."""
     from tidal_dev.lab import realnode
     from tidal_dev.testing.policy import put_spec
     from tidal_dev.testing.site import pod_manifest

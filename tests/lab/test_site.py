@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from tidal_dev.testing.policy import put_spec
-from tidal_dev.testing.site import CGROUP, NAMESPACE, REAL_NODE, be_isolation_patched, journal_originals, play, recap
+from tidal_dev.testing.site import (CGROUP, NAMESPACE, REAL_NODE, agent_journal, be_isolation_patched,
+                                    journal_originals, play, recap)
 from tidal_dev.testing.site import container_cgroup as _container_cgroup
 from tidal_dev.testing.site import gone as _gone
 from tidal_dev.testing.site import kubelet_pod_cgroup
@@ -658,7 +659,7 @@ def test_a_new_image_tag_rolls_every_controller_and_the_agent_keeps_its_journal(
 
     assert site.returncode == 0
     node = realnode.node_for(lab.dir)
-    journal = node.root / "var/lib/tidal-agent/qos-journal.json"
+    journal = agent_journal(lab)
     # colocation is on and the BE quota in force every round (cpuSuppression.quota always; the
     # default, onInterference, writes none while BE delays no online pod): the agent suppresses the
     # BE parent's CPU, whose original quota it journals. site.yml merges its policy over this field.

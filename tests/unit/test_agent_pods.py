@@ -106,11 +106,12 @@ def test_pod_state_says_whether_an_ordinary_init_container_was_created(init_id, 
     kubepods or in the BE idle group) is decided: its init phase counts."""
     init = {"name": "fetch"}
     sidecar = {"name": "proxy", "restartPolicy": "Always"}
+    init_status = {"name": "fetch", **({"containerID": init_id} if init_id is not None else {})}
+    sidecar_status = {"name": "proxy", **({"containerID": sidecar_id} if sidecar_id else {})}
     pod = {"metadata": {"uid": "u1", "namespace": "ns", "name": "p", "annotations": {qos.QOS_ANNOTATION: "BE"}},
            "spec": {"initContainers": [init, sidecar], "containers": [{"name": "main"}]},
            "status": {"phase": "Pending", "qosClass": "BestEffort", "containerStatuses": [{"name": "main"}],
-                      "initContainerStatuses": [{"name": "fetch", **({"containerID": init_id} if init_id is not None else {})},
-                                                {"name": "proxy", **({"containerID": sidecar_id} if sidecar_id else {})}]}}
+                      "initContainerStatuses": [init_status, sidecar_status]}}
     state = pod_state(pod, pod_info(pod))
     assert state.init_started is expected
     assert [c.id for c in state.containers] == ([sidecar_id] if sidecar_id else [])

@@ -269,9 +269,10 @@ async def run_node_agent(api, node: str, *, cgroup_root: Path = Path("/sys/fs/cg
         # not on a node whose mode is off (its agent only restores): the group goes with its last pod
         in_force = node_qos.enabled and node_qos.policy.be_isolation.cpu_priority.idle_group_in_force
         found = placement.refresh(in_force, pods.states.values())  # the group's BE pods
-        idle_group.remove_gone(found, pods.pods.keys())
-        idle_group.upkeep(in_force, holding=bool(found & pods.pods.keys()))
-        sampler.sample(placement.place(pods.pods.values()))
+        infos = pods.pods  # built from the watch's objects at each access: once per tick
+        idle_group.remove_gone(found, infos.keys())
+        idle_group.upkeep(in_force, holding=bool(found & infos.keys()))
+        sampler.sample(placement.place(infos.values()))
         predictions.observe(sampler, history_clock())
 
     def act(started: float, qos_round: bool) -> None:

@@ -64,17 +64,22 @@ def read(path: Path) -> str:
     return path.read_text().strip()
 
 
-def agent_state_dir(lab, node: str = REAL_NODE) -> Path:
-    """The agent's state directory on a real node (its journals and history), on the host: its
+def agent_state_dir(lab) -> Path:
+    """The agent's state directory on the real node (its journals and history), on the host: its
     hostPath."""
-    return lab.dir / "node-roots" / node / "var/lib/tidal-agent"
+    return lab.dir / "node-roots" / REAL_NODE / "var/lib/tidal-agent"
 
 
-def journal_originals(lab, node: str = REAL_NODE) -> dict[str, str]:
-    """The agent's restore journal on a real node: file -> original value; empty while there is
+def agent_journal(lab) -> Path:
+    """The agent's restore journal on the real node, on the host."""
+    return agent_state_dir(lab) / "qos-journal.json"
+
+
+def journal_originals(lab) -> dict[str, str]:
+    """The agent's restore journal on the real node: file -> original value; empty while there is
     none (the agent writes it atomically: temporary file and rename)."""
     try:
-        return json.loads((agent_state_dir(lab, node) / "qos-journal.json").read_text()).get("originals") or {}
+        return json.loads(agent_journal(lab).read_text()).get("originals") or {}
     except FileNotFoundError:
         return {}
 

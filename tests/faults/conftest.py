@@ -129,20 +129,26 @@ def deployed(lab, core, agent_state_fs):
 def settled_first(deployed, core, request):
     """Every fault test starts from the settled deployment (fault_helpers.settled: every Tidal pod
     present and ready, the agent acting on the node) and, for the tests that use it, the suite's
-    BE pod running (started again, said so, when a failed test before lost it), whatever the test
-    before it left behind: one test's failure must not fail the tests after it."""
+    BE pod running (started again, said so, when a test before lost it: deleted, or ended — the
+    kubelet's eviction under the memory-pressure test's pressure may reach it after that test's
+    end), whatever the test before it left behind: one test's failure must not fail the tests
+    after it."""
     wait_for(lambda: not settled(core), 180, "the deployment settled before the test",
              describe=lambda: "; ".join(settled(core)))
     if "workload" in request.fixturenames:
         namespace, image = request.getfixturevalue("workload"), request.getfixturevalue("image")
         try:
-            lost = core.read_namespaced_pod("transcode", namespace).metadata.deletion_timestamp is not None
+            pod = core.read_namespaced_pod("transcode", namespace)
         except ApiException as err:
             if err.status != 404:
                 raise
-            lost = True
-        if lost:
-            print(f"the suite's BE pod {namespace}/transcode was lost by a test before: started again")
+            pod = None
+        if pod is None or pod.metadata.deletion_timestamp is not None or pod.status.phase != "Running":
+            how = "deleted" if pod is None or pod.metadata.deletion_timestamp else \
+                f"{pod.status.phase}, {pod.status.reason}: {pod.status.message}"
+            print(f"the suite's BE pod {namespace}/transcode was lost by a test before ({how}): started again")
+            if pod is not None and pod.metadata.deletion_timestamp is None:
+                core.delete_namespaced_pod("transcode", namespace, grace_period_seconds=0)
             _start_suite_be_pod(core, namespace, image)
 
 

@@ -138,8 +138,8 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
     sandbox's working set exceeds its memory request of 0), never the LS pod that is over its own
     request (tidal-ls, 50000). The kubelet's configuration is put back afterwards and the pressure
     is gone with its restart. The suite's BE pod may go first (a BE pod too, ranked above a moved
-    one by its pod-level working set): it is then deleted, and started again for the next test
-    that needs it."""
+    one by its pod-level working set), then or a moment after this test: the next test that needs
+    it starts it again (conftest.settled_first)."""
     from tidal_dev.lab import realnode
     from tidal_dev.testing.policy import put_spec
     from tidal_dev.testing.site import pod_manifest
@@ -245,9 +245,6 @@ def test_memory_pressure_the_kubelet_evicts_a_be_pod_in_the_idle_group_before_an
         lab.restart("kubelet")
         core.delete_namespace(namespace)
         put_spec(custom, POLICY, suite_policy)
-        if core.read_namespaced_pod("transcode", workload).status.reason == "Evicted":
-            print("the kubelet evicted the suite's BE pod too (ranked before the moved one): deleted")
-            core.delete_namespaced_pod("transcode", workload, grace_period_seconds=0)
     wait_for(lambda: _no_memory_pressure(core), 90, f"{REAL_NODE} without MemoryPressure after the restart")
 
 

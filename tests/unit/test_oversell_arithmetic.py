@@ -230,6 +230,9 @@ def test_a_stale_profile_clears_the_peak_basis():
     # an agent whose clock runs ahead: its last report would stay fresh long after it died
     (_profile(age_seconds=-3600), "observedAt is 3600s in the future (more than the 60s of clock skew allowed)"),
     (_profile(age_seconds=-86400 * 365), "in the future"),
+    # fresh, but the agent's first report, before its first usage sample
+    ({"status": {"observedAt": _profile()["status"]["observedAt"]}}, "no prediction yet"),
+    ({"status": {"observedAt": _profile()["status"]["observedAt"], "predictions": {}}}, "no prediction yet"),
 ])
 def test_missing_or_stale_profiles_drive_batch_resources_to_zero(profile, note):
     decision = decide_node(_node(), profile, SETTINGS, NOW)

@@ -259,6 +259,10 @@ def decide_node(node: Mapping[str, Any], profile: Mapping[str, Any] | None, sett
         age = (now - observed).total_seconds()
         notes.append(f"NodeProfile is stale ({age:.0f}s old > degrade time {settings.degrade_seconds:.0f}s): "
                      f"batch resources are 0")
+    elif not report.predictions:
+        # the agent's first report comes before its first usage sample (tidal.agent.run.report)
+        notes.append("NodeProfile has no prediction yet (the agent predicts from its first usage sample, "
+                     "seconds after it starts): batch resources are 0 until it does")
     breakdowns = {}
     for resource, key, batch, parse in RESOURCES:
         allocatable = _quantity(status.get("allocatable"), resource, parse)

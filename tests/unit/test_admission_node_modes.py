@@ -132,6 +132,38 @@ def test_be_pod_keeps_native_requests_when_the_pod_its_namespace_or_the_policy_s
         ("volcano", "tidal-be", -100, "Never")
 
 
+VOLCANO_WARNING = (
+    "BE pod asks for kubernetes.io/batch-cpu/batch-memory, but the ColocationPolicy's "
+    "overselling.reportingMode is volcanoAnnotations: nodes publish Volcano's "
+    "volcano.sh/oversubscription-cpu/memory annotations instead, so no node offers these resources and "
+    f"the pod stays Pending; keep its native requests ({OVERSELL}=false on the pod or its "
+    "namespace, or overselling.beUsesBatchResources=false), or set reportingMode to extendedResources")
+
+
+@pytest.mark.parametrize(
+    ("mode", "level", "resources", "oversell", "warned"),
+    [
+        pytest.param("volcanoAnnotations", "BE", NATIVE, None, True, id="batch-requests-nobody-offers"),
+        pytest.param("volcanoAnnotations", "BE",
+                     {"requests": {BATCH_CPU: "500"}, "limits": {BATCH_CPU: "500"}}, None, True,
+                     id="batch-requests-written-by-hand"),
+        pytest.param("volcanoAnnotations", "BE", None, None, False, id="no-requests-fits-anywhere"),
+        pytest.param("volcanoAnnotations", "BE", NATIVE, "false", False, id="keeps-native-requests"),
+        pytest.param("volcanoAnnotations", "LS", NATIVE, None, False, id="online-pod"),
+        pytest.param("extendedResources", "BE", NATIVE, None, False, id="batch-resources-published"),
+    ],
+)
+def test_a_be_pod_given_batch_requests_no_node_offers_is_warned(
+    mode: str, level: str, resources: dict | None, oversell: str | None, warned: bool,
+) -> None:
+    """In the volcanoAnnotations reporting mode the master publishes no kubernetes.io/batch-*
+    (docs/overselling.md): a BE pod asking for them would stay Pending with no word why."""
+    ctx = AdmissionContext({}, ColocationPolicy.from_spec({"overselling": {"reportingMode": mode}}),
+                           namespace="team-a")
+    _, _, warnings = mutate(pod(level, resources, oversell=oversell), ctx)
+    assert (VOLCANO_WARNING in warnings) is warned, warnings
+
+
 @pytest.mark.parametrize(
     ("pod_value", "namespace_value", "where"),
     [

@@ -17,7 +17,9 @@ What is decided (`decide`):
   when ``tidal.api.node_mode.oversell_opted_out`` says so (the ``colocation.tidal.io/oversell``
   annotation of the pod, else of its namespace, else the policy's
   ``overselling.beUsesBatchResources``), with a warning saying why; a bad value of that
-  annotation is an "invalid-qos-annotation" denial naming it.
+  annotation is an "invalid-qos-annotation" denial naming it. A BE pod given batch requests while
+  the policy's ``overselling.reportingMode`` is ``volcanoAnnotations`` (nodes then offer no batch
+  resources) is allowed with a warning saying it will stay Pending and what to change.
 * The pod's own egress limit, ``colocation.tidal.io/egress-bandwidth-mbps``, on a pod (or pod
   template) with a QoS level: a value that is not a positive number of Mbit/s
   (``tidal.api.qos.egress_bandwidth_limit_of``) is an "invalid-qos-annotation" denial naming the
@@ -48,9 +50,10 @@ import json
 from typing import Any
 
 from tidal.api.node_mode import OVERSELL_ANNOTATION, oversell_opted_out
+from tidal.api.policy import ReportingMode
 from tidal.manager.admission.context import DEFAULT_CONTEXT, AdmissionContext
 from tidal.manager.admission.decision import ALLOWED, RULE_REASON_BY_LEVEL, Decision, DenialReason
-from tidal.manager.admission.mutation import pod_mutation
+from tidal.manager.admission.mutation import batch_resources_annotation, pod_mutation
 from tidal.manager.admission.podspec import containers_of
 from tidal.manager.admission.rules import violations
 from tidal.api.shape import (
@@ -148,6 +151,17 @@ def _be_native_reason(
     return why if native else None
 
 
+#: A BE pod moved to batch resources while the master publishes none (the policy's
+#: ``overselling.reportingMode``): no node offers them, so the pod would wait unexplained.
+VOLCANO_ANNOTATIONS_WARNING = (
+    "BE pod asks for kubernetes.io/batch-cpu/batch-memory, but the ColocationPolicy's "
+    "overselling.reportingMode is volcanoAnnotations: nodes publish Volcano's "
+    "volcano.sh/oversubscription-cpu/memory annotations instead, so no node offers these resources and "
+    f"the pod stays Pending; keep its native requests ({OVERSELL_ANNOTATION}=false on the pod or its "
+    "namespace, or overselling.beUsesBatchResources=false), or set reportingMode to extendedResources"
+)
+
+
 def _native_warning(why: str, anywhere: bool) -> str:
     where = (
         "any node, preferring colocation and oversold nodes (overselling.beFallbackToNative=true)"
@@ -190,6 +204,9 @@ def _pod_create(pod: dict[str, Any], context: AdmissionContext) -> Decision:
     warnings = mutation.warnings
     if native_reason is not None:
         warnings += (_native_warning(native_reason, anywhere),)
+    elif (level is QoSLevel.BE and context.overselling.reporting_mode == ReportingMode.VOLCANO_ANNOTATIONS
+          and batch_resources_annotation(containers) is not None):
+        warnings += (VOLCANO_ANNOTATIONS_WARNING,)
     if not mutation.ops and not warnings:
         return ALLOWED
     return Decision.allow(mutation.ops, warnings)

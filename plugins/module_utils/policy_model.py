@@ -577,7 +577,8 @@ class Overselling:
         ReportingMode.EXTENDED_RESOURCES,
         "Where batch resources are published: node extended resources kubernetes.io/batch-cpu "
         "(millicores) and kubernetes.io/batch-memory (bytes), or the node annotations Volcano's "
-        "oversubscription reads.",
+        "oversubscription reads (volcanoAnnotations: no node offers batch resources then, so BE pods "
+        "must keep native requests, and the kubelet admits those only within the node's allocatable).",
     )
 
     RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()

@@ -204,26 +204,6 @@ def test_dry_run_is_answered_like_a_real_create(manager, core, namespace):
     assert err.value.status == 404
 
 
-def _warnings_of_a_dry_run(core, namespace, body):
-    """The API server's Warning headers for a dry-run create (what kubectl prints as 'Warning:')."""
-    _, _, headers = core.create_namespaced_pod_with_http_info(namespace, body, dry_run="All")
-    return [v for k, v in headers.items() if k.lower() == "warning"]
-
-
-def test_a_be_pod_no_node_can_offer_batch_resources_to_is_warned(manager, core, namespace, policy):
-    """overselling.reportingMode: volcanoAnnotations publishes no kubernetes.io/batch-*: the
-    manager learns the mode from its policy cache, and the user sees the warning at creation."""
-    body = _pod("batch", "BE", cpu="2", memory="1Gi")
-    assert not any("volcanoAnnotations" in w for w in _warnings_of_a_dry_run(core, namespace, body))
-    policy({"overselling": {"reportingMode": "volcanoAnnotations"}})
-    wait_for(lambda: any("stays Pending" in w and "volcanoAnnotations" in w
-                         for w in _warnings_of_a_dry_run(core, namespace, body)),
-             30, "the warning about batch requests in the volcanoAnnotations mode")
-    native = copy.deepcopy(body)
-    native["metadata"]["annotations"]["colocation.tidal.io/oversell"] = "false"
-    assert not any("volcanoAnnotations" in w for w in _warnings_of_a_dry_run(core, namespace, native))
-
-
 def test_changing_a_pods_qos_level_is_refused(manager, core, namespace):
     core.create_namespaced_pod(namespace, _pod("web", "LS"))
     patch = {"metadata": {"annotations": {qos.QOS_ANNOTATION: "BE"}}}

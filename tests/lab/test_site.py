@@ -67,6 +67,8 @@ def test_site_playbook_deploys_tidal_as_pods_on_the_real_node_and_summarises(lab
     assert "lab-node-1: colocation=True oversubscription=True" in output
     assert "lab-node-2: colocation=False oversubscription=False" in output
     assert f"{REAL_NODE}: colocation=True oversubscription=True" in output
+    # the summary waited for amounts that rest on a prediction (an agent's first report has none)
+    assert "unknown or invalid" not in output and "no prediction yet" not in output, output[-3000:]
     for host in ("lab-node-0", "lab-node-1", "lab-node-2"):
         assert recap(output)[host]["failed"] == 0
         root = lab.dir / "node-roots" / host
@@ -801,6 +803,42 @@ def test_the_be_idle_group_takes_a_be_container_out_of_kubepods_on_the_real_node
             for g in (d / "tidal-be" for d in _hierarchies()):
                 if g.is_dir() and not any(p.is_dir() for p in g.iterdir()):
                     g.rmdir()
+
+
+def test_a_be_pod_no_node_can_offer_batch_resources_to_is_warned_at_creation(lab, site, core):
+    """overselling.reportingMode: volcanoAnnotations publishes no kubernetes.io/batch-*: the
+    deployed webhook learns the mode from its policy cache and the user sees a warning at creation
+    (kubectl prints the API server's Warning headers); a pod keeping native requests gets none."""
+    from kubernetes import client
+    from tidal_dev.lab.pytest_plugin import wait_for
+
+    from tidal.api import qos
+
+    assert site.returncode == 0
+    custom = client.CustomObjectsApi(core.api_client)
+    policy = (qos.API_GROUP, qos.API_VERSION, "colocationpolicies", "default")
+    original_spec = custom.get_cluster_custom_object(*policy)["spec"]
+    body = _pod("encode", "registry.invalid/app:1", "BE", {"requests": {"cpu": "1", "memory": "1Gi"}}, ["true"])
+    native = {**body, "metadata": {**body["metadata"], "annotations": {
+        **body["metadata"]["annotations"], "colocation.tidal.io/oversell": "false"}}}
+
+    def warnings(pod):  # a dry run: nothing is stored
+        _, _, headers = core.create_namespaced_pod_with_http_info("default", pod, dry_run="All")
+        return " ".join(v for k, v in headers.items() if k.lower() == "warning")
+
+    assert "volcanoAnnotations" not in warnings(body)
+    try:
+        custom.patch_cluster_custom_object(*policy, {"spec": {"overselling": {"reportingMode": "volcanoAnnotations"}}})
+        wait_for(lambda: "stays Pending" in (w := warnings(body)) and "volcanoAnnotations" in w and w, 30,
+                 "the webhook's warning about batch requests no node offers")
+        assert "volcanoAnnotations" not in warnings(native)
+    finally:
+        put_spec(custom, policy, original_spec)
+        # the master undoes what the other mode wrote on its next cycle: no Volcano label left
+        # behind for uninstall.yml to miss
+        wait_for(lambda: not [n.metadata.name for n in core.list_node().items
+                              if "volcano.sh/oversubscription" in (n.metadata.labels or {})], 60,
+                 "the oversell master removing the Volcano label it wrote")
 
 
 def _hierarchies() -> list[Path]:

@@ -832,6 +832,14 @@ def test_a_be_pod_no_node_can_offer_batch_resources_to_is_warned_at_creation(lab
         wait_for(lambda: "stays Pending" in (w := warnings(body)) and "volcanoAnnotations" in w and w, 30,
                  "the webhook's warning about batch requests no node offers")
         assert "volcanoAnnotations" not in warnings(native)
+        # the user creates a Job, not its pods: the warning comes at the Job
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "encode"},
+               "spec": {"template": {"metadata": {"annotations": body["metadata"]["annotations"]},
+                                     "spec": {**body["spec"], "restartPolicy": "Never"}}}}
+        _, _, headers = client.BatchV1Api(core.api_client).create_namespaced_job_with_http_info(
+            "default", job, dry_run="All")
+        assert "spec.template: BE pod asks for kubernetes.io/batch-cpu" in " ".join(
+            v for k, v in headers.items() if k.lower() == "warning"), headers
     finally:
         put_spec(custom, policy, original_spec)
         # the master undoes what the other mode wrote on its next cycle: no Volcano label left

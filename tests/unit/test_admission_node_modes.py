@@ -420,6 +420,24 @@ def test_workload_templates_are_judged_with_the_same_opt_out(
     assert decision.message.startswith(message), decision.message
 
 
+@pytest.mark.parametrize(
+    ("mode", "annotations", "warned"),
+    [
+        pytest.param("volcanoAnnotations", {QOS: "BE"}, True, id="batch-template-nobody-offers"),
+        pytest.param("volcanoAnnotations", {QOS: "BE", OVERSELL: "false"}, False, id="native-template"),
+        pytest.param("volcanoAnnotations", {QOS: "LS"}, False, id="online-template"),
+        pytest.param("extendedResources", {QOS: "BE"}, False, id="batch-resources-published"),
+    ],
+)
+def test_a_workload_whose_be_pods_no_node_can_take_is_warned(mode: str, annotations: dict, warned: bool) -> None:
+    """The user creates the Deployment or Job, not its pods: the warning must come at the workload."""
+    ctx = AdmissionContext({}, ColocationPolicy.from_spec({"overselling": {"reportingMode": mode}}),
+                           namespace="team-a")
+    decision = decide(deployment_request(annotations, NATIVE), ctx)
+    assert decision.allowed and not decision.patch, decision
+    assert decision.warnings == ((f"spec.template: {VOLCANO_WARNING}",) if warned else ()), decision.warnings
+
+
 def test_the_namespace_is_read_from_the_request() -> None:
     assert namespace_of(create_review(pod("BE"))) == "team-a"
     assert namespace_of({"request": {"namespace": 7}}) == ""

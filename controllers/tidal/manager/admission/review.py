@@ -31,7 +31,9 @@ What is decided (`decide`):
   before the webhook, even with a bad annotation, can still be labelled or have finalizers
   removed.
 * Workloads (``workloads``) on CREATE and UPDATE: their pod template is validated like a pod,
-  without mutation, messages prefixed with the template's path. An UPDATE that leaves the
+  without mutation, messages prefixed with the template's path; a BE template that would ask for
+  batch resources no node offers gets the pod's ``volcanoAnnotations`` warning (the pods' own go
+  to the controller that creates them, not to the user). An UPDATE that leaves the
   template as it was is allowed, so that metadata-only updates (garbage collector, finalizers)
   of a workload admitted before a rule existed are never blocked.
 
@@ -162,6 +164,15 @@ VOLCANO_ANNOTATIONS_WARNING = (
 )
 
 
+def _asks_for_batch_nobody_offers(level: QoSLevel, native_reason: str | None, containers,
+                                  context: AdmissionContext) -> bool:
+    """A BE pod (or template) that ends up asking for batch resources while the policy's
+    reporting mode publishes none (`VOLCANO_ANNOTATIONS_WARNING`)."""
+    return (level is QoSLevel.BE and native_reason is None
+            and context.overselling.reporting_mode == ReportingMode.VOLCANO_ANNOTATIONS
+            and batch_resources_annotation(containers) is not None)
+
+
 def _native_warning(why: str, anywhere: bool) -> str:
     where = (
         "any node, preferring colocation and oversold nodes (overselling.beFallbackToNative=true)"
@@ -204,8 +215,7 @@ def _pod_create(pod: dict[str, Any], context: AdmissionContext) -> Decision:
     warnings = mutation.warnings
     if native_reason is not None:
         warnings += (_native_warning(native_reason, anywhere),)
-    elif (level is QoSLevel.BE and context.overselling.reporting_mode == ReportingMode.VOLCANO_ANNOTATIONS
-          and batch_resources_annotation(containers) is not None):
+    elif _asks_for_batch_nobody_offers(level, native_reason, containers, context):
         warnings += (VOLCANO_ANNOTATIONS_WARNING,)
     if not mutation.ops and not warnings:
         return ALLOWED
@@ -278,11 +288,15 @@ def _workload(
     if egress_problem:
         return Decision.deny(DenialReason.INVALID_QOS_ANNOTATION, f"{prefix}: {egress_problem}")
     spec = optional_object(template, "spec", f"{prefix}.spec") or {}
-    problems = violations(spec, level, f"{prefix}.spec", be_native_reason=native_reason)
+    containers = containers_of(spec, f"{prefix}.spec")
+    problems = violations(spec, level, f"{prefix}.spec", containers, native_reason)
     if problems:
         return Decision.deny(
             RULE_REASON_BY_LEVEL[level], "; ".join(f"{prefix}: {problem}" for problem in problems)
         )
+    if _asks_for_batch_nobody_offers(level, native_reason, containers, context):
+        # the pods' own warnings go to the controller that creates them, not to the user
+        return Decision.allow(warnings=(f"{prefix}: {VOLCANO_ANNOTATIONS_WARNING}",))
     return ALLOWED
 
 

@@ -16,7 +16,7 @@ import jsonpatch
 import pytest
 from tidal.api.policy import ColocationPolicy
 from tidal.manager.admission.context import AdmissionContext
-from tidal.manager.admission.review import decide, namespace_of, review
+from tidal.manager.admission.review import answer, decide, namespace_of, review
 
 QOS = "colocation.tidal.io/qos-level"
 OVERSELL = "colocation.tidal.io/oversell"
@@ -436,6 +436,21 @@ def test_a_workload_whose_be_pods_no_node_can_take_is_warned(mode: str, annotati
     decision = decide(deployment_request(annotations, NATIVE), ctx)
     assert decision.allowed and not decision.patch, decision
     assert decision.warnings == ((f"spec.template: {VOLCANO_WARNING}",) if warned else ()), decision.warnings
+
+
+def test_the_validating_webhook_says_a_workloads_warning_but_not_a_pods_again() -> None:
+    """/validate answers without a patch: a pod's warnings came with the mutating webhook's
+    answer already, a workload's come only from here (it is validated, never mutated)."""
+    ctx = AdmissionContext({}, ColocationPolicy.from_spec({"overselling": {"reportingMode": "volcanoAnnotations"}}),
+                           namespace="team-a")
+    workload = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": deployment_request({QOS: "BE"}, NATIVE)}
+    validated, _ = answer(workload, with_patch=False, context=ctx)
+    assert validated["response"]["warnings"] == [f"spec.template: {VOLCANO_WARNING}"]
+    mutated, _ = answer(create_review(pod("BE", NATIVE)), with_patch=True, context=ctx)
+    validated, _ = answer(create_review(pod("BE", NATIVE)), with_patch=False, context=ctx)
+    assert VOLCANO_WARNING in mutated["response"]["warnings"]
+    assert "warnings" not in validated["response"] and "patch" not in validated["response"]
 
 
 def test_the_namespace_is_read_from_the_request() -> None:

@@ -359,6 +359,13 @@ def _decide_review(admission_review: Any, context: AdmissionContext) -> Decision
     return decide(admission_review.get("request"), context)
 
 
+def _is_workload(admission_review: Any) -> bool:
+    """Whether the review is of a workload carrying a pod template (validated, never mutated)."""
+    request = admission_review.get("request") if isinstance(admission_review, dict) else None
+    target = target_of(request) if isinstance(request, dict) else None
+    return target is not None and not target.is_pod
+
+
 def _uid_of(admission_review: Any) -> str:
     if isinstance(admission_review, dict):
         request = admission_review.get("request")
@@ -416,8 +423,9 @@ def answer(
 
     Args:
         admission_review: the parsed JSON body, of any shape.
-        with_patch: False for the validating webhook: same verdict, no patch, and none of the
-            warnings that describe the patch (a validating webhook may not mutate).
+        with_patch: False for the validating webhook: same verdict, no patch, and none of a
+            pod's warnings (the mutating webhook gave them, with its patch); a workload's warnings
+            (its template, which only this webhook sees) are kept.
         context: the namespace's annotations and the policy (`DEFAULT_CONTEXT`: none, defaults).
 
     Never raises (see the module docstring).
@@ -428,8 +436,9 @@ def answer(
         uid = ""
     try:
         decision = _decide_review(admission_review, context)
-        if not with_patch and decision.allowed and (decision.patch or decision.warnings):
-            decision = ALLOWED
+        if (not with_patch and decision.allowed and (decision.patch or decision.warnings)
+                and not _is_workload(admission_review)):
+            decision = ALLOWED  # a workload's warnings are about the object: only this webhook sees it
         return _response(uid, decision), decision
     except Exception as error:  # noqa: BLE001 - the contract is an answer, never an exception
         decision = _internal_error(error)

@@ -49,10 +49,33 @@ def _capabilities(lab_api, node):
     custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": to_status(capabilities)}})
 
 
+def _breakdown(lab_api, node) -> dict:
+    """The oversell master's breakdown for a node it gave 0 (as `decide_node` makes it: an
+    oversold node without a NodeProfile), written into the node's NodeProfile, which the master
+    leaves alone while the node is not oversold."""
+    import datetime
+    from tidal.manager.oversell.node_decision import OversellSettings, decide_node
+    custom = client.CustomObjectsApi(lab_api)
+    group = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    oversold = {"metadata": {"name": node, "labels": {qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
+    breakdown = decide_node(oversold, None, OversellSettings(), now).to_status(now)
+    try:
+        custom.create_cluster_custom_object(*group, {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile",
+                                                     "metadata": {"name": node}})
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+    custom.patch_cluster_custom_object_status(*group, node, {"status": {"oversell": breakdown}})
+    return breakdown
+
+
 def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nodes, components, prometheus,
                                                     lab_api, artefacts):
     core = client.CoreV1Api(lab_api)
     _capabilities(lab_api, nodes["oversold"])
+    breakdown = _breakdown(lab_api, nodes["plain"])
     page, errors = _signed_in(browser, console, users["editor"])
 
     # Overview: the workflow with links into the pages, the roles' snippets and an example BE Job.
@@ -71,6 +94,12 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     page.wait_for_selector(f"#overview-nodes tr[data-node='{nodes['oversold']}']", timeout=10000)
     assert "colocation+oversubscription" in page.inner_text(f"#overview-nodes tr[data-node='{nodes['oversold']}']")
     assert page.locator("#overview-error").count() == 0
+    # A node at 0 batch resources says why, in the master's words, its notes in the tooltip.
+    plain = f"#overview-nodes tr[data-node='{nodes['plain']}']"
+    page.wait_for_selector(f"{plain} td .why", timeout=10000)
+    assert page.locator(f"{plain} td .why").all_inner_texts() == [
+        breakdown["cpuMillicores"]["reason"], breakdown["memoryBytes"]["reason"]]
+    assert breakdown["notes"][0] in page.locator(f"{plain} td.errors").first.get_attribute("title")
     assert page.locator("#be-summary").inner_text().startswith("BE pods: ")
     assert page.locator("#tidal-events, #events-empty").count() == 1
     page.screenshot(path=str(artefacts / "overview.png"), full_page=True)

@@ -187,7 +187,8 @@ def test_overview_per_node_and_pending_pods_bounded():
         ("off", False, False, {"running": 0, "starting": 0})
     assert n2["mode"] == "colocation+oversubscription" and n2["replayed"] and n2["agentReported"]
     assert n2["batch"] == {"allocatable": {"cpuMillicores": 1500, "memoryBytes": 8 << 30},
-                           "requested": {"cpuMillicores": 1100, "memoryBytes": 2 << 30}}
+                           "requested": {"cpuMillicores": 1100, "memoryBytes": 2 << 30},
+                           "why": {"cpuMillicores": None, "memoryBytes": None, "notes": []}}
     assert n2["bePods"] == {"running": 1, "starting": 1}
     assert n2["problems"] == ["spec.features.psiInterference: enabled but not supported"]
     be = view["bePods"]
@@ -197,6 +198,25 @@ def test_overview_per_node_and_pending_pods_bounded():
     assert view["events"] == {"items": tidal_events([_event("TidalEvicted", "2025-01-01T00:00:03Z")])[0],
                               "truncated": False}
     assert view["limits"] == {"pendingPods": 2, "events": 50}
+
+
+@pytest.mark.parametrize("oversell, why", [
+    pytest.param({"cpuMillicores": {"reason": "online peak, overhead and margin fill the capped allocatable"},
+                  "memoryBytes": {"reason": "ok"},
+                  "notes": ["NodeProfile has no prediction yet (...)"]},
+                 {"cpuMillicores": "online peak, overhead and margin fill the capped allocatable",
+                  "memoryBytes": "ok", "notes": ["NodeProfile has no prediction yet (...)"]}, id="decided"),
+    pytest.param(None, {"cpuMillicores": None, "memoryBytes": None, "notes": []}, id="not-decided-yet"),
+    pytest.param({"cpuMillicores": "0", "memoryBytes": {"reason": 7}, "notes": "one"},
+                 {"cpuMillicores": None, "memoryBytes": None, "notes": []}, id="another-shape"),
+])
+def test_the_overview_says_why_the_master_decided_a_nodes_batch_resources(oversell, why):
+    """At 0 batch resources the console shows the master's reason (issue 18: every number says
+    where it came from), from the breakdown the master writes into the NodeProfile."""
+    profiles = {"n2": {"status": {"oversell": oversell}}} if oversell is not None else {}
+    view = overview([_node("n2", BOTH, cpu="0")], profiles, [], [])
+    assert view["nodes"][0]["batch"]["why"] == why
+    _validator("Overview").validate(view)
 
 
 # -- the OpenAPI document's schemas ---------------------------------------------------------

@@ -220,10 +220,19 @@ SCHEMAS: dict[str, Any] = {
                 "properties": {
                     "name": _STR, "mode": _MODE, "ready": _BOOL, "unschedulable": _BOOL,
                     "evicting": {**_BOOL, "description": "Taint colocation.tidal.io/offline-evicting is on."},
-                    "batch": {"type": "object", "required": ["allocatable", "requested"],
+                    "batch": {"type": "object", "required": ["allocatable", "requested", "why"],
                               "properties": {"allocatable": _RESOURCES,
                                              "requested": {**_RESOURCES, "description": "By the BE pods bound to "
-                                                                                      "the node."}}},
+                                                                                      "the node."},
+                                             "why": {
+                                                 "type": "object", "additionalProperties": False,
+                                                 "required": ["cpuMillicores", "memoryBytes", "notes"],
+                                                 "description": "The oversell master's reason per resource "
+                                                                "(NodeProfile status.oversell; null before it "
+                                                                "decided the node) and its notes.",
+                                                 "properties": {"cpuMillicores": _nullable(_STR),
+                                                                "memoryBytes": _nullable(_STR),
+                                                                "notes": _LINES}}}},
                     "bePods": {"type": "object", "additionalProperties": False, "required": ["running", "starting"],
                                "properties": {"running": _COUNT,
                                               "starting": {**_COUNT, "description": "Bound, containers not "

@@ -7,7 +7,8 @@ objects (plain JSON dicts); `tidal.console.server` reads the objects.
   and from the scheduler's own word (Volcano writes ``PodScheduled=False`` with a message).
 - `tidal_events`: the recent Events Tidal writes (evictions, blocked evictions, the
   offline-evicting taint, dropped batch resources), newest first, bounded.
-- `overview`: per node its mode, batch allocatable vs requested, BE pods running and pending,
+- `overview`: per node its mode, batch allocatable vs requested and why the oversell master
+  decided what it did (`batch_why`), BE pods running and pending,
   the problems its agent reports (features its kernel lacks); BE pods pending with the reason;
   the Events. Lists are capped (`MAX_PENDING_PODS`, `MAX_EVENTS`) and say when they were cut.
 """
@@ -339,6 +340,21 @@ def _level(pod: Mapping[str, Any]) -> str | None:
     return level.value if level is not None else None
 
 
+def batch_why(oversell: Any) -> dict[str, Any]:
+    """The oversell master's word on a node (NodeProfile ``status.oversell``): its reason per
+    resource (None before it decided the node, or in a breakdown of another shape) and its notes."""
+    oversell = oversell if isinstance(oversell, Mapping) else {}
+
+    def reason(key: str) -> str | None:
+        part = oversell.get(key)
+        value = part.get("reason") if isinstance(part, Mapping) else None
+        return value if isinstance(value, str) else None
+
+    notes = oversell.get("notes")
+    return {"cpuMillicores": reason("cpuMillicores"), "memoryBytes": reason("memoryBytes"),
+            "notes": [n for n in notes if isinstance(n, str)] if isinstance(notes, list) else []}
+
+
 def overview(nodes: Iterable[Mapping[str, Any]], profiles: Mapping[str, Mapping[str, Any]],
              pods: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]],
              max_pending: int = MAX_PENDING_PODS, max_events: int = MAX_EVENTS) -> dict[str, Any]:
@@ -368,7 +384,8 @@ def overview(nodes: Iterable[Mapping[str, Any]], profiles: Mapping[str, Mapping[
             "batch": {"allocatable": {"cpuMillicores": _int(allocatable.get(qos.BATCH_CPU_RESOURCE)),
                                       "memoryBytes": _int(allocatable.get(qos.BATCH_MEMORY_RESOURCE))},
                       "requested": {"cpuMillicores": requested.cpu_millicores,
-                                    "memoryBytes": requested.memory_bytes}},
+                                    "memoryBytes": requested.memory_bytes},
+                      "why": batch_why(status.oversell)},
             "bePods": {"running": sum((p.get("status") or {}).get("phase") == "Running" for p in mine),
                        "starting": sum((p.get("status") or {}).get("phase") == "Pending" for p in mine)},
             "agentReported": profile is not None,

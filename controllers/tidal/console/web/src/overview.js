@@ -14,10 +14,14 @@ function stepCard(step, i) {
     step.docs ? el("p", { class: "muted docs" }, "More: ", el("code", {}, step.docs), " in Tidal's documentation") : null);
 }
 
+// At 0, the oversell master's reason is written under the figures (its notes in the tooltip).
 function batchCell(batch, key, unit) {
   const a = batch.allocatable[key], r = batch.requested[key];
-  return el("td", { class: a === 0 ? "errors" : null, title: a === 0 ? "no batch resources published on this node" : null },
-    `${formatValue(r, unit)} of ${formatValue(a, unit)}`);
+  const why = a === 0 ? batch.why[key] : null;
+  return el("td", { class: a === 0 ? "errors" : null,
+    title: a === 0 ? [why || "no batch resources published on this node", ...batch.why.notes].join("\n") : null },
+    `${formatValue(r, unit)} of ${formatValue(a, unit)}`,
+    why ? el("div", { class: "muted why" }, why) : null);
 }
 
 function nodesTable(nodes) {

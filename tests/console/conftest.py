@@ -157,6 +157,20 @@ def _up(url: str) -> bool:
         return False
 
 
+def patch_profile_status(lab_api, node: str, status: dict) -> None:
+    """Merge ``status`` into the node's NodeProfile, created empty first when it has none (as
+    an agent or the oversell master would have written those parts)."""
+    custom = client.CustomObjectsApi(lab_api)
+    group = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
+    try:
+        custom.create_cluster_custom_object(*group, {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile",
+                                                     "metadata": {"name": node}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    custom.patch_cluster_custom_object_status(*group, node, {"status": status})
+
+
 def kwok_node(name: str, labels: dict | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_ANNOTATION_VALUE},

@@ -13,7 +13,7 @@ from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.policy import put_spec
 
-from .conftest import http, promql
+from .conftest import http, patch_profile_status, promql
 
 pytestmark = pytest.mark.lab
 
@@ -139,18 +139,11 @@ def test_the_boolean_switch_still_works_and_says_what_the_node_does(console, use
 
 
 def test_node_list_shows_capabilities_with_reasons_pods_by_qos_and_batch_requests(console, users, nodes, lab_api):
-    core, custom = client.CoreV1Api(lab_api), client.CustomObjectsApi(lab_api)
+    core = client.CoreV1Api(lab_api)
     node = nodes["oversold"]
-    group = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
-    try:
-        custom.create_cluster_custom_object(*group, {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile",
-                                                     "metadata": {"name": node}})
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
-    custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": [
+    patch_profile_status(lab_api, node, {"capabilities": [
         {"name": "cpuBurst", "supported": True, "reason": ""},
-        {"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"}]}})
+        {"name": "cacheLimits", "supported": False, "reason": "resctrl not mounted"}]})
     namespace = users["namespace"]
     be = {"metadata": {"name": "be", "annotations": {qos.QOS_ANNOTATION: "BE"}},
           "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox", "resources": {

@@ -13,7 +13,7 @@ from tidal.agent.qos.capabilities import CAPABILITY_NAMES, Capability, to_status
 from tidal.api import qos
 from tidal_dev.lab.pytest_plugin import wait_for
 
-from .conftest import http, promql
+from .conftest import http, patch_profile_status, promql
 
 pytestmark = pytest.mark.lab
 pytest.importorskip("playwright.sync_api")
@@ -29,14 +29,6 @@ def _labels(core, node):
 
 
 def _capabilities(lab_api, node):
-    custom = client.CustomObjectsApi(lab_api)
-    group = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
-    try:
-        custom.create_cluster_custom_object(*group, {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile",
-                                                     "metadata": {"name": node}})
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
     # As a real agent writes them: the probe's own capability names (issue 20: invented names
     # such as "psiInterference" made this test pass while real data was never dimmed).
     capabilities = [Capability("cpu.cfs_burst", True, "/sys/fs/cgroup/cpu.max.burst"),
@@ -46,7 +38,7 @@ def _capabilities(lab_api, node):
                     Capability(NRI_CAPABILITY, False, "no NRI socket at /var/run/nri/nri.sock (NRI disabled in "
                                                       "containerd?)")]
     assert {c.name for c in capabilities} <= {*CAPABILITY_NAMES, NRI_CAPABILITY}
-    custom.patch_cluster_custom_object_status(*group, node, {"status": {"capabilities": to_status(capabilities)}})
+    patch_profile_status(lab_api, node, {"capabilities": to_status(capabilities)})
 
 
 def _breakdown(lab_api, node) -> dict:
@@ -55,19 +47,11 @@ def _breakdown(lab_api, node) -> dict:
     leaves alone while the node is not oversold."""
     import datetime
     from tidal.manager.oversell.node_decision import OversellSettings, decide_node
-    custom = client.CustomObjectsApi(lab_api)
-    group = (qos.API_GROUP, qos.API_VERSION, "nodeprofiles")
     now = datetime.datetime.now(datetime.timezone.utc)
     oversold = {"metadata": {"name": node, "labels": {qos.OVERSUBSCRIPTION_NODE_LABEL: "true"}},
                 "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
     breakdown = decide_node(oversold, None, OversellSettings(), now).to_status(now)
-    try:
-        custom.create_cluster_custom_object(*group, {"apiVersion": qos.API_GROUP_VERSION, "kind": "NodeProfile",
-                                                     "metadata": {"name": node}})
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
-    custom.patch_cluster_custom_object_status(*group, node, {"status": {"oversell": breakdown}})
+    patch_profile_status(lab_api, node, {"oversell": breakdown})
     return breakdown
 
 

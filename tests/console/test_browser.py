@@ -84,6 +84,7 @@ def test_pages_switch_policy_errors_and_chart_hover(browser, console, users, nod
     assert page.locator(f"{plain} td .why").all_inner_texts() == [
         breakdown["cpuMillicores"]["reason"], breakdown["memoryBytes"]["reason"]]
     assert breakdown["notes"][0] in page.locator(f"{plain} td.errors").first.get_attribute("title")
+    assert page.locator(f"{plain} td .why-notes").all_inner_texts() == breakdown["notes"]
     assert page.locator("#be-summary").inner_text().startswith("BE pods: ")
     assert page.locator("#tidal-events, #events-empty").count() == 1
     page.screenshot(path=str(artefacts / "overview.png"), full_page=True)

@@ -14,7 +14,8 @@ function stepCard(step, i) {
     step.docs ? el("p", { class: "muted docs" }, "More: ", el("code", {}, step.docs), " in Tidal's documentation") : null);
 }
 
-// At 0, the oversell master's reason is written under the figures (its notes in the tooltip).
+// At 0, the oversell master's reason is written under the figures; its notes (the cause: no
+// report, a stale one, a node not oversold...) once under the node's name.
 function batchCell(batch, key, unit) {
   const a = batch.allocatable[key], r = batch.requested[key];
   const why = a === 0 ? batch.why[key] : null;
@@ -30,7 +31,9 @@ function nodesTable(nodes) {
     el("thead", {}, el("tr", {}, ["Node", "Mode", "Status", "Batch CPU requested of allocatable",
       "Batch memory requested of allocatable", "BE pods running / starting", "Agent", "Problems"].map((h) => el("th", {}, h)))),
     el("tbody", {}, nodes.map((n) => el("tr", { "data-node": n.name },
-      el("td", {}, el("strong", {}, n.name)),
+      el("td", {}, el("strong", {}, n.name),
+        n.batch.allocatable.cpuMillicores === 0 || n.batch.allocatable.memoryBytes === 0
+          ? n.batch.why.notes.map((note) => el("div", { class: "muted why-notes" }, note)) : null),
       el("td", {}, n.mode),
       el("td", {}, n.ready ? "Ready" : el("span", { class: "errors" }, "NotReady"),
         n.unschedulable ? el("div", { class: "muted" }, "cordoned") : null,

@@ -822,9 +822,11 @@ def test_a_be_pod_no_node_can_offer_batch_resources_to_is_warned_at_creation(lab
     native = {**body, "metadata": {**body["metadata"], "annotations": {
         **body["metadata"]["annotations"], "colocation.tidal.io/oversell": "false"}}}
 
-    def warnings(pod):  # a dry run: nothing is stored
-        _, _, headers = core.create_namespaced_pod_with_http_info("default", pod, dry_run="All")
+    def warning_text(headers) -> str:  # what kubectl prints as "Warning:"
         return " ".join(v for k, v in headers.items() if k.lower() == "warning")
+
+    def warnings(pod):  # a dry run: nothing is stored
+        return warning_text(core.create_namespaced_pod_with_http_info("default", pod, dry_run="All")[2])
 
     assert "volcanoAnnotations" not in warnings(body)
     try:
@@ -836,10 +838,9 @@ def test_a_be_pod_no_node_can_offer_batch_resources_to_is_warned_at_creation(lab
         job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "encode"},
                "spec": {"template": {"metadata": {"annotations": body["metadata"]["annotations"]},
                                      "spec": {**body["spec"], "restartPolicy": "Never"}}}}
-        _, _, headers = client.BatchV1Api(core.api_client).create_namespaced_job_with_http_info(
-            "default", job, dry_run="All")
-        assert "spec.template: BE pod asks for kubernetes.io/batch-cpu" in " ".join(
-            v for k, v in headers.items() if k.lower() == "warning"), headers
+        headers = client.BatchV1Api(core.api_client).create_namespaced_job_with_http_info(
+            "default", job, dry_run="All")[2]
+        assert "spec.template: BE pod asks for kubernetes.io/batch-cpu" in warning_text(headers), headers
     finally:
         put_spec(custom, policy, original_spec)
         # the master undoes what the other mode wrote on its next cycle: no Volcano label left

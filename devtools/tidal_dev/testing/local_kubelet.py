@@ -51,9 +51,12 @@ class LocalKubelet:
         self.cpu_root = cpu_controller_root(self.layout)
 
     def dirs(self, relpath: PurePosixPath) -> list[Path]:
-        """The directories of one cgroup in every hierarchy the agent uses (cpu, cpuacct, memory)."""
+        """The directories of one cgroup in every hierarchy the agent uses (cpu, cpuacct, memory;
+        blkio last, where v1 has it)."""
         out: list[Path] = []
-        for d in (self.cpu_root / relpath, self.layout.cpu_dir(relpath), self.layout.memory_dir(relpath)):
+        blkio = self.layout.blkio_dir(relpath)
+        for d in (self.cpu_root / relpath, self.layout.cpu_dir(relpath), self.layout.memory_dir(relpath),
+                  *([blkio] if blkio is not None else [])):
             if d not in out:
                 out.append(d)
         return out

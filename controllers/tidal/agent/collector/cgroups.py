@@ -71,6 +71,7 @@ DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: v1 mount directories that can hold the cpuacct controller, most common first.
 V1_CPUACCT_DIRS = ("cpu,cpuacct", "cpuacct,cpu", "cpuacct")
 V1_MEMORY_DIR = "memory"
+V1_BLKIO_DIR = "blkio"
 #: Where hybrid systems mount cgroup2 next to the v1 controllers.
 HYBRID_UNIFIED_DIR = "unified"
 
@@ -250,12 +251,14 @@ class CgroupHierarchy:
 
     ``cpu_root`` holds the CPU usage counter (v1: the cpuacct hierarchy, ``cpuacct.usage``; v2:
     the unified hierarchy, ``cpu.stat``); ``memory_root`` the memory files. On v2 both are the
-    same directory.
+    same directory. ``blkio_root``: v1's blkio hierarchy when it is mounted (block I/O
+    throttling); on v2 the unified root holds the io controller's files and it is not used.
     """
 
     version: CgroupVersion
     cpu_root: Path
     memory_root: Path
+    blkio_root: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,16 @@ class CgroupLayout:
 
     def memory_dir(self, relpath: PurePosixPath) -> Path:
         return self.hierarchy.memory_root / relpath
+
+    @property
+    def blkio_root(self) -> Path | None:
+        """Where block I/O throttling files are: v1's blkio hierarchy (None: not mounted), v2's
+        unified root."""
+        return self.hierarchy.memory_root if self.version is CgroupVersion.V2 else self.hierarchy.blkio_root
+
+    def blkio_dir(self, relpath: PurePosixPath) -> Path | None:
+        root = self.blkio_root
+        return None if root is None else root / relpath
 
     def kubepods_relpath(self) -> PurePosixPath:
         return kubepods_relpath(self.driver, self.kubelet_root)
@@ -329,7 +342,9 @@ def detect_hierarchy(root: Path | str = DEFAULT_CGROUP_ROOT) -> CgroupHierarchy:
     )
     memory = root / V1_MEMORY_DIR
     if cpuacct is not None and (memory / "memory.usage_in_bytes").is_file():
-        return CgroupHierarchy(CgroupVersion.V1, cpuacct, memory)
+        blkio = root / V1_BLKIO_DIR
+        return CgroupHierarchy(CgroupVersion.V1, cpuacct, memory,
+                               blkio if (blkio / "blkio.throttle.read_bps_device").is_file() else None)
 
     hybrid_marker = root / HYBRID_UNIFIED_DIR / "cgroup.controllers"
     if hybrid_marker.is_file() and "memory" in _controllers(hybrid_marker):

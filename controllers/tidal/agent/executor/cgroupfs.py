@@ -29,13 +29,24 @@ from tidal.agent.collector.readers import read_small
 from tidal.agent.durable import write_durably
 
 __all__ = [
-    "ApplyResult", "CgroupTrigger", "CgroupWrite", "RestoreJournal", "UnsafeWriteError", "V1_QUOTA_FILE",
-    "apply", "restore", "trigger",
+    "DEVICE_FILES", "DEVICE_SEPARATOR", "ApplyResult", "CgroupTrigger", "CgroupWrite", "RestoreJournal",
+    "UnsafeWriteError", "V1_QUOTA_FILE", "apply", "device_lines", "restore", "trigger",
 ]
 
 V1_QUOTA_FILE = "cpu.cfs_quota_us"
 V1_MEMORY_LIMIT = "memory.limit_in_bytes"
 V1_MEMSW_LIMIT = "memory.memsw.limit_in_bytes"
+#: Per-device files (block I/O throttling) and what each reads for a device without a limit:
+#: they list one line per limited device and take one device per write(2); a value that is not
+#: the unlimited one sets a device's limit, the unlimited one removes its line.
+DEVICE_FILES = {
+    "blkio.throttle.read_bps_device": "0",
+    "blkio.throttle.write_bps_device": "0",
+    "blkio.throttle.read_iops_device": "0",
+    "blkio.throttle.write_iops_device": "0",
+    "io.max": "rbps=max wbps=max riops=max wiops=max",
+}
+DEVICE_SEPARATOR = "; "
 
 log = logging.getLogger(__name__)
 
@@ -236,13 +247,41 @@ def _write_value(target: Path, value: str) -> None:
     default, and restoring it must make it empty again).
 
     A v1 memory limit the kernel refuses (EINVAL) for being above the cgroup's memory+swap limit
-    takes that limit up with it first (:func:`_raise_memsw`)."""
+    takes that limit up with it first (:func:`_raise_memsw`). A per-device file is written a
+    device at a time (:func:`_write_devices`)."""
+    if target.name in DEVICE_FILES:
+        _write_devices(target, value)
+        return
     try:
         target.write_text(value or "\n", encoding="ascii")
     except OSError as error:
         if error.errno != errno.EINVAL or target.name != V1_MEMORY_LIMIT or not _raise_memsw(target, value):
             raise
         target.write_text(value, encoding="ascii")
+
+
+def device_lines(text: str) -> dict[str, str]:
+    """A per-device file's text (the kernel's lines, or a plan's value: the lines joined by
+    :data:`DEVICE_SEPARATOR`) as {``major:minor``: the rest of its line}."""
+    lines = {}
+    for line in text.replace(DEVICE_SEPARATOR.strip(), "\n").splitlines():
+        device, _, rest = line.strip().partition(" ")
+        if device:
+            lines[device] = " ".join(rest.split())
+    return lines
+
+
+def _write_devices(target: Path, value: str) -> None:
+    """Make a per-device file list exactly ``value``'s devices: each device that differs is
+    written on its own (the kernel parses one per write), a device listed but not wanted gets
+    the unlimited value, which removes it."""
+    wanted = device_lines(value)
+    current = device_lines(target.read_text(encoding="ascii"))
+    for device in sorted(current.keys() - wanted.keys()):
+        target.write_text(f"{device} {DEVICE_FILES[target.name]}", encoding="ascii")
+    for device, rest in sorted(wanted.items()):
+        if current.get(device) != rest:
+            target.write_text(f"{device} {rest}", encoding="ascii")
 
 
 def _raise_memsw(limit: Path, value: str) -> bool:
@@ -275,7 +314,10 @@ class ApplyResult:
 
 
 def _normalize(file: str, text: str) -> str:
-    """Current kernel text in the form plans use (``cpu.max`` reads ``max 100000``)."""
+    """Current kernel text in the form plans use (``cpu.max`` reads ``max 100000``; a
+    per-device file's lines are sorted and joined by :data:`DEVICE_SEPARATOR`)."""
+    if file in DEVICE_FILES:
+        return DEVICE_SEPARATOR.join(f"{d} {rest}" for d, rest in sorted(device_lines(text).items()))
     return " ".join(text.split())
 
 

@@ -20,6 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from tidal.api import qos
 from tidal.agent.collector.cgroups import PodQOSClass
 from tidal.agent.executor import sched
+from tidal.agent.executor.cgroupfs import device_lines
+from tidal.agent.qos.be_block_io import node_disks
 from tidal_dev.lab import processes
 from tidal_dev.lab.ports import free_port
 from tidal_dev.lab.pytest_plugin import wait_for
@@ -36,7 +38,7 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
     # when the machine keeps the LS task waiting) is off here; its tests are
     # test_qos_be_cpu_interference*.py and bench-isolation. The usage outside the pods (the lab's
     # control plane beside them on the same cores) is left out first, then counted.
-    slice_on = {"onlineSchedSlice": {"enabled": True}}
+    slice_on = {"onlineSchedSlice": {"enabled": True}, "blockIO": {"enabled": True, "readMiBPerSecond": 50}}
     policy({"beIsolation": {"cpuInterference": {"enabled": False}}, "overselling": {"includeSystemUsage": False},
             "features": slice_on})
     web_pod = kubelet.run_pod(core, namespace, _pod(node, "web", "LS", {"cpu": "500m", "memory": "256Mi"}))
@@ -52,9 +54,11 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
     be_pod = cpu / kubelet.layout.pod_relpath(be_uid, be_class)
     be_parent = cpu / kubelet.layout.qos_relpath(PodQOSClass.BEST_EFFORT)
     be_cpu, be_memory = be[0], next(d for d in be if "memory" in d.parts)
+    be_blkio = next((d for d in be if "blkio" in d.parts), None)
     originals = {p: _read(p) for p in (be_pod / "cpu.idle", be_parent / "cpu.cfs_quota_us",
                                        be_cpu / "cpu.cfs_quota_us", be_cpu / "cpu.shares",
-                                       be_memory / "memory.limit_in_bytes")}
+                                       be_memory / "memory.limit_in_bytes",
+                                       *([be_blkio / "blkio.throttle.read_bps_device"] if be_blkio else []))}
     port = free_port()
     agent = _agent(lab, node, kubelet, tmp_path, port)
     try:
@@ -90,6 +94,16 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
             assert sched.get_attr(be_process.pid).runtime_ns == base_slice
         else:
             print(f"online wake-up slice not checked: {why_not}")
+        # the BE container's reads capped on every disk of the machine (features.blockIO, 50 MiB/s,
+        # one BE container); the LS pod's disk left alone
+        if be_blkio is not None:
+            disks = node_disks()
+            wait_for(lambda: device_lines(_read(be_blkio / "blkio.throttle.read_bps_device"))
+                     == {d.device: str(50 << 20) for d in disks}, 10,
+                     f"BE reads capped at 50 MiB/s on {disks} (log {log})")
+            assert _read(next(d for d in web if "blkio" in d.parts) / "blkio.throttle.read_bps_device") == ""
+        else:
+            print("BE block I/O not checked: no v1 blkio hierarchy here")
 
         # A policy change applies within 5 s, without a restart.
         policy({"beIsolation": {"cpuSuppression": {"thresholdPercent": 30, "floorMillicores": 200, "quota": "always"},
@@ -116,6 +130,8 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
 
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert f'tidal_agent_cgroup_writes_total{{node="{node}",strategy="be-batch-resources"}}' in metrics
+        if be_blkio is not None:
+            assert f'tidal_agent_cgroup_writes_total{{node="{node}",strategy="be-block-io"}}' in metrics
         assert f'tidal_be_cpu_quota_millicores{{node="{node}"}}' in metrics
         if slices:
             assert f'tidal_online_sched_slice_pods{{node="{node}"}} 1.0' in metrics

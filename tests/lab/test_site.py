@@ -470,6 +470,8 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
     the real node."""
     from kubernetes import client
     from tidal.agent.executor import sched
+    from tidal.agent.executor.cgroupfs import device_lines
+    from tidal.agent.qos.be_block_io import node_disks
     from tidal_dev.lab.pytest_plugin import wait_for
 
     assert site.returncode == 0
@@ -487,7 +489,8 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
                         "includeSystemUsage": False},
         "evictionWatermarks": {"cpu": {"highPercent": 75, "lowPercent": 40}, "dwellSeconds": 3,
                                "cooldownSeconds": 2},
-        "features": {"onlineSchedSlice": {"enabled": True}}}})
+        "features": {"onlineSchedSlice": {"enabled": True},
+                     "blockIO": {"enabled": True, "readMiBPerSecond": 50, "writeMiBPerSecond": 0}}}})
     slices, why_not = sched.probe()
     namespace = f"chain-{os.getpid()}"
     core.create_namespace({"metadata": {"name": namespace}})
@@ -517,6 +520,15 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
         # creation: the kernel refuses one above the BE parent's, which moves every round)
         wait_for(lambda: _read(be_cpu / "cpu.cfs_quota_us") == "30000", 30, f"{be_cpu} quota 30000")
         assert int(_read(_container_cgroup(be_pod, "memory") / "memory.limit_in_bytes")) == 64 * 1024**2
+        # its reads capped on every disk of the node by the in-cluster agent (features.blockIO: 50 MiB/s,
+        # one BE container on the node); cgroup v1 here, where the lab's node has a blkio hierarchy
+        be_blkio = _container_cgroup(be_pod, "blkio")
+        if be_blkio.is_dir():
+            disks = node_disks()
+            wait_for(lambda: device_lines(_read(be_blkio / "blkio.throttle.read_bps_device"))
+                     == {d.device: str(50 << 20) for d in disks}, 30, f"BE reads capped on {disks} ({be_blkio})")
+        else:
+            print(f"BE block I/O not checked: no {be_blkio}")
         nri_log = core.read_namespaced_pod_log(
             core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-agent").items[0]
             .metadata.name, NAMESPACE, container="nri")

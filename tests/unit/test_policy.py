@@ -105,6 +105,7 @@ def test_default_matches_design_table(path: str, design_default: Any) -> None:
         ("spec.features.psiInterference", False),
         ("spec.features.numaAffinity", False),
         ("spec.features.egressBandwidth", False),
+        ("spec.features.blockIO", False),
     ],
 )
 def test_only_features_that_need_no_special_hardware_are_on_by_default(

@@ -1,6 +1,7 @@
 """The node QoS round's pure helpers and its input handling (no API, no cgroups written)."""
 import pytest
 from tidal.api import qos
+from tidal.agent.qos.capabilities import Capability
 from tidal.agent.qos.eviction import WatermarkEviction
 from tidal.agent.qos.node_actions import has_offline_taint, with_offline_taint
 from tidal.agent.qos.node_qos import NodeQoS
@@ -108,6 +109,9 @@ def _caps(**supported):
     ("egressBandwidth", _caps(tc=False),
      "spec.features.egressBandwidth: enabled but not supported on this node (tc: no tc)"),
     ("egressBandwidth", _caps(tc=True), None),
+    ("blockIO", [Capability("blkio.throttle", False, "no io.max under /sys/fs/cgroup")],
+     "spec.features.blockIO: enabled but not supported on this node (blkio.throttle: no io.max under /sys/fs/cgroup)"),
+    ("blockIO", [Capability("blkio.throttle", True, "/sys/fs/cgroup/blkio")], None),
     ("psiInterference", _caps(psi=False), "spec.features.psiInterference: enabled but not supported on this node (psi: no psi)"),
     ("numaAffinity", [], None),  # not probed (an older agent): nothing claimed either way
 ])

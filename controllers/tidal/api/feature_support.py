@@ -31,6 +31,7 @@ FEATURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "features.cacheLimits": (("resctrl.l3", "resctrl.mba"),),
     "features.numaAffinity": (("numa",),),
     "features.egressBandwidth": (("tc",),),
+    "features.blockIO": (("blkio.throttle",),),
     "features.onlineSchedSlice": (("sched.slice",),),
     # either file is worth writing (cpu.qos_level for every level, memory.qos_level for BE)
     "features.kernelQoSLevel": (("openeuler.cpu.qos_level", "openeuler.memory.qos_level"),),

@@ -19,9 +19,9 @@ Enabled-by-default choices (all settable):
   ``colocation.tidal.io/oversubscription=true``, so the label stays the per-node switch.
 * ``features.cpuBurst``: on. It acts only on pods that opt in by annotation.
 * ``features.memoryReclaim``: on. It touches BE pods only, and only above its trigger.
-* ``features.cacheLimits``, ``psiInterference``, ``numaAffinity``, ``egressBandwidth``: off.
-  They need hardware or kernel support (resctrl, PSI, several NUMA nodes, tc) that many nodes
-  lack, or they change where online pods' CPUs come from; each node's capability probe reports
+* ``features.cacheLimits``, ``psiInterference``, ``numaAffinity``, ``egressBandwidth``,
+  ``blockIO``: off. They need hardware or kernel support (resctrl, PSI, several NUMA nodes, tc,
+  blkio throttling) that many nodes lack, or they change where online pods' CPUs come from; each node's capability probe reports
   whether they can work before an operator turns them on.
 """
 
@@ -62,6 +62,7 @@ __all__ = [
     "PSIInterference",
     "NUMAAffinity",
     "EgressBandwidth",
+    "BlockIO",
     "OnlineSchedSlice",
     "Features",
     "ColocationPolicy",
@@ -807,6 +808,51 @@ class EgressBandwidth:
 
 
 @dataclass(frozen=True)
+class BlockIO:
+    """Caps the block I/O of BE pods on the node's disks, so that an online pod's reads do not
+    queue behind a BE job's stream (cgroup blkio throttling; v1's is flat: the cap is shared out
+    among the BE containers)."""
+
+    enabled: bool = _boolean(
+        "enabled", False, "Throttle BE containers' reads and writes on the node's disks to the node's "
+        "BE caps below, shared equally by the BE containers (needs blkio throttling: the v1 blkio "
+        "controller or v2's io controller)."
+    )
+    read_mib_per_second: int = _integer(
+        "readMiBPerSecond",
+        default=100,
+        minimum=0,
+        maximum=1000000,
+        description="BE pods' read bandwidth per disk, together, in MiB/s; 0: not capped.",
+    )
+    write_mib_per_second: int = _integer(
+        "writeMiBPerSecond",
+        default=100,
+        minimum=0,
+        maximum=1000000,
+        description="BE pods' write bandwidth per disk, together, in MiB/s; 0: not capped. On cgroup "
+        "v1 only direct and synchronous writes are throttled (v1 charges page-cache writeback to the "
+        "root cgroup).",
+    )
+    read_iops: int = _integer(
+        "readIOPS",
+        default=0,
+        minimum=0,
+        maximum=10000000,
+        description="BE pods' read operations per second per disk, together; 0: not capped.",
+    )
+    write_iops: int = _integer(
+        "writeIOPS",
+        default=0,
+        minimum=0,
+        maximum=10000000,
+        description="BE pods' write operations per second per disk, together; 0: not capped.",
+    )
+
+    RULES: ClassVar[tuple[CrossFieldRule, ...]] = ()
+
+
+@dataclass(frozen=True)
 class OnlineSchedSlice:
     """A short EEVDF slice for the threads of online (HLS and LS) pods (Linux >= 6.12): a thread
     that wakes for a request preempts a daemon or BE task running with the default slice instead
@@ -871,6 +917,11 @@ class Features:
         "egressBandwidth",
         EgressBandwidth,
         "Caps BE pods' egress bandwidth, tighter while online egress is high.",
+    )
+    block_io: BlockIO = _object(
+        "blockIO",
+        BlockIO,
+        "Caps BE pods' block I/O on the node's disks, so online pods' reads do not queue behind BE streams.",
     )
     online_sched_slice: OnlineSchedSlice = _object(
         "onlineSchedSlice",

@@ -5,7 +5,7 @@ The result is shaped for ``NodeProfile.status.capabilities``: a list of ``{name,
 reason}``. Names are stable (the contract with the manager and the console):
 
 ``kernel``, ``cgroup``, ``cgroup.driver``, ``cpu.idle``, ``cpu.cfs_burst``, ``schedstat``, ``psi``, ``psi.cgroup``, ``resctrl.l3``,
-``resctrl.mba``, ``numa``, ``memory.reclaim``, ``tc``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``,
+``resctrl.mba``, ``numa``, ``memory.reclaim``, ``tc``, ``blkio.throttle``, ``openeuler.cpu.qos_level``, ``openeuler.memory.qos_level``,
 ``sched.slice``.
 
 Parsing is pure (``parse_*``); :func:`probe` only checks that files exist and reads small ones,
@@ -62,6 +62,7 @@ CAPABILITY_NAMES = (
     "numa",
     "memory.reclaim",
     "tc",
+    "blkio.throttle",
     "openeuler.cpu.qos_level",
     "openeuler.memory.qos_level",
     "sched.slice",
@@ -280,6 +281,20 @@ def probe(
         caps.append(Capability("tc", False, f"no {sys_root}/class/net"))
     else:
         caps.append(Capability("tc", True, f"{shutil.which('tc')} (ingress + IFB + TBF on host veths)"))
+
+    if hierarchy is None:
+        caps.append(Capability("blkio.throttle", False, "no usable cgroup hierarchy"))
+    elif hierarchy.version is CgroupVersion.V1:
+        if hierarchy.blkio_root is None:
+            caps.append(Capability("blkio.throttle", False, f"no blkio controller with throttling files at "
+                                                            f"{cgroup_root}/blkio (kernel without "
+                                                            "CONFIG_BLK_DEV_THROTTLING, or not mounted)"))
+        else:
+            caps.append(Capability("blkio.throttle", True, f"{hierarchy.blkio_root} (blkio.throttle.*_device)"))
+    else:
+        cgroup_file_cap("blkio.throttle", hierarchy.memory_root, ["io.max"],
+                        f"no io.max under {hierarchy.memory_root}: the io controller is not enabled for the "
+                        "pods' cgroups, or the kernel lacks CONFIG_BLK_DEV_THROTTLING")
 
     cgroup_file_cap("openeuler.cpu.qos_level", cpu_root, ["cpu.qos_level"], "no cpu.qos_level: not an openEuler kernel")
     cgroup_file_cap(

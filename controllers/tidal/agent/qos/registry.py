@@ -8,7 +8,7 @@ their own decision state: a reclaim level, NUMA placements), configured with ``o
 from __future__ import annotations
 
 from . import (
-    be_batch_resources, be_cpu_interference, be_cpu_priority, be_cpu_suppression, cpu_burst,
+    be_batch_resources, be_block_io, be_cpu_interference, be_cpu_priority, be_cpu_suppression, cpu_burst,
     egress_bandwidth, kernel_qos_level, memory_reclaim, numa_affinity, online_sched_slice, psi_interference,
     resctrl,
 )
@@ -29,6 +29,7 @@ def features(options: Options = DEFAULT_OPTIONS) -> list[Feature]:
         numa_affinity.NUMAAffinity(options),
         resctrl.CacheLimitsFeature(options),
         egress_bandwidth.EgressBandwidthFeature(options),
+        be_block_io.BEBlockIO(options),
         psi_interference.PSIInterference(options),
         online_sched_slice.OnlineSchedSlice(),
     ]

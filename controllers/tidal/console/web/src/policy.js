@@ -13,6 +13,7 @@ const SECTIONS = [
   ["spec.features.psiInterference", "PSI interference"],
   ["spec.features.numaAffinity", "NUMA affinity"],
   ["spec.features.egressBandwidth", "Egress bandwidth"],
+  ["spec.features.blockIO", "BE block I/O (disk read / write caps)"],
   ["spec.features.kernelQoSLevel", "Kernel QoS level (openEuler cpu / memory.qos_level)"],
   ["spec.features.onlineSchedSlice", "Online wake-up slice (EEVDF sched_runtime)"],
 ];

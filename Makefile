@@ -168,11 +168,13 @@ bench-predict-agent-window: venv
 		--trace azure_lenient.csv --trace alibaba_strict.csv $(BENCH_ARGS)
 
 # Advanced node features on this machine's cgroups (root): CPU burst latency, PSI reaction time.
-.PHONY: bench-burst bench-psi
+.PHONY: bench-burst bench-psi bench-block-io
 bench-burst: venv
 	$(BIN)/python bench/burst.py $(BENCH_ARGS)
 bench-psi: venv
 	$(BIN)/python bench/psi.py $(BENCH_ARGS)
+bench-block-io: venv
+	$(BIN)/python bench/block_io.py $(BENCH_ARGS)
 
 # NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),
 # built with the local Go toolchain and cached under ~/.cache/tidal/nri/<nri-version>/.

@@ -1,0 +1,258 @@
+# SPDX-License-Identifier: Apache-2.0
+"""make bench-block-io: an online service's disk reads beside a BE job's stream, with and without
+Tidal's BE block I/O caps (``features.blockIO``).
+
+* **The online service**: a process reading 4 KiB at random offsets of a 1 GiB file with
+  ``O_DIRECT``, at a fixed rate (``--rate``, 200/s), each read timed from when it was due (a
+  late read counts its wait: no coordinated omission). It stands for a database whose data does
+  not fit in memory, or for any online read that misses the page cache: every read goes to the
+  disk and queues there with everyone else's.
+* **The BE job**: a process reading a 4 GiB file in 1 MiB ``O_DIRECT`` blocks, again and again,
+  as fast as the disk lets it, with ``--be-streams`` (4) threads each reading its own part in
+  order (a transcoding or ETL job's input, read by several workers: several requests in the
+  disk's queue at once, as readahead makes them too).
+* Both in kubelet-style cgroups below a private root (``tidal_dev.testing.local_kubelet``,
+  every v1 hierarchy, blkio included): the online service in an LS pod's container, the BE job in
+  a BE pod's.
+
+Treatments, in a balanced order each round (``bench/round_order.py``):
+
+* ``solo``: the online service alone;
+* ``no_isolation``: beside the BE stream, nothing capped. This is also the Kubernetes default: a
+  BestEffort pod has no block I/O limit (the kubelet sets none, for any pod);
+* ``tidal``: beside the BE stream with ``features.blockIO`` on at the policy's defaults (100 MiB/s
+  of reads and of writes per disk for the BE pods together), applied by the agent's QoS engine
+  (the feature, the executor and its journal), and restored by it after the treatment.
+
+Per round and treatment one JSON line: online p50, p90 and p99 (ms), reads done, errors, BE MB/s.
+The last line: per treatment the medians over rounds, the p99's range, and the median over rounds
+of p99 over the round's solo.
+
+The files live in ``--dir`` (default ``/var/tmp/tidal-bench-block-io``, on the disk the machine's
+root file system is on) and are kept for the next run (5 GiB); ``O_DIRECT`` reads bypass the page
+cache, so nothing needs to be dropped between treatments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
+from tidal.agent.qos.be_block_io import BEBlockIO, node_disks
+from tidal.agent.qos.capabilities import probe, supported_map
+from tidal.agent.qos.engine import QoSEngine
+from tidal.agent.qos.feature import Context
+from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
+from tidal.api.policy import BlockIO, ColocationPolicy
+from tidal.api.qos import QoSLevel
+from tidal_dev.testing.local_kubelet import LocalKubelet
+from tidal_dev.testing.real_cgroups import RealCgroups
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from round_order import ORDERS, round_order  # noqa: E402
+
+MiB = 1 << 20
+TREATMENTS = ("solo", "no_isolation", "tidal")
+ONLINE_FILE, ONLINE_SIZE = "online.dat", 1024 * MiB
+BE_FILE, BE_SIZE = "be.dat", 4096 * MiB
+
+#: the online service: random 4 KiB direct reads at a fixed rate; prints each read's latency (s)
+ONLINE = r"""
+import json, mmap, os, random, sys, time
+path, rate, seconds, procs = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+for p in procs:
+    with open(p, "w") as f:
+        f.write(str(os.getpid()))
+fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+blocks = os.fstat(fd).st_size // 4096
+buf, rng = mmap.mmap(-1, 4096), random.Random(7)
+print("ready", flush=True)
+sys.stdin.readline()
+start, lat, errors = time.monotonic(), [], 0
+for i in range(int(rate * seconds)):
+    due = start + i / rate
+    now = time.monotonic()
+    if now < due:
+        time.sleep(due - now)
+    try:
+        os.preadv(fd, [buf], rng.randrange(blocks) * 4096)
+    except OSError:
+        errors += 1
+        continue
+    lat.append(time.monotonic() - due)
+print(json.dumps({"lat": lat, "errors": errors}))
+"""
+
+#: the BE job: ``streams`` threads, each reading its own part of the file sequentially in 1 MiB
+#: direct reads, until stdin has a line; prints bytes and seconds
+BE = r"""
+import mmap, os, sys, threading, time
+path, streams, procs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+for p in procs:
+    with open(p, "w") as f:
+        f.write(str(os.getpid()))
+fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+size, stop, done = os.fstat(fd).st_size, threading.Event(), [0] * streams
+part = size // streams // (1 << 20) * (1 << 20)
+
+def stream(i):
+    buf, offset = mmap.mmap(-1, 1 << 20), 0
+    while not stop.is_set():
+        n = os.preadv(fd, [buf], i * part + offset)
+        done[i] += n
+        offset = offset + n if n and offset + n < part else 0
+
+threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(streams)]
+print("ready", flush=True)
+start = time.monotonic()
+for t in threads:
+    t.start()
+sys.stdin.readline()
+stop.set()
+for t in threads:
+    t.join()
+print(sum(done), time.monotonic() - start, flush=True)
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[bench-block-io {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_file(path: Path, size: int) -> None:
+    """A file of ``size`` bytes of data (not holes: a hole is read without the disk), kept."""
+    if path.exists() and path.stat().st_size == size:
+        return
+    log(f"writing {path} ({size // MiB} MiB, kept for the next run)")
+    chunk = os.urandom(MiB)
+    with open(path, "wb") as f:
+        for _ in range(size // MiB):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def start(script: str, args: list[str], dirs) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", script, *args, *(str(d / "cgroup.procs") for d in dirs)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    if child.stdout.readline() != "ready\n":
+        raise SystemExit(f"{script.split(chr(10))[1]}: exited with {child.wait()} before it was ready")
+    return child
+
+
+def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine, pods, dirs) -> dict:
+    online_dirs, be_dirs = dirs
+    off = ColocationPolicy()
+    on = replace(off, features=replace(off.features, block_io=BlockIO(
+        enabled=True, read_mib_per_second=args.read_mib_per_second, read_iops=args.read_iops)))
+    caps = {"blkio.throttle": True}
+    state = NodeState(pods, float(os.cpu_count() or 1), 0, on if treatment == "tidal" else off, caps, kubelet.layout)
+    engine.run(Context(state, now=time.monotonic()))
+    be = None
+    if treatment != "solo":
+        be = start(BE, [str(args.dir / BE_FILE), str(args.be_streams)], be_dirs)
+        time.sleep(args.warmup)  # the stream reaches its pace before the online reads are timed
+    online = start(ONLINE, [str(args.dir / ONLINE_FILE), str(args.rate), str(args.seconds)], online_dirs)
+    out, _ = online.communicate("go\n", timeout=args.seconds * 20 + 60)
+    result = json.loads(out)
+    be_mb_s = 0.0
+    if be is not None:
+        text, _ = be.communicate("stop\n", timeout=120)
+        done, seconds = text.split()
+        be_mb_s = int(done) / float(seconds) / 1e6
+    if treatment == "tidal":  # the journal puts the BE container's files back
+        engine.run(Context(replace(state, policy=off), now=time.monotonic()))
+    lat = [x * 1000 for x in result["lat"]]
+    return {"p50_ms": round(quantile(lat, 0.5), 3), "p90_ms": round(quantile(lat, 0.9), 3),
+            "p99_ms": round(quantile(lat, 0.99), 3),
+            "reads": len(lat), "errors": result["errors"], "be_mb_per_s": round(be_mb_s, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=15.0, help="online reads timed per treatment")
+    parser.add_argument("--rate", type=float, default=200.0, help="online reads per second")
+    parser.add_argument("--be-streams", type=int, default=4,
+                        help="the BE job's concurrent sequential readers (its requests in the disk's queue)")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds the BE stream runs before the timing")
+    parser.add_argument("--read-mib-per-second", type=int, default=BlockIO().read_mib_per_second,
+                        help="tidal's BE read cap (features.blockIO.readMiBPerSecond; default: the policy's)")
+    parser.add_argument("--read-iops", type=int, default=BlockIO().read_iops,
+                        help="tidal's BE read IOPS cap (features.blockIO.readIOPS; default: the policy's)")
+    parser.add_argument("--order", choices=ORDERS, default="balanced")
+    parser.add_argument("--dir", type=Path, default=Path("/var/tmp/tidal-bench-block-io"))
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("bench-block-io needs root: it creates cgroups and moves processes into them")
+    caps = {c.name: c for c in probe()}
+    if not caps["blkio.throttle"].supported:
+        raise SystemExit(f"no block I/O throttling here: {caps['blkio.throttle'].reason}")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    ensure_file(args.dir / ONLINE_FILE, ONLINE_SIZE)
+    ensure_file(args.dir / BE_FILE, BE_SIZE)
+    dev = os.stat(args.dir).st_dev
+    disk = next((d for d in node_disks() if d.device == f"{os.major(dev)}:{os.minor(dev)}"), None)
+    if disk is None:
+        raise SystemExit(f"{args.dir} is not on a whole disk of /sys/block: its reads could not be capped")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        real = RealCgroups(Path(tmp))
+        try:
+            kubelet = LocalKubelet(real)
+            if kubelet.layout.version is not CgroupVersion.V1 or kubelet.layout.blkio_root is None:
+                raise SystemExit("bench-block-io builds a cgroup v1 tree with blkio (this machine's layout)")
+            ls_cid, be_cid = (f"containerd://{secrets.token_hex(32)}" for _ in range(2))
+            ls_uid, be_uid = (f"{secrets.token_hex(4)}-0000-4000-8000-{secrets.token_hex(6)}" for _ in range(2))
+            online_dirs = kubelet.create_pod(ls_uid, PodQOSClass.BURSTABLE, [ls_cid])[ls_cid]
+            be_dirs = kubelet.create_pod(be_uid, PodQOSClass.BEST_EFFORT, [be_cid])[be_cid]
+            pods = (PodState(ls_uid, PodQOSClass.BURSTABLE, QoSLevel.LS, (ContainerState(ls_cid),), "bench", "online"),
+                    PodState(be_uid, PodQOSClass.BEST_EFFORT, QoSLevel.BE, (ContainerState(be_cid),), "bench", "be"))
+            engine = QoSEngine(Path(tmp) / "journal.json", features=[BEBlockIO()])
+            log(f"disk {disk.name} ({disk.device}); {args.rounds} rounds of {args.seconds:g} s per treatment, "
+                f"{args.rate:g} reads/s, order {args.order}; BE read cap (tidal) {args.read_mib_per_second} MiB/s, "
+                f"{args.read_iops or 'no'} IOPS cap; {args.be_streams} BE streams")
+            rows: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
+            for round_ in range(args.rounds):
+                for treatment in round_order(TREATMENTS, round_, args.order):
+                    r = run_treatment(treatment, args, kubelet, engine, pods, (online_dirs, be_dirs))
+                    rows[treatment].append(r)
+                    print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
+            if engine.journal.originals:
+                raise SystemExit(f"files left changed: {sorted(engine.journal.originals)}")
+        finally:
+            real.cleanup()
+
+    summary = {}
+    for t in TREATMENTS:
+        ratios = [r["p99_ms"] / s["p99_ms"] for r, s in zip(rows[t], rows["solo"]) if s["p99_ms"] > 0]
+        summary[t] = {
+            "p50_ms": statistics.median(r["p50_ms"] for r in rows[t]),
+            "p90_ms": statistics.median(r["p90_ms"] for r in rows[t]),
+            "p99_ms": statistics.median(r["p99_ms"] for r in rows[t]),
+            "p99_ms_min": min(r["p99_ms"] for r in rows[t]),
+            "p99_ms_max": max(r["p99_ms"] for r in rows[t]),
+            "p99_over_solo": round(statistics.median(ratios), 3) if ratios else None,
+            "errors": sum(r["errors"] for r in rows[t]),
+            "be_mb_per_s": statistics.median(r["be_mb_per_s"] for r in rows[t]),
+        }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

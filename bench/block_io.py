@@ -48,7 +48,7 @@ from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 from tidal.agent.qos.be_block_io import BEBlockIO, node_disks
-from tidal.agent.qos.capabilities import probe, supported_map
+from tidal.agent.qos.capabilities import probe
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.feature import Context
 from tidal.agent.qos.strategy import ContainerState, NodeState, PodState

@@ -5,16 +5,15 @@ container slowed to the cap, everything put back when the feature is switched of
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 from tidal.agent.collector.cgroups import (
-    DEFAULT_CGROUP_ROOT,
     CgroupDriver,
     CgroupHierarchy,
     CgroupLayout,
@@ -28,7 +27,7 @@ from tidal.agent.qos.feature import Context
 from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
 from tidal.api.policy import BlockIO, ColocationPolicy
 from tidal.api.qos import QoSLevel
-from tidal_dev.testing.real_cgroups import RealCgroups, below_own
+from tidal_dev.testing.real_cgroups import below_own
 
 MiB = 1 << 20
 VDA, VDB = Disk("vda", "254:0"), Disk("vdb", "254:16")
@@ -133,6 +132,24 @@ def test_switched_on_only_where_the_node_can_throttle():
                                    (on, {}, False), (ColocationPolicy(), {"blkio.throttle": True}, False)):
         node = NodeState((), 2.0, 0, policy, caps, layout(CgroupVersion.V1))
         assert feature.enabled(Context(node)) is expected, (policy.features.block_io, caps)
+
+
+def test_the_caps_are_reported_once_per_change_and_a_node_without_disks_is_warned_about():
+    feature = BEBlockIO()
+    on = replace(ColocationPolicy(), features=replace(ColocationPolicy().features, block_io=BlockIO(enabled=True)))
+
+    def reports(disks, *pods):
+        ctx = Context(NodeState(pods, 2.0, 0, on, {"blkio.throttle": True}, layout(CgroupVersion.V1)),
+                      observed={feature.name: disks})
+        return [(r.level, r.message) for r in feature.plan(ctx).decisions]
+
+    assert reports((VDA,), BE1) == [(logging.INFO, "block I/O of BE pods capped on vda (254:0): read 100 MiB/s, "
+                                                   "write 100 MiB/s per disk, shared by 2 BE container(s)")]
+    assert reports((VDA,), BE1, LS) == []  # nothing changed
+    assert reports((VDA,), BE1, BE2)[0][1].endswith("shared by 3 BE container(s)")
+    assert reports((), BE1) == [(logging.WARNING, "block I/O of BE pods not capped: no disk with a driver in "
+                                                  "/sys/block")]
+    assert reports((), LS) == []  # no BE container: nothing to say
 
 
 # --- the real path: this machine's blkio hierarchy -------------------------------------------

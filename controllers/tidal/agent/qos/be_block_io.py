@@ -123,7 +123,7 @@ def describe(config: BlockIO, containers: int, disks: tuple[Disk, ...]) -> str:
     caps = [f"{label} {value}{unit}" for label, value, unit in (
         ("read", config.read_mib_per_second, " MiB/s"), ("write", config.write_mib_per_second, " MiB/s"),
         ("read", config.read_iops, " IOPS"), ("write", config.write_iops, " IOPS")) if value]
-    names = ", ".join(f"{d.name} ({d.device})" for d in disks) or "none found"
+    names = ", ".join(f"{d.name} ({d.device})" for d in disks)
     return (f"block I/O of BE pods capped on {names}: {', '.join(caps) or 'no cap set'} per disk, "
             f"shared by {containers} BE container(s)")
 
@@ -163,7 +163,11 @@ class BEBlockIO:
         decisions: tuple = ()
         if message != self._reported and containers:
             self._reported = message
-            decisions = (Report(message, logging.INFO, __name__),)
+            if disks:
+                decisions = (Report(message, logging.INFO, __name__),)
+            else:
+                decisions = (Report(f"block I/O of BE pods not capped: no disk with a driver in "
+                                    f"{self.sys_root}/block", logging.WARNING, __name__),)
         return Plan(writes=tuple(writes), decisions=decisions)
 
     def undo(self, ctx: Context) -> Plan:

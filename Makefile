@@ -173,7 +173,7 @@ bench-burst: venv
 	$(BIN)/python bench/burst.py $(BENCH_ARGS)
 bench-psi: venv
 	$(BIN)/python bench/psi.py $(BENCH_ARGS)
-bench-block-io: venv
+bench-block-io: venv debian-packages lab-build
 	$(BIN)/python bench/block_io.py $(BENCH_ARGS)
 
 # NRI plugin: the runtime harness (NRI's pkg/adaptation, pinned in tests/nri/harness/go.mod),

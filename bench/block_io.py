@@ -24,6 +24,10 @@ Treatments, in a balanced order each round (``bench/round_order.py``):
   of reads and of writes per disk for the BE pods together), applied by the agent's QoS engine
   (the feature, the executor and its journal), and restored by it after the treatment.
 
+``--background lab`` (bench/lab_background.py, as bench-isolation's and bench-memory's) runs every
+treatment beside a private lab's control plane under a stream of API writes: its etcd writes
+and syncs on the same disk, as a node's daemons do.
+
 Per round and treatment one JSON line: online p50, p90 and p99 (ms), reads done, errors, BE MB/s.
 The last line: per treatment the medians over rounds, the p99's range, and the median over rounds
 of p99 over the round's solo.
@@ -58,6 +62,7 @@ from tidal_dev.testing.local_kubelet import LocalKubelet
 from tidal_dev.testing.real_cgroups import RealCgroups
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lab_background  # noqa: E402
 from round_order import ORDERS, round_order  # noqa: E402
 
 MiB = 1 << 20
@@ -196,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="tidal's BE read IOPS cap (features.blockIO.readIOPS; default: the policy's)")
     parser.add_argument("--order", choices=ORDERS, default="balanced")
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp/tidal-bench-block-io"))
+    lab_background.add_arguments(parser)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench-block-io needs root: it creates cgroups and moves processes into them")
@@ -210,10 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     if disk is None:
         raise SystemExit(f"{args.dir} is not on a whole disk of /sys/block: its reads could not be capped")
 
+    background, background_report, lab = None, {"kind": "none"}, None
     with tempfile.TemporaryDirectory() as tmp:
         real = RealCgroups(Path(tmp))
         try:
             kubelet = LocalKubelet(real)
+            if args.background == "lab":  # the lab's etcd writes to the same disk, as a node's daemons do
+                from tidal_dev.lab.lab import Lab
+                lab_background.place_daemons(args, kubelet, real, log)
+                lab = Lab(Path(tmp) / "lab")
+                lab.up(nodes=0, real_nodes=0)
+                background, background_report = lab_background.start(args, lab.kubeconfig_path, Path(tmp), log)
             if kubelet.layout.version is not CgroupVersion.V1 or kubelet.layout.blkio_root is None:
                 raise SystemExit("bench-block-io builds a cgroup v1 tree with blkio (this machine's layout)")
             ls_cid, be_cid = (f"containerd://{secrets.token_hex(32)}" for _ in range(2))
@@ -235,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             if engine.journal.originals:
                 raise SystemExit(f"files left changed: {sorted(engine.journal.originals)}")
         finally:
-            real.cleanup()
+            background_report = lab_background.stop(background, background_report)
+            try:
+                if lab is not None:
+                    lab.down(wipe=True)
+            finally:
+                lab_background.release_daemons(args)
+                real.cleanup()
 
     summary = {}
     for t in TREATMENTS:
@@ -250,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             "errors": sum(r["errors"] for r in rows[t]),
             "be_mb_per_s": statistics.median(r["be_mb_per_s"] for r in rows[t]),
         }
-    print(json.dumps(summary))
+    print(json.dumps({**summary, "background": {**background_report, "daemons_cgroup": args.daemons_cgroup}}))
     return 0
 
 

@@ -10,12 +10,12 @@ not its place in the queue (docs/benchmarks.md, "With DAMON running"). The polic
 Each BE container gets an equal share of each cap (pure, :func:`share`), written on its own
 cgroup (pure, :func:`plan_block_io`):
 
-=====  =======================================================  ==========================================
-       v1 (blkio)                                               v2 (io)
-=====  =======================================================  ==========================================
-read   ``blkio.throttle.read_bps_device`` / ``read_iops_device``  ``io.max`` ``rbps=`` / ``riops=``
-write  ``blkio.throttle.write_bps_device`` / ``write_iops_device``  ``io.max`` ``wbps=`` / ``wiops=``
-=====  =======================================================  ==========================================
+=====  ===============================================================  ================================
+       v1 (blkio)                                                       v2 (io)
+=====  ===============================================================  ================================
+read   ``blkio.throttle.read_bps_device``, ``..._read_iops_device``     ``io.max`` ``rbps=``, ``riops=``
+write  ``blkio.throttle.write_bps_device``, ``..._write_iops_device``   ``io.max`` ``wbps=``, ``wiops=``
+=====  ===============================================================  ================================
 
 Per container, on both versions: v1's throttling is flat (a limit applies to the tasks of its own
 cgroup only, never to a child's), so a cap on ``kubepods/besteffort`` or on the pod cgroup would
@@ -25,8 +25,8 @@ idle gets a quarter of the cap. v1 throttles reads and direct writes; buffered w
 disk from the kernel's writeback, which v1 charges to the root cgroup.
 
 The node's disks (:func:`node_disks`): every whole disk the kernel lists in ``/sys/block`` with a
-driver behind it (a ``device`` entry: not loop, ram, zram or device-mapper devices, whose I/O
-reaches a disk that is capped), re-read every :data:`DISKS_REFRESH_SECONDS`. Switched off (or the
+driver behind it (a ``device`` entry: not loop, ram, zram or device-mapper devices; a
+device-mapper volume's requests reach the disks below it, which are listed), re-read every :data:`DISKS_REFRESH_SECONDS`. Switched off (or the
 node leaving colocation) the executor's journal puts every file back (no line: no limit).
 """
 from __future__ import annotations
@@ -43,8 +43,6 @@ from .feature import DEFAULT_OPTIONS, Context, Options, Plan, Report
 from .strategy import CgroupWrite, NodeState
 
 __all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "node_disks", "plan_block_io", "share"]
-
-log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 #: how often the disks are listed again (a disk added to a running node is capped within it)

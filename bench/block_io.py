@@ -51,7 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
-from tidal.agent.qos.be_block_io import BEBlockIO, node_disks
+from tidal.agent.qos.be_block_io import BEBlockIO, disk_holding
 from tidal.agent.qos.capabilities import probe
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.feature import Context
@@ -211,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     ensure_file(args.dir / ONLINE_FILE, ONLINE_SIZE)
     ensure_file(args.dir / BE_FILE, BE_SIZE)
-    dev = os.stat(args.dir).st_dev
-    disk = next((d for d in node_disks() if d.device == f"{os.major(dev)}:{os.minor(dev)}"), None)
+    disk = disk_holding(args.dir)
     if disk is None:
         raise SystemExit(f"{args.dir} is not on a whole disk of /sys/block: its reads could not be capped")
 

@@ -523,7 +523,7 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
         # its reads capped on every disk of the node by the in-cluster agent (features.blockIO: 50 MiB/s,
         # one BE container on the node); cgroup v1 here, where the lab's node has a blkio hierarchy
         be_blkio = _container_cgroup(be_pod, "blkio")
-        if Path("/sys/fs/cgroup/blkio").is_dir():
+        if (CGROUP / "blkio").is_dir():
             assert be_blkio.is_dir(), f"no {be_blkio}"
             disks = node_disks()
             wait_for(lambda: device_lines(_read(be_blkio / "blkio.throttle.read_bps_device"))

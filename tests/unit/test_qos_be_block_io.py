@@ -21,7 +21,7 @@ from tidal.agent.collector.cgroups import (
     PodQOSClass,
 )
 from tidal.agent.executor.cgroupfs import device_lines
-from tidal.agent.qos.be_block_io import BEBlockIO, Disk, node_disks, plan_block_io, share
+from tidal.agent.qos.be_block_io import BEBlockIO, Disk, disk_holding, node_disks, plan_block_io, share
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.feature import Context
 from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
@@ -155,13 +155,6 @@ def test_the_caps_are_reported_once_per_change_and_a_node_without_disks_is_warne
 # --- the real path: this machine's blkio hierarchy -------------------------------------------
 
 
-def whole_disk_of(path: Path) -> Disk | None:
-    """The disk holding ``path``'s file system, when it is a whole disk throttling can name."""
-    dev = os.stat(path).st_dev
-    wanted = f"{os.major(dev)}:{os.minor(dev)}"
-    return next((d for d in node_disks() if d.device == wanted), None)
-
-
 READER = r"""
 import os, sys, time
 with open(sys.argv[2], "w") as f:
@@ -194,7 +187,7 @@ def blkio_root(hierarchy: CgroupHierarchy) -> Path:
 
 def test_be_containers_are_throttled_on_the_real_disk_and_put_back_when_off(hierarchy, blkio_root, real, tmp_path):
     data = Path("/var/tmp") / f"{real.name}.img"
-    disk = whole_disk_of(data.parent)
+    disk = disk_holding(data.parent)
     if disk is None:
         pytest.skip(f"{data.parent} is not on a whole disk of /sys/block (a partition or a virtual device)")
     node = CgroupLayout(CgroupHierarchy(CgroupVersion.V1, hierarchy.cpu_root, hierarchy.memory_root, blkio_root),

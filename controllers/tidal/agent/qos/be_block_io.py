@@ -32,6 +32,7 @@ node leaving colocation) the executor's journal puts every file back (no line: n
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from tidal.api.policy import BlockIO
 from .feature import DEFAULT_OPTIONS, Context, Options, Plan, Report
 from .strategy import CgroupWrite, NodeState
 
-__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "node_disks", "plan_block_io", "share"]
+__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "disk_holding", "node_disks", "plan_block_io", "share"]
 
 MiB = 1 << 20
 #: how often the disks are listed again (a disk added to a running node is capped within it)
@@ -74,6 +75,13 @@ def node_disks(sys_root: Path = Path("/sys")) -> tuple[Disk, ...]:
         if device.count(":") == 1 and all(part.isdigit() for part in device.split(":")):
             disks.append(Disk(entry.name, device))
     return tuple(disks)
+
+
+def disk_holding(path: Path, sys_root: Path = Path("/sys")) -> Disk | None:
+    """The disk of :func:`node_disks` that holds ``path``'s file system; None when the file system
+    is not on one (a partition, tmpfs, overlay, device-mapper volume)."""
+    dev = os.stat(path).st_dev
+    return next((d for d in node_disks(sys_root) if d.device == f"{os.major(dev)}:{os.minor(dev)}"), None)
 
 
 def share(cap: int, containers: int) -> int:

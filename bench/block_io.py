@@ -20,17 +20,27 @@ Treatments, in a balanced order each round (``bench/round_order.py``):
 * ``solo``: the online service alone;
 * ``no_isolation``: beside the BE stream, nothing capped. This is also the Kubernetes default: a
   BestEffort pod has no block I/O limit (the kubelet sets none, for any pod);
-* ``tidal``: beside the BE stream with ``features.blockIO`` on at the policy's defaults (100 MiB/s
-  of reads and of writes per disk for the BE pods together), applied by the agent's QoS engine
-  (the feature, the executor and its journal), and restored by it after the treatment.
+* ``equal_shares``: beside the BE stream with ``features.blockIO`` on at the policy's defaults
+  (100 MiB/s of reads and of writes per disk for the BE pods together), each BE container held to
+  an equal share: the agent's QoS engine run once at the start (the feature's first round, when
+  nothing is known of what the containers use; what every round did before the shares followed
+  use);
+* ``tidal``: the same, with the QoS engine run every ``--round-seconds`` (1 s, the agent's
+  default interval) as the agent runs it: the shares follow what each BE container uses.
+
+In the Tidal treatments the feature, the executor and its journal are the agent's; the journal
+restores every file after the treatment. Beside the BE job's container there are
+``--idle-be-containers`` (3) BE containers that read nothing (a BE pod's sidecars, other BE jobs
+computing): with equal shares each of them holds as much of the cap as the reading one.
 
 ``--background lab`` (bench/lab_background.py, as bench-isolation's and bench-memory's) runs every
 treatment beside a private lab's control plane under a stream of API writes: its etcd writes
 and syncs on the same disk, as a node's daemons do.
 
-Per round and treatment one JSON line: online p50, p90 and p99 (ms), reads done, errors, BE MB/s.
-The last line: per treatment the medians over rounds, the p99's range, and the median over rounds
-of p99 over the round's solo.
+Per round and treatment one JSON line: online p50, p90 and p99 (ms), reads done, errors, BE MB/s,
+the agent's rounds and the cgroup files they wrote. The last line: per treatment the medians over
+rounds, the p99's range, the median over rounds of p99 over the round's solo, and the cgroup
+files written per agent round.
 
 The files live in ``--dir`` (default ``/var/tmp/tidal-bench-block-io``, on the disk the machine's
 root file system is on) and are kept for the next run (5 GiB); ``O_DIRECT`` reads bypass the page
@@ -46,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -66,7 +77,7 @@ import lab_background  # noqa: E402
 from round_order import ORDERS, round_order  # noqa: E402
 
 MiB = 1 << 20
-TREATMENTS = ("solo", "no_isolation", "tidal")
+TREATMENTS = ("solo", "no_isolation", "equal_shares", "tidal")
 ONLINE_FILE, ONLINE_SIZE = "online.dat", 1024 * MiB
 BE_FILE, BE_SIZE = "be.dat", 4096 * MiB
 
@@ -159,32 +170,61 @@ def start(script: str, args: list[str], dirs) -> subprocess.Popen:
     return child
 
 
+class Rounds:
+    """The agent's rounds during a treatment: the QoS engine run every ``seconds`` in a thread
+    (the only user of the engine meanwhile), counting the cgroup files it wrote; None: no round."""
+
+    def __init__(self, engine: QoSEngine, state: NodeState, seconds: float | None) -> None:
+        self.engine, self.state, self.seconds = engine, state, seconds
+        self.stop, self.writes, self.rounds = threading.Event(), 0, 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.seconds):
+            self.writes += sum(self.engine.run(Context(self.state, now=time.monotonic())).changed.values())
+            self.rounds += 1
+
+    def __enter__(self) -> "Rounds":
+        if self.seconds is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+
 def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine, pods, dirs) -> dict:
     online_dirs, be_dirs = dirs
     off = ColocationPolicy()
     on = replace(off, features=replace(off.features, block_io=BlockIO(
         enabled=True, read_mib_per_second=args.read_mib_per_second, read_iops=args.read_iops)))
     caps = {"blkio.throttle": True}
-    state = NodeState(pods, float(os.cpu_count() or 1), 0, on if treatment == "tidal" else off, caps, kubelet.layout)
-    engine.run(Context(state, now=time.monotonic()))
+    capped = treatment in ("equal_shares", "tidal")
+    state = NodeState(pods, float(os.cpu_count() or 1), 0, on if capped else off, caps, kubelet.layout)
+    writes = sum(engine.run(Context(state, now=time.monotonic())).changed.values())
+    rounds = Rounds(engine, state, args.round_seconds if treatment == "tidal" else None)
     be = None
-    if treatment != "solo":
-        be = start(BE, [str(args.dir / BE_FILE), str(args.be_streams)], be_dirs)
-        time.sleep(args.warmup)  # the stream reaches its pace before the online reads are timed
-    online = start(ONLINE, [str(args.dir / ONLINE_FILE), str(args.rate), str(args.seconds)], online_dirs)
-    out, _ = online.communicate("go\n", timeout=args.seconds * 20 + 60)
-    result = json.loads(out)
-    be_mb_s = 0.0
-    if be is not None:
-        text, _ = be.communicate("stop\n", timeout=120)
-        done, seconds = text.split()
-        be_mb_s = int(done) / float(seconds) / 1e6
-    if treatment == "tidal":  # the journal puts the BE container's files back
+    with rounds:
+        if treatment != "solo":
+            be = start(BE, [str(args.dir / BE_FILE), str(args.be_streams)], be_dirs)
+            time.sleep(args.warmup)  # the stream reaches its pace (and its share) before the online reads are timed
+        online = start(ONLINE, [str(args.dir / ONLINE_FILE), str(args.rate), str(args.seconds)], online_dirs)
+        out, _ = online.communicate("go\n", timeout=args.seconds * 20 + 60)
+        result = json.loads(out)
+        be_mb_s = 0.0
+        if be is not None:
+            text, _ = be.communicate("stop\n", timeout=120)
+            done, seconds = text.split()
+            be_mb_s = int(done) / float(seconds) / 1e6
+    if capped:  # the journal puts the BE containers' files back
         engine.run(Context(replace(state, policy=off), now=time.monotonic()))
     lat = [x * 1000 for x in result["lat"]]
     return {"p50_ms": round(quantile(lat, 0.5), 3), "p90_ms": round(quantile(lat, 0.9), 3),
             "p99_ms": round(quantile(lat, 0.99), 3),
-            "reads": len(lat), "errors": result["errors"], "be_mb_per_s": round(be_mb_s, 1)}
+            "reads": len(lat), "errors": result["errors"], "be_mb_per_s": round(be_mb_s, 1),
+            "agent_rounds": rounds.rounds + 1 if capped else 0, "cgroup_writes": writes + rounds.writes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="online reads per second")
     parser.add_argument("--be-streams", type=int, default=4,
                         help="the BE job's concurrent sequential readers (its requests in the disk's queue)")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds the BE stream runs before the timing")
+    parser.add_argument("--warmup", type=float, default=3.0,
+                        help="seconds the BE stream runs before the timing (tidal: a few rounds to find its share)")
+    parser.add_argument("--idle-be-containers", type=int, default=3,
+                        help="BE containers beside the BE job's that read nothing")
+    parser.add_argument("--round-seconds", type=float, default=1.0,
+                        help="the agent's round interval in the tidal treatment (qosCheckIntervalSeconds)")
     parser.add_argument("--read-mib-per-second", type=int, default=BlockIO().read_mib_per_second,
                         help="tidal's BE read cap (features.blockIO.readMiBPerSecond; default: the policy's)")
     parser.add_argument("--read-iops", type=int, default=BlockIO().read_iops,
@@ -229,15 +274,22 @@ def main(argv: list[str] | None = None) -> int:
             if kubelet.layout.version is not CgroupVersion.V1 or kubelet.layout.blkio_root is None:
                 raise SystemExit("bench-block-io builds a cgroup v1 tree with blkio (this machine's layout)")
             ls_cid, be_cid = (f"containerd://{secrets.token_hex(32)}" for _ in range(2))
-            ls_uid, be_uid = (f"{secrets.token_hex(4)}-0000-4000-8000-{secrets.token_hex(6)}" for _ in range(2))
+            idle_cids = [f"containerd://{secrets.token_hex(32)}" for _ in range(args.idle_be_containers)]
+            ls_uid, be_uid, idle_uid = (f"{secrets.token_hex(4)}-0000-4000-8000-{secrets.token_hex(6)}"
+                                        for _ in range(3))
             online_dirs = kubelet.create_pod(ls_uid, PodQOSClass.BURSTABLE, [ls_cid])[ls_cid]
             be_dirs = kubelet.create_pod(be_uid, PodQOSClass.BEST_EFFORT, [be_cid])[be_cid]
             pods = (PodState(ls_uid, PodQOSClass.BURSTABLE, QoSLevel.LS, (ContainerState(ls_cid),), "bench", "online"),
                     PodState(be_uid, PodQOSClass.BEST_EFFORT, QoSLevel.BE, (ContainerState(be_cid),), "bench", "be"))
+            if idle_cids:
+                kubelet.create_pod(idle_uid, PodQOSClass.BEST_EFFORT, idle_cids)
+                pods += (PodState(idle_uid, PodQOSClass.BEST_EFFORT, QoSLevel.BE,
+                                  tuple(ContainerState(c) for c in idle_cids), "bench", "be-idle"),)
             engine = QoSEngine(Path(tmp) / "journal.json", features=[BEBlockIO()])
             log(f"disk {disk.name} ({disk.device}); {args.rounds} rounds of {args.seconds:g} s per treatment, "
                 f"{args.rate:g} reads/s, order {args.order}; BE read cap (tidal) {args.read_mib_per_second} MiB/s, "
-                f"{args.read_iops or 'no'} IOPS cap; {args.be_streams} BE streams")
+                f"{args.read_iops or 'no'} IOPS cap; {args.be_streams} BE streams; "
+                f"{args.idle_be_containers} idle BE containers; agent rounds every {args.round_seconds:g} s")
             rows: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
             for round_ in range(args.rounds):
                 for treatment in round_order(TREATMENTS, round_, args.order):
@@ -267,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             "p99_over_solo": round(statistics.median(ratios), 3) if ratios else None,
             "errors": sum(r["errors"] for r in rows[t]),
             "be_mb_per_s": statistics.median(r["be_mb_per_s"] for r in rows[t]),
+            "cgroup_writes_per_round": round(sum(r["cgroup_writes"] for r in rows[t])
+                                             / max(1, sum(r["agent_rounds"] for r in rows[t])), 2),
         }
     print(json.dumps({**summary, "background": {**background_report, "daemons_cgroup": args.daemons_cgroup}}))
     return 0

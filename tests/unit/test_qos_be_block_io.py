@@ -9,10 +9,13 @@ import logging
 import os
 import subprocess
 import sys
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tidal.agent.collector.cgroups import (
     CgroupDriver,
     CgroupHierarchy,
@@ -21,12 +24,25 @@ from tidal.agent.collector.cgroups import (
     PodQOSClass,
 )
 from tidal.agent.executor.cgroupfs import device_lines
-from tidal.agent.qos.be_block_io import BEBlockIO, Disk, disk_holding, node_disks, plan_block_io, share
+from tidal.agent.qos.be_block_io import (
+    BEBlockIO,
+    Disk,
+    Observed,
+    allot,
+    demand,
+    disk_holding,
+    node_disks,
+    parse_counts,
+    plan_block_io,
+    rates,
+    share,
+)
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.feature import Context
 from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
 from tidal.api.policy import BlockIO, ColocationPolicy
 from tidal.api.qos import QoSLevel
+from tidal_dev.lab.pytest_plugin import wait_for
 from tidal_dev.testing.real_cgroups import below_own
 
 MiB = 1 << 20
@@ -98,17 +114,121 @@ PLAIN = pod("u5", None, "f")
     ("no BE pod: no file", CgroupVersion.V1, (LS, PLAIN), BlockIO(enabled=True), (VDA,), {}),
 ])
 def test_plan(case, version, pods, config, disks, expected):
-    assert files(plan_block_io(state(version, *pods), config, disks)) == expected, case
+    """Nothing known of what the containers use (the first round): equal shares."""
+    assert files(plan_block_io(state(version, *pods), config, disks)[0]) == expected, case
 
 
 def test_no_blkio_hierarchy_plans_nothing():
-    assert plan_block_io(state(CgroupVersion.V1, BE1, blkio=False), BlockIO(enabled=True), (VDA,)) == []
+    assert plan_block_io(state(CgroupVersion.V1, BE1, blkio=False), BlockIO(enabled=True), (VDA,)) == ([], {})
+
+
+@pytest.mark.parametrize("used,held,expected", [
+    (None, 10 * MiB, None),          # not known (new container, or the agent just started)
+    (0.0, None, None),               # nothing held yet: the first round's equal share
+    (9.5 * MiB, 10 * MiB, None),     # held by its cap: wants more
+    (9 * MiB, 10 * MiB, None),       # SATURATED (90 %) counts as held
+    (4 * MiB, 10 * MiB, 6 * MiB),    # below: what it used and half again
+    (0.0, 10 * MiB, 0.0),            # idle (allot gives it the floor)
+])
+def test_demand_from_what_a_container_used_of_its_cap(used, held, expected):
+    assert demand(used, held) == expected
+
+
+@pytest.mark.parametrize("case,cap,demands,expected", [
+    ("nobody known: equal", 100, [None] * 4, [25] * 4),
+    ("one reading, three idle: the idle keep an eighth of an equal part",
+     800, [None, 0.0, 0.0, 0.0], [725, 25, 25, 25]),
+    ("max-min: a small demand is met, the rest shared", 100, [None, None, 10.0, 0.0], [43, 43, 10, 3]),
+    ("a demand above the equal part is met when the rest allows", 100, [None, 30.0, 0.0, 0.0], [63, 30, 3, 3]),
+    ("nobody wants it all: the rest spread over all", 100, [10.0, 20.0], [45, 55]),
+    ("demands above the cap: max-min between them", 100, [80.0, 70.0], [50, 50]),
+    ("one container gets the whole cap whatever it used", 100, [0.0], [100]),
+    ("not capped", 0, [None, 1.0], [0, 0]),
+    ("nobody", 100, [], []),
+    ("never 0 (a limit of 0 means none)", 2, [None] * 3, [1, 1, 1]),
+])
+def test_allot_is_max_min_fair_and_never_above_the_cap(case, cap, demands, expected):
+    parts = allot(cap, demands)
+    assert parts == expected, case
+    assert sum(parts) <= max(cap, len(demands)), case
+
+
+@given(st.integers(1, 1 << 40), st.lists(st.one_of(st.none(), st.floats(0, 1 << 41)), min_size=1, max_size=40))
+def test_allot_never_gives_more_than_the_cap_and_no_one_short_gets_less_than_another(cap, demands):
+    parts = allot(cap, demands)
+    n = len(demands)
+    assert len(parts) == n and min(parts) >= 1
+    if cap >= n:
+        floor = cap * 0.125 / n
+        assert sum(parts) <= cap and min(parts) >= int(floor)
+        # max-min: a container that got less than it wants got no less than anyone else (rounding aside)
+        for want, part in zip(demands, parts):
+            if want is None or max(want, floor) > part + 1:
+                assert max(parts) <= part + 1, (cap, demands, parts)
+
+
+def test_counters_are_read_from_the_v1_and_v2_files():
+    v1 = {"blkio.throttle.io_service_bytes": "254:0 Read 4096\n254:0 Write 8192\n254:0 Sync 1\n"
+                                             "254:0 Total 12288\n7:0 Read 5\nTotal 12293\n",
+          "blkio.throttle.io_serviced": "254:0 Read 1\n254:0 Write 2\n254:0 Discard 0\nTotal 3\n"}
+    assert parse_counts(CgroupVersion.V1, v1) == {
+        ("254:0", "rbps"): 4096, ("254:0", "wbps"): 8192, ("254:0", "riops"): 1, ("254:0", "wiops"): 2,
+        ("7:0", "rbps"): 5}
+    v2 = {"io.stat": "254:0 rbytes=4096 wbytes=0 rios=1 wios=0 dbytes=0 dios=0\n8:0 rbytes=7 odd wios=x\n"}
+    assert parse_counts(CgroupVersion.V2, v2) == {
+        ("254:0", "rbps"): 4096, ("254:0", "wbps"): 0, ("254:0", "riops"): 1, ("254:0", "wiops"): 0,
+        ("8:0", "rbps"): 7}
+    assert parse_counts(CgroupVersion.V1, {}) == {}
+
+
+def test_rates_are_per_second_between_two_samples_of_the_same_cgroup():
+    key = ("254:0", "rbps")
+    before = {"a": {key: 100}, "b": {key: 500}, "gone": {key: 1}}
+    after = {"a": {key: 300, ("254:0", "wbps"): 50}, "b": {key: 10}, "new": {key: 7}}
+    # "b" went back: a new cgroup under the same name (not known); "new": one sample only
+    assert rates(before, after, 2.0) == {"a": {key: 100.0, ("254:0", "wbps"): 25.0}}
+    assert rates(before, after, 0.0) == {}
+
+
+def test_the_shares_follow_what_the_containers_use_round_by_round():
+    """Four BE containers, one reading: equal parts first; then the reader, held by its part,
+    wants more and the idle three keep an eighth of an equal part; when another starts reading
+    it is held by that, and the two share the rest in the next round."""
+    pods = (pod("u1", QoSLevel.BE, "a", "b"), pod("u2", QoSLevel.BE, "c", "d"))
+    node = state(CgroupVersion.V1, *pods)
+    config = BlockIO(enabled=True, read_mib_per_second=80, write_mib_per_second=0)
+    path = {c: f"/cg/blkio/kubepods/besteffort/pod{u}/{c}" for u, c in
+            (("u1", "a"), ("u1", "b"), ("u2", "c"), ("u2", "d"))}
+    key = ("254:0", "rbps")
+
+    def rnd(used, held):
+        writes, caps = plan_block_io(node, config, (VDA,), used, held)
+        got = {c: int(files(writes)[path[c]]["blkio.throttle.read_bps_device"].split()[1]) for c in path}
+        assert got == {c: caps[path[c]][key] for c in path} and sum(got.values()) <= 80 * MiB
+        return got, caps
+
+    got, held = rnd({}, {})
+    assert set(got.values()) == {20 * MiB}
+    use = {path["a"]: {key: 20 * MiB}, **{path[c]: {} for c in "bcd"}}
+    got, held = rnd(use, held)
+    assert got == {"a": 72.5 * MiB, "b": 2.5 * MiB, "c": 2.5 * MiB, "d": 2.5 * MiB}
+    use = {path["a"]: {key: 72.5 * MiB}, path["b"]: {key: 2.5 * MiB}, **{path[c]: {} for c in "cd"}}
+    got, held = rnd(use, held)
+    assert got == {"a": 37.5 * MiB, "b": 37.5 * MiB, "c": 2.5 * MiB, "d": 2.5 * MiB}
+    # a reader that slows down keeps what it uses and half again
+    use = {path["a"]: {key: 37.5 * MiB}, path["b"]: {key: 10 * MiB}, **{path[c]: {} for c in "cd"}}
+    got, held = rnd(use, held)
+    assert got == {"a": 60 * MiB, "b": 15 * MiB, "c": 2.5 * MiB, "d": 2.5 * MiB}
+    # a container not known (its counters unreadable, or new) gets an equal part at once
+    use.pop(path["d"])
+    got, held = rnd(use, held)
+    assert got["d"] == got["a"] == (80 - 15 - 2.5) / 2 * MiB
 
 
 def test_plan_values_read_as_the_kernel_lists_them():
     """A plan's value is the kernel's lines in the executor's normal form: sorted by device."""
     value = files(plan_block_io(state(CgroupVersion.V1, pod("u1", QoSLevel.BE, "a")), BlockIO(enabled=True),
-                                (VDB, VDA)))["/cg/blkio/kubepods/besteffort/podu1/a"]
+                                (VDB, VDA))[0])["/cg/blkio/kubepods/besteffort/podu1/a"]
     lines = device_lines(value["blkio.throttle.read_bps_device"])
     assert list(lines) == ["254:0", "254:16"] and set(lines.values()) == {str(100 * MiB)}
 
@@ -140,13 +260,13 @@ def test_the_caps_are_reported_once_per_change_and_a_node_without_disks_is_warne
 
     def reports(disks, *pods):
         ctx = Context(NodeState(pods, 2.0, 0, on, {"blkio.throttle": True}, layout(CgroupVersion.V1)),
-                      observed={feature.name: disks})
+                      observed={feature.name: Observed(disks, {})})
         return [(r.level, r.message) for r in feature.plan(ctx).decisions]
 
     assert reports((VDA,), BE1) == [(logging.INFO, "block I/O of BE pods capped on vda (254:0): read 100 MiB/s, "
-                                                   "write 100 MiB/s per disk, shared by 2 BE container(s)")]
+                                                   "write 100 MiB/s per disk, shared by 2 BE container(s) as they use it")]
     assert reports((VDA,), BE1, LS) == []  # nothing changed
-    assert reports((VDA,), BE1, BE2)[0][1].endswith("shared by 3 BE container(s)")
+    assert reports((VDA,), BE1, BE2)[0][1].endswith("shared by 3 BE container(s) as they use it")
     assert reports((), BE1) == [(logging.WARNING, "block I/O of BE pods not capped: no disk with a driver in "
                                                   "/sys/block")]
     assert reports((), LS) == []  # no BE container: nothing to say
@@ -185,56 +305,134 @@ def blkio_root(hierarchy: CgroupHierarchy) -> Path:
     return below_own(hierarchy.blkio_root, "blkio")
 
 
-def test_be_containers_are_throttled_on_the_real_disk_and_put_back_when_off(hierarchy, blkio_root, real, tmp_path):
+@dataclass
+class BlkioNode:
+    layout: CgroupLayout
+    disk: Disk
+    data: Path
+    #: each pod's container blkio dir, by pod uid
+    dirs: dict[str, Path]
+
+    def limits(self, uid: str) -> dict[str, str]:
+        return device_lines((self.dirs[uid] / "blkio.throttle.read_bps_device").read_text())
+
+
+BE_A, BE_B = pod("u1", QoSLevel.BE, "a"), pod("u2", QoSLevel.BE, "b")
+LS_C = pod("u3", QoSLevel.LS, "c", qos_class=PodQOSClass.BURSTABLE)
+
+
+@pytest.fixture
+def blkio_node(hierarchy, blkio_root, real) -> BlkioNode:
+    """Two BE containers and an LS one in a private kubelet-style blkio tree, and a 24 MiB file
+    on a whole disk."""
     data = Path("/var/tmp") / f"{real.name}.img"
     disk = disk_holding(data.parent)
     if disk is None:
         pytest.skip(f"{data.parent} is not on a whole disk of /sys/block (a partition or a virtual device)")
     node = CgroupLayout(CgroupHierarchy(CgroupVersion.V1, hierarchy.cpu_root, hierarchy.memory_root, blkio_root),
                         CgroupDriver.CGROUPFS, kubelet_root=f"/{real.name}")
-    be_a, be_b = pod("u1", QoSLevel.BE, "a"), pod("u2", QoSLevel.BE, "b")
-    ls = pod("u3", QoSLevel.LS, "c", qos_class=PodQOSClass.BURSTABLE)
     dirs = {p.uid: real.make(node.blkio_dir(node.container_relpath(p.uid, p.qos_class, p.containers[0].id)))
-            for p in (be_a, be_b, ls)}
-    off = ColocationPolicy()
-    on = replace(off, features=replace(off.features, block_io=BlockIO(enabled=True, read_mib_per_second=8,
-                                                                       write_mib_per_second=0)))
-    engine = QoSEngine(tmp_path / "journal.json", features=[BEBlockIO()])
-    caps = {"blkio.throttle": True}
-
-    def run(policy, *pods, now=0.0):
-        return engine.run(Context(NodeState(pods, 2.0, 0, policy, caps, node), now=now))
-
-    def limits(uid: str) -> dict[str, str]:
-        return device_lines((dirs[uid] / "blkio.throttle.read_bps_device").read_text())
-
+            for p in (BE_A, BE_B, LS_C)}
     try:
         with open(data, "wb") as f:
             for _ in range(24):
                 f.write(os.urandom(MiB))
             f.flush()
             os.fsync(f.fileno())
-        # a limit someone else set on another device (a loop device) is the file's original
-        loop = Path("/sys/block/loop0/dev")
-        foreign = loop.read_text().strip() if loop.exists() else None
-        if foreign:
-            (dirs["u1"] / "blkio.throttle.read_bps_device").write_text(f"{foreign} 1234")
-        out = run(on, be_a, be_b, ls)
-        assert out.changed == {"be-block-io": 2}, out
-        assert limits("u1") == limits("u2") == {disk.device: str(4 * MiB)}  # 8 MiB/s, shared by two
-        assert limits("u3") == {}  # an LS container keeps its disk
-        assert run(on, be_a, be_b, ls, now=1.0).changed == {}  # idempotent
-        assert run(on, be_a, ls, now=2.0).changed == {"be-block-io": 1}  # one BE container left: all of it
-        assert limits("u1") == {disk.device: str(8 * MiB)}
-
-        # the kernel holds the BE container to its cap: 24 MiB at 8 MiB/s take 2 s and more (the
-        # first slice's allowance aside); a load on the machine can only make it slower
-        read, seconds = direct_read(data, dirs["u1"], 24 * MiB)
-        assert read == 24 * MiB and seconds >= 1.5, (read, seconds)
-
-        assert run(off, be_a, ls, now=3.0).changed == {}
-        # put back by the journal: the original line, or none (no limit)
-        assert limits("u1") == ({foreign: "1234"} if foreign else {}) and limits("u2") == {}
-        assert engine.journal.originals == {}
+        yield BlkioNode(node, disk, data, dirs)
     finally:
         data.unlink(missing_ok=True)
+
+
+def on_at(read_mib_per_second: int) -> ColocationPolicy:
+    off = ColocationPolicy()
+    return replace(off, features=replace(off.features, block_io=BlockIO(
+        enabled=True, read_mib_per_second=read_mib_per_second, write_mib_per_second=0)))
+
+
+def test_be_containers_are_throttled_on_the_real_disk_and_put_back_when_off(blkio_node, tmp_path):
+    node, dirs, disk = blkio_node.layout, blkio_node.dirs, blkio_node.disk
+    on, off = on_at(8), ColocationPolicy()
+    engine = QoSEngine(tmp_path / "journal.json", features=[BEBlockIO()])
+    caps = {"blkio.throttle": True}
+
+    def run(policy, *pods, now=0.0):
+        return engine.run(Context(NodeState(pods, 2.0, 0, policy, caps, node), now=now))
+
+    limits = blkio_node.limits
+    # a limit someone else set on another device (a loop device) is the file's original
+    loop = Path("/sys/block/loop0/dev")
+    foreign = loop.read_text().strip() if loop.exists() else None
+    if foreign:
+        (dirs["u1"] / "blkio.throttle.read_bps_device").write_text(f"{foreign} 1234")
+    out = run(on, BE_A, BE_B, LS_C)
+    assert out.changed == {"be-block-io": 2}, out
+    assert limits("u1") == limits("u2") == {disk.device: str(4 * MiB)}  # 8 MiB/s, shared by two
+    assert limits("u3") == {}  # an LS container keeps its disk
+    assert run(on, BE_A, BE_B, LS_C, now=1.0).changed == {}  # idempotent (both idle: equal)
+    assert run(on, BE_A, LS_C, now=2.0).changed == {"be-block-io": 1}  # one BE container left: all of it
+    assert limits("u1") == {disk.device: str(8 * MiB)}
+
+    # the kernel holds the BE container to its cap: 24 MiB at 8 MiB/s take 2 s and more (the
+    # first slice's allowance aside); a load on the machine can only make it slower
+    read, seconds = direct_read(blkio_node.data, dirs["u1"], 24 * MiB)
+    assert read == 24 * MiB and seconds >= 1.5, (read, seconds)
+
+    assert run(off, BE_A, LS_C, now=3.0).changed == {}
+    # put back by the journal: the original line, or none (no limit)
+    assert limits("u1") == ({foreign: "1234"} if foreign else {}) and limits("u2") == {}
+    assert engine.journal.originals == {}
+
+
+#: reads the file again and again in 64 KiB direct reads until killed (small reads: a steady rate
+#: from one round to the next)
+STREAM = r"""
+import mmap, os, sys
+with open(sys.argv[2], "w") as f:
+    f.write(str(os.getpid()))
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+buf, size, offset = mmap.mmap(-1, 1 << 16), os.fstat(fd).st_size, 0
+print("ready", flush=True)
+while True:
+    os.preadv(fd, [buf], offset)
+    offset = (offset + (1 << 16)) % size
+"""
+
+
+def test_the_shares_follow_the_kernel_counters_of_a_reading_container(blkio_node, tmp_path):
+    """Two BE containers, one streaming: within a few rounds the reader holds nearly the whole
+    cap (the idle one an eighth of its equal part), as the kernel's counters show it reading at
+    its share; when it stops, the shares are equal again."""
+    node, disk = blkio_node.layout, blkio_node.disk
+    engine = QoSEngine(tmp_path / "journal.json", features=[BEBlockIO()])
+    on = on_at(8)
+
+    def run() -> None:
+        engine.run(Context(NodeState((BE_A, BE_B, LS_C), 2.0, 0, on, {"blkio.throttle": True}, node),
+                           now=time.monotonic()))
+
+    def reader_share() -> int:
+        run()
+        return int(blkio_node.limits("u1")[disk.device])
+
+    def shares() -> str:
+        counted = (blkio_node.dirs["u1"] / "blkio.throttle.io_service_bytes").read_text().split("\n")[:2]
+        return f"reader {blkio_node.limits('u1')} (counted {counted}), idle {blkio_node.limits('u2')}"
+
+    run()
+    assert blkio_node.limits("u1") == blkio_node.limits("u2") == {disk.device: str(4 * MiB)}
+    stream = subprocess.Popen([sys.executable, "-c", STREAM, str(blkio_node.data),
+                               str(blkio_node.dirs["u1"] / "cgroup.procs")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stream.stdout.readline() == "ready\n"
+        wait_for(lambda: reader_share() == 8 * MiB - MiB // 2, 60,
+                 "the reader's share at 7.5 MiB/s (the idle container keeps 0.5)", interval=1.0, describe=shares)
+        assert blkio_node.limits("u2") == {disk.device: str(MiB // 2)}
+    finally:
+        stream.kill()
+        stream.wait()
+    wait_for(lambda: reader_share() == 4 * MiB, 60, "equal shares again once the reader stopped", interval=1.0,
+             describe=shares)
+    assert blkio_node.limits("u2") == {disk.device: str(4 * MiB)}
+    engine.run(Context(NodeState((BE_A, BE_B, LS_C), 2.0, 0, ColocationPolicy(), {}, node), now=time.monotonic()))
+    assert blkio_node.limits("u1") == blkio_node.limits("u2") == {} and engine.journal.originals == {}

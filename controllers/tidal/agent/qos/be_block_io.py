@@ -7,8 +7,20 @@ not its place in the queue (docs/benchmarks.md, "With DAMON running"). The polic
 ``features.blockIO`` sets the BE pods' caps per disk, together: ``readMiBPerSecond``,
 ``writeMiBPerSecond``, ``readIOPS``, ``writeIOPS`` (0: not capped).
 
-Each BE container gets an equal share of each cap (pure, :func:`share`), written on its own
-cgroup (pure, :func:`plan_block_io`):
+The BE containers share each cap as they use it (pure, :func:`allot`, max-min fair), each share
+written on the container's own cgroup (pure, :func:`plan_block_io`):
+
+* a container held by its share (it used :data:`SATURATED` of it since the last round), or not
+  known yet (new, or the agent just started), wants as much as it may get;
+* a container using less keeps what it used and half as much again (:data:`HEADROOM`), and at
+  least an eighth of an equal share (:data:`FLOOR`): a container that starts reading is held by
+  that for one round, and gets its part of the rest in the next;
+* those wanting more share what the others leave equally; what nobody wants is spread over all.
+
+The shares never add up to more than the node's cap on a disk, so the online pods are protected
+as much as with equal shares, and one BE job reading beside idle ones gets nearly all of it. The
+counters are the cgroup's own (v1 ``blkio.throttle.io_service_bytes`` and ``io_serviced``, v2
+``io.stat``), read in :meth:`BEBlockIO.sense`.
 
 =====  ===============================================================  ================================
        v1 (blkio)                                                       v2 (io)
@@ -20,19 +32,21 @@ write  ``blkio.throttle.write_bps_device``, ``..._write_iops_device``   ``io.max
 Per container, on both versions: v1's throttling is flat (a limit applies to the tasks of its own
 cgroup only, never to a child's), so a cap on ``kubepods/besteffort`` or on the pod cgroup would
 hold nothing; and a BE pod may be Burstable (keeping native requests) or have its containers in
-the BE idle group. The shares do not follow demand: one BE container reading while three sit
-idle gets a quarter of the cap. v1 throttles reads and direct writes; buffered writes reach the
+the BE idle group. v1 throttles reads and direct writes; buffered writes reach the
 disk from the kernel's writeback, which v1 charges to the root cgroup.
 
 The node's disks (:func:`node_disks`): every whole disk the kernel lists in ``/sys/block`` with a
 driver behind it (a ``device`` entry: not loop, ram, zram or device-mapper devices; a
-device-mapper volume's requests reach the disks below it, which are listed), re-read every :data:`DISKS_REFRESH_SECONDS`. Switched off (or the
-node leaving colocation) the executor's journal puts every file back (no line: no limit).
+device-mapper volume's requests reach the disks below it, which are listed), re-read every
+:data:`DISKS_REFRESH_SECONDS`. Switched off (or the node leaving colocation) the executor's
+journal puts every file back (no line: no limit).
 """
 from __future__ import annotations
 
 import logging
+import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +57,8 @@ from tidal.api.policy import BlockIO
 from .feature import DEFAULT_OPTIONS, Context, Options, Plan, Report
 from .strategy import CgroupWrite, NodeState
 
-__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "disk_holding", "node_disks", "plan_block_io", "share"]
+__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "Observed", "allot", "demand", "disk_holding", "node_caps",
+           "node_disks", "parse_counts", "plan_block_io", "rates", "share"]
 
 MiB = 1 << 20
 #: how often the disks are listed again (a disk added to a running node is capped within it)
@@ -84,45 +99,136 @@ def disk_holding(path: Path, sys_root: Path = Path("/sys")) -> Disk | None:
     return next((d for d in node_disks(sys_root) if d.device == f"{os.major(dev)}:{os.minor(dev)}"), None)
 
 
+KINDS = ("rbps", "wbps", "riops", "wiops")
+#: v1: each kind's throttling file
+V1_LIMITS = {"rbps": "blkio.throttle.read_bps_device", "wbps": "blkio.throttle.write_bps_device",
+             "riops": "blkio.throttle.read_iops_device", "wiops": "blkio.throttle.write_iops_device"}
+#: v1: the files counting what a cgroup's tasks did, and the kinds of their ``Read`` and ``Write`` lines
+V1_COUNTS = {"blkio.throttle.io_service_bytes": ("rbps", "wbps"), "blkio.throttle.io_serviced": ("riops", "wiops")}
+#: v2: ``io.stat``'s keys and their kinds
+V2_COUNTS = {"rbytes": "rbps", "wbytes": "wbps", "rios": "riops", "wios": "wiops"}
+
+#: a container using this much of its cap is held by it: it wants more
+SATURATED = 0.9
+#: a container below its cap keeps this much more than it used
+HEADROOM = 1.5
+#: the part of an equal share every container keeps however little it used: the cap it starts
+#: from when it begins reading (for one round: then it is held by it, and wants more)
+FLOOR = 0.125
+
+#: what each container did per second on each disk, by ``(device, kind)`` (its blkio dir as key)
+Usage = Mapping[str, Mapping[tuple[str, str], float]]
+
+
+def node_caps(config: BlockIO) -> dict[str, int]:
+    """The node's BE caps per disk, by kind (bytes or requests per second); kinds not capped left out."""
+    caps = {"rbps": config.read_mib_per_second * MiB, "wbps": config.write_mib_per_second * MiB,
+            "riops": config.read_iops, "wiops": config.write_iops}
+    return {kind: cap for kind, cap in caps.items() if cap > 0}
+
+
+def demand(used: float | None, held: int | None) -> float | None:
+    """What a container wants of a cap, from what it used of the one it held: None (as much as it
+    may get) when unknown (new, or nothing held yet) or held by its cap; else its use and headroom."""
+    if used is None or held is None or used >= SATURATED * held:
+        return None
+    return used * HEADROOM
+
+
+def allot(cap: int, demands: Sequence[float | None]) -> list[int]:
+    """The node cap shared by the containers, max-min fair: each wanting less than an equal part
+    gets what it wants (at least :data:`FLOOR` of an equal part), the others share the rest
+    equally; what nobody wants is spread over all. The parts never sum to more than the cap, and
+    none is 0 (a limit of 0 means none)."""
+    n = len(demands)
+    if cap <= 0 or n == 0:
+        return [0] * n
+    floor = cap * FLOOR / n
+    wants = [math.inf if d is None else max(d, floor) for d in demands]
+    parts, left = [0.0] * n, float(cap)
+    for k, i in enumerate(sorted(range(n), key=wants.__getitem__)):
+        parts[i] = min(wants[i], left / (n - k))
+        left -= parts[i]
+    return [max(1, int(p + left / n)) for p in parts]
+
+
 def share(cap: int, containers: int) -> int:
-    """An equal share of a node cap (0: not capped); at least 1, since a limit of 0 means none."""
-    if cap <= 0 or containers <= 0:
-        return 0
-    return max(1, cap // containers)
+    """An equal share of a node cap (0: not capped): what each container gets when none is known."""
+    return allot(cap, [None] * containers)[0] if containers > 0 else 0
 
 
-def _values(version: CgroupVersion, config: BlockIO, containers: int,
-            disks: tuple[Disk, ...]) -> dict[str, str]:
-    """The files of one BE container and their values (only files that limit something)."""
-    rbps = share(config.read_mib_per_second * MiB, containers)
-    wbps = share(config.write_mib_per_second * MiB, containers)
-    riops = share(config.read_iops, containers)
-    wiops = share(config.write_iops, containers)
-    devices = sorted(d.device for d in disks)
+def _render(version: CgroupVersion, limits: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
+    """One container's files from its limits (``kind -> device -> value``)."""
     if version is CgroupVersion.V2:
-        if not (rbps or wbps or riops or wiops) or not devices:
-            return {}
-        limits = " ".join(f"{key}={value or 'max'}" for key, value in
-                          (("rbps", rbps), ("wbps", wbps), ("riops", riops), ("wiops", wiops)))
-        return {"io.max": DEVICE_SEPARATOR.join(f"{d} {limits}" for d in devices)}
-    files = {"blkio.throttle.read_bps_device": rbps, "blkio.throttle.write_bps_device": wbps,
-             "blkio.throttle.read_iops_device": riops, "blkio.throttle.write_iops_device": wiops}
-    return {file: DEVICE_SEPARATOR.join(f"{d} {value}" for d in devices)
-            for file, value in files.items() if value and devices}
+        devices = sorted({d for per_device in limits.values() for d in per_device})
+        return {"io.max": DEVICE_SEPARATOR.join(
+            f"{d} " + " ".join(f"{kind}={limits.get(kind, {}).get(d) or 'max'}" for kind in KINDS)
+            for d in devices)} if devices else {}
+    return {V1_LIMITS[kind]: DEVICE_SEPARATOR.join(f"{d} {v}" for d, v in sorted(per_device.items()))
+            for kind, per_device in limits.items() if per_device}
 
 
-def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...]) -> list[CgroupWrite]:
-    """Every BE container's throttling files (the blkio hierarchy of ``state.layout``)."""
+def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], used: Usage | None = None,
+                  held: Usage | None = None) -> tuple[list[CgroupWrite], dict[str, dict[tuple[str, str], int]]]:
+    """Every BE container's throttling files (the blkio hierarchy of ``state.layout``), and the
+    caps they set (the next round's ``held``). ``used``: what each container did per second since
+    the last round (absent: not known), under the caps ``held`` then."""
     layout = state.layout
     if layout.blkio_root is None:
-        return []
-    containers = [(pod, c) for pod in state.be_pods() for c in pod.containers]
-    values = _values(layout.version, config, len(containers), disks)
+        return [], {}
+    used, held = used or {}, held or {}
+    paths = [layout.blkio_dir(layout.container_relpath(pod.uid, pod.qos_class, c.id))
+             for pod in state.be_pods() for c in pod.containers]
+    caps: dict[str, dict[tuple[str, str], int]] = {str(p): {} for p in paths}
+    for kind, cap in node_caps(config).items():
+        for disk in sorted(disks):
+            key = (disk.device, kind)
+            demands = []
+            for path in map(str, paths):
+                did = used.get(path)
+                demands.append(demand(None if did is None else did.get(key, 0.0), held.get(path, {}).get(key)))
+            for path, part in zip(caps, allot(cap, demands)):
+                caps[path][key] = part
     writes = []
-    for pod, container in containers:
-        path = layout.blkio_dir(layout.container_relpath(pod.uid, pod.qos_class, container.id))
-        writes += [CgroupWrite(path, file, value) for file, value in values.items()]
-    return writes
+    for path in paths:
+        limits: dict[str, dict[str, int]] = {}
+        for (device, kind), value in caps[str(path)].items():
+            limits.setdefault(kind, {})[device] = value
+        writes += [CgroupWrite(path, file, value) for file, value in _render(layout.version, limits).items()]
+    return writes, caps
+
+
+def parse_counts(version: CgroupVersion, texts: Mapping[str, str]) -> dict[tuple[str, str], int]:
+    """A cgroup's I/O counters by ``(device, kind)``, from its v1 ``blkio.throttle.io_service_bytes``
+    and ``io_serviced``, or its v2 ``io.stat`` (file name -> text)."""
+    counts: dict[tuple[str, str], int] = {}
+    if version is CgroupVersion.V2:
+        for line in texts.get("io.stat", "").splitlines():
+            device, *fields = line.split()
+            for key, _, value in (f.partition("=") for f in fields):
+                if key in V2_COUNTS and value.isdigit():
+                    counts[(device, V2_COUNTS[key])] = int(value)
+        return counts
+    for file, (read, write) in V1_COUNTS.items():
+        for line in texts.get(file, "").splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[1] in ("Read", "Write") and fields[2].isdigit():
+                counts[(fields[0], read if fields[1] == "Read" else write)] = int(fields[2])
+    return counts
+
+
+def rates(before: Mapping[str, Mapping[tuple[str, str], int]], after: Mapping[str, Mapping[tuple[str, str], int]],
+          seconds: float) -> dict[str, dict[tuple[str, str], float]]:
+    """Per container (in both samples, its counters not gone back: the same cgroup) what it did per second."""
+    out = {}
+    if seconds <= 0:
+        return out
+    for path, now in after.items():
+        then = before.get(path)
+        if then is None or any(now.get(key, 0) < value for key, value in then.items()):
+            continue
+        out[path] = {key: (value - then.get(key, 0)) / seconds for key, value in now.items()}
+    return out
 
 
 def describe(config: BlockIO, containers: int, disks: tuple[Disk, ...]) -> str:
@@ -131,7 +237,14 @@ def describe(config: BlockIO, containers: int, disks: tuple[Disk, ...]) -> str:
         ("read", config.read_iops, " IOPS"), ("write", config.write_iops, " IOPS")) if value]
     names = ", ".join(f"{d.name} ({d.device})" for d in disks)
     return (f"block I/O of BE pods capped on {names}: {', '.join(caps) or 'no cap set'} per disk, "
-            f"shared by {containers} BE container(s)")
+            f"shared by {containers} BE container(s) as they use it")
+
+
+@dataclass(frozen=True)
+class Observed:
+    disks: tuple[Disk, ...]
+    #: per BE container sampled in this round and the last, what it did per second
+    used: Usage
 
 
 class BEBlockIO:
@@ -144,6 +257,10 @@ class BEBlockIO:
         self._disks: tuple[float, tuple[Disk, ...]] | None = None
         #: the description reported last (reported again when it changes)
         self._reported = ""
+        #: the caps the last plan set, by container and ``(device, kind)``
+        self._held: dict[str, dict[tuple[str, str], int]] = {}
+        #: the last round's counters, by container, and when they were read
+        self._sample: tuple[float, dict[str, dict[tuple[str, str], int]]] | None = None
 
     def roots(self, layout: CgroupLayout) -> tuple[Path, ...]:
         """The blkio ``kubepods`` tree and the BE idle group's: where this feature's writes may go."""
@@ -155,15 +272,30 @@ class BEBlockIO:
     def enabled(self, ctx: Context) -> bool:
         return ctx.policy.features.block_io.enabled and ctx.capabilities.get(CAPABILITY, False)
 
-    def sense(self, ctx: Context) -> tuple[Disk, ...]:
+    def sense(self, ctx: Context) -> Observed:
+        """The disks (listed again every :data:`DISKS_REFRESH_SECONDS`) and what each BE container
+        did on them since the last round (its cgroup's counters)."""
         if self._disks is None or ctx.now - self._disks[0] >= DISKS_REFRESH_SECONDS or ctx.now < self._disks[0]:
             self._disks = (ctx.now, node_disks(self.sys_root))
-        return self._disks[1]
+        layout = ctx.state.layout
+        files = ("io.stat",) if layout.version is CgroupVersion.V2 else tuple(V1_COUNTS)
+        sample = {}
+        for pod in ctx.state.be_pods() if layout.blkio_root is not None else ():
+            for container in pod.containers:
+                path = layout.blkio_dir(layout.container_relpath(pod.uid, pod.qos_class, container.id))
+                try:
+                    sample[str(path)] = parse_counts(layout.version, {f: (path / f).read_text() for f in files})
+                except OSError:  # not started yet, or gone: nothing known
+                    continue
+        last, self._sample = self._sample, (ctx.now, sample)
+        used = rates(last[1], sample, ctx.now - last[0]) if last is not None else {}
+        return Observed(self._disks[1], used)
 
     def plan(self, ctx: Context) -> Plan:
-        disks: tuple[Disk, ...] = ctx.observed.get(self.name, ())
+        observed: Observed = ctx.observed.get(self.name, Observed((), {}))
+        disks = observed.disks
         config = ctx.policy.features.block_io
-        writes = plan_block_io(ctx.state, config, disks)
+        writes, self._held = plan_block_io(ctx.state, config, disks, observed.used, self._held)
         containers = sum(len(p.containers) for p in ctx.state.be_pods())
         message = describe(config, containers, disks)
         decisions: tuple = ()
@@ -177,5 +309,5 @@ class BEBlockIO:
         return Plan(writes=tuple(writes), decisions=decisions)
 
     def undo(self, ctx: Context) -> Plan:
-        self._reported = ""
+        self._reported, self._held, self._sample = "", {}, None
         return Plan()

@@ -38,7 +38,7 @@ from tidal.agent.qos.be_block_io import (
     share,
 )
 from tidal.agent.qos.engine import QoSEngine
-from tidal.agent.qos.feature import Context
+from tidal.agent.qos.feature import Context, Options
 from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
 from tidal.api.policy import BlockIO, ColocationPolicy
 from tidal.api.qos import QoSLevel
@@ -219,10 +219,21 @@ def test_the_shares_follow_what_the_containers_use_round_by_round():
     use = {path["a"]: {key: 37.5 * MiB}, path["b"]: {key: 10 * MiB}, **{path[c]: {} for c in "cd"}}
     got, held = rnd(use, held)
     assert got == {"a": 60 * MiB, "b": 15 * MiB, "c": 2.5 * MiB, "d": 2.5 * MiB}
-    # a container not known (its counters unreadable, or new) gets an equal part at once
+    # a container not known (new, or the agent just started) gets an equal part at once
     use.pop(path["d"])
     got, held = rnd(use, held)
     assert got["d"] == got["a"] == (80 - 15 - 2.5) / 2 * MiB
+
+
+def test_a_container_not_started_keeps_the_floor_and_its_first_round_an_equal_part():
+    node = state(CgroupVersion.V1, pod("u1", QoSLevel.BE, "a", "b"))
+    config = BlockIO(enabled=True, read_mib_per_second=80, write_mib_per_second=0)
+    a, b = "/cg/blkio/kubepods/besteffort/podu1/a", "/cg/blkio/kubepods/besteffort/podu1/b"
+    key = ("254:0", "rbps")
+    _, held = plan_block_io(node, config, (VDA,), {}, {}, absent={b})
+    assert held == {a: {key: 75 * MiB}, b: {key: 5 * MiB}}
+    _, held = plan_block_io(node, config, (VDA,), {a: {key: 75 * MiB}}, held)  # b started: not known
+    assert held == {a: {key: 40 * MiB}, b: {key: 40 * MiB}}
 
 
 def test_plan_values_read_as_the_kernel_lists_them():
@@ -436,3 +447,27 @@ def test_the_shares_follow_the_kernel_counters_of_a_reading_container(blkio_node
     assert blkio_node.limits("u2") == {disk.device: str(4 * MiB)}
     engine.run(Context(NodeState((BE_A, BE_B, LS_C), 2.0, 0, ColocationPolicy(), {}, node), now=time.monotonic()))
     assert blkio_node.limits("u1") == blkio_node.limits("u2") == {} and engine.journal.originals == {}
+
+
+def test_sense_reads_each_be_containers_counters_and_names_those_without_a_cgroup(tmp_path):
+    """On a recorded v1 tree: the rates between two rounds, and a container with no cgroup."""
+    node = CgroupLayout(CgroupHierarchy(CgroupVersion.V1, tmp_path / "cpu", tmp_path / "memory", tmp_path / "blkio"),
+                        CgroupDriver.CGROUPFS)
+    a = node.blkio_dir(node.container_relpath("u1", PodQOSClass.BEST_EFFORT, "containerd://a"))
+    b = node.blkio_dir(node.container_relpath("u1", PodQOSClass.BEST_EFFORT, "containerd://b"))
+    a.mkdir(parents=True)
+    (tmp_path / "sys" / "block").mkdir(parents=True)
+    feature = BEBlockIO(Options(sys_root=tmp_path / "sys"))
+
+    def sense(read: int, ios: int, now: float) -> Observed:
+        (a / "blkio.throttle.io_service_bytes").write_text(f"254:0 Read {read}\n254:0 Write 0\nTotal {read}\n")
+        (a / "blkio.throttle.io_serviced").write_text(f"254:0 Read {ios}\n254:0 Write 0\nTotal {ios}\n")
+        node_state = NodeState((BE1,), 2.0, 0, ColocationPolicy(), {"blkio.throttle": True}, node)
+        return feature.sense(Context(node_state, now=now))
+
+    first = sense(1000, 10, 5.0)
+    assert first == Observed((), {}, frozenset({str(b)}))  # one sample: nothing known yet
+    second = sense(5000, 30, 7.0)
+    assert second.used == {str(a): {("254:0", "rbps"): 2000.0, ("254:0", "wbps"): 0.0,
+                                    ("254:0", "riops"): 10.0, ("254:0", "wiops"): 0.0}}
+    assert second.absent == {str(b)}

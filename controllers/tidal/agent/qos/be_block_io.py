@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,10 +169,12 @@ def _render(version: CgroupVersion, limits: Mapping[str, Mapping[str, int]]) -> 
 
 
 def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], used: Usage | None = None,
-                  held: Usage | None = None) -> tuple[list[CgroupWrite], dict[str, dict[tuple[str, str], int]]]:
+                  held: Usage | None = None, absent: Collection[str] = ()
+                  ) -> tuple[list[CgroupWrite], dict[str, dict[tuple[str, str], int]]]:
     """Every BE container's throttling files (the blkio hierarchy of ``state.layout``), and the
     caps they set (the next round's ``held``). ``used``: what each container did per second since
-    the last round (absent: not known), under the caps ``held`` then."""
+    the last round (not there: not known), under the caps ``held`` then; ``absent``: containers
+    without a cgroup yet (not started), which read nothing and keep only the floor."""
     layout = state.layout
     if layout.blkio_root is None:
         return [], {}
@@ -186,7 +188,8 @@ def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], us
             demands = []
             for path in map(str, paths):
                 did = used.get(path)
-                demands.append(demand(None if did is None else did.get(key, 0.0), held.get(path, {}).get(key)))
+                demands.append(0.0 if path in absent else
+                               demand(None if did is None else did.get(key, 0.0), held.get(path, {}).get(key)))
             for path, part in zip(caps, allot(cap, demands)):
                 caps[path][key] = part
     writes = []
@@ -245,6 +248,8 @@ class Observed:
     disks: tuple[Disk, ...]
     #: per BE container sampled in this round and the last, what it did per second
     used: Usage
+    #: BE containers whose counters could not be read (no cgroup yet: not started, or gone)
+    absent: frozenset[str] = frozenset()
 
 
 class BEBlockIO:
@@ -279,23 +284,23 @@ class BEBlockIO:
             self._disks = (ctx.now, node_disks(self.sys_root))
         layout = ctx.state.layout
         files = ("io.stat",) if layout.version is CgroupVersion.V2 else tuple(V1_COUNTS)
-        sample = {}
+        sample, absent = {}, set()
         for pod in ctx.state.be_pods() if layout.blkio_root is not None else ():
             for container in pod.containers:
                 path = layout.blkio_dir(layout.container_relpath(pod.uid, pod.qos_class, container.id))
                 try:
                     sample[str(path)] = parse_counts(layout.version, {f: (path / f).read_text() for f in files})
-                except OSError:  # not started yet, or gone: nothing known
-                    continue
+                except OSError:  # no cgroup: not started yet, or gone
+                    absent.add(str(path))
         last, self._sample = self._sample, (ctx.now, sample)
         used = rates(last[1], sample, ctx.now - last[0]) if last is not None else {}
-        return Observed(self._disks[1], used)
+        return Observed(self._disks[1], used, frozenset(absent))
 
     def plan(self, ctx: Context) -> Plan:
         observed: Observed = ctx.observed.get(self.name, Observed((), {}))
         disks = observed.disks
         config = ctx.policy.features.block_io
-        writes, self._held = plan_block_io(ctx.state, config, disks, observed.used, self._held)
+        writes, self._held = plan_block_io(ctx.state, config, disks, observed.used, self._held, observed.absent)
         containers = sum(len(p.containers) for p in ctx.state.be_pods())
         message = describe(config, containers, disks)
         decisions: tuple = ()

@@ -174,7 +174,7 @@ def test_counters_are_read_from_the_v1_and_v2_files():
     assert parse_counts(CgroupVersion.V1, v1) == {
         ("254:0", "rbps"): 4096, ("254:0", "wbps"): 8192, ("254:0", "riops"): 1, ("254:0", "wiops"): 2,
         ("7:0", "rbps"): 5}
-    v2 = {"io.stat": "254:0 rbytes=4096 wbytes=0 rios=1 wios=0 dbytes=0 dios=0\n8:0 rbytes=7 odd wios=x\n"}
+    v2 = {"io.stat": "254:0 rbytes=4096 wbytes=0 rios=1 wios=0 dbytes=0 dios=0\n\n8:0 rbytes=7 odd wios=x\n"}
     assert parse_counts(CgroupVersion.V2, v2) == {
         ("254:0", "rbps"): 4096, ("254:0", "wbps"): 0, ("254:0", "riops"): 1, ("254:0", "wiops"): 0,
         ("8:0", "rbps"): 7}

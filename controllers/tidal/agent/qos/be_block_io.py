@@ -207,7 +207,7 @@ def parse_counts(version: CgroupVersion, texts: Mapping[str, str]) -> dict[tuple
     counts: dict[tuple[str, str], int] = {}
     if version is CgroupVersion.V2:
         for line in texts.get("io.stat", "").splitlines():
-            device, *fields = line.split()
+            device, *fields = line.split() or ("",)
             for key, _, value in (f.partition("=") for f in fields):
                 if key in V2_COUNTS and value.isdigit():
                     counts[(device, V2_COUNTS[key])] = int(value)

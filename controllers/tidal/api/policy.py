@@ -811,12 +811,12 @@ class EgressBandwidth:
 class BlockIO:
     """Caps the block I/O of BE pods on the node's disks, so that an online pod's reads do not
     queue behind a BE job's stream (cgroup blkio throttling; v1's is flat: the cap is shared out
-    among the BE containers)."""
+    among the BE containers, as they use it)."""
 
     enabled: bool = _boolean(
         "enabled", False, "Throttle BE containers' reads and writes on the node's disks to the node's "
-        "BE caps below, shared equally by the BE containers (needs blkio throttling: the v1 blkio "
-        "controller or v2's io controller)."
+        "BE caps below, shared by the BE containers as they use it (max-min fair; needs blkio "
+        "throttling: the v1 blkio controller or v2's io controller)."
     )
     read_mib_per_second: int = _integer(
         "readMiBPerSecond",

@@ -10,7 +10,11 @@ Tidal's BE block I/O caps (``features.blockIO``).
 * **The BE job**: a process reading a 4 GiB file in 1 MiB ``O_DIRECT`` blocks, again and again,
   as fast as the disk lets it, with ``--be-streams`` (4) threads each reading its own part in
   order (a transcoding or ETL job's input, read by several workers: several requests in the
-  disk's queue at once, as readahead makes them too).
+  disk's queue at once, as readahead makes them too). ``--be-io direct-write`` has it write the
+  file in place instead with ``O_DIRECT`` (a job writing its output, or a database's direct
+  writes); ``--be-io buffered-write`` writes through the page cache (the common case: the
+  kernel's writeback sends the pages to the disk later), and syncs the file at its end (the
+  time counted). cgroup v1 throttles direct writes; writeback it charges to the root cgroup.
 * Both in kubelet-style cgroups below a private root (``tidal_dev.testing.local_kubelet``,
   every v1 hierarchy, blkio included): the online service in an LS pod's container, the BE job in
   a BE pod's.
@@ -108,22 +112,28 @@ for i in range(int(rate * seconds)):
 print(json.dumps({"lat": lat, "errors": errors}))
 """
 
-#: the BE job: ``streams`` threads, each reading its own part of the file sequentially in 1 MiB
-#: direct reads, until stdin has a line; prints bytes and seconds
+#: the BE job: ``streams`` threads, each going through its own part of the file in order in 1 MiB
+#: blocks — direct reads (``read``), direct writes (``direct-write``) or writes to the page cache
+#: (``buffered-write``, flushed by the kernel's writeback) — until stdin has a line; a writer then
+#: syncs the file (its writeback counted in its time); prints bytes and seconds
 BE = r"""
 import mmap, os, sys, threading, time
-path, streams, procs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+path, streams, mode, procs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 for p in procs:
     with open(p, "w") as f:
         f.write(str(os.getpid()))
-fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+flags = {"read": os.O_RDONLY | os.O_DIRECT, "direct-write": os.O_WRONLY | os.O_DIRECT,
+         "buffered-write": os.O_WRONLY}[mode]
+fd = os.open(path, flags)
 size, stop, done = os.fstat(fd).st_size, threading.Event(), [0] * streams
 part = size // streams // (1 << 20) * (1 << 20)
+io = os.preadv if mode == "read" else os.pwritev
 
 def stream(i):
     buf, offset = mmap.mmap(-1, 1 << 20), 0
+    buf.write(os.urandom(1 << 20))
     while not stop.is_set():
-        n = os.preadv(fd, [buf], i * part + offset)
+        n = io(fd, [buf], i * part + offset)
         done[i] += n
         offset = offset + n if n and offset + n < part else 0
 
@@ -136,6 +146,8 @@ sys.stdin.readline()
 stop.set()
 for t in threads:
     t.join()
+if mode != "read":
+    os.fsync(fd)
 print(sum(done), time.monotonic() - start, flush=True)
 """
 
@@ -199,7 +211,8 @@ def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine
     online_dirs, be_dirs = dirs
     off = ColocationPolicy()
     on = replace(off, features=replace(off.features, block_io=BlockIO(
-        enabled=True, read_mib_per_second=args.read_mib_per_second, read_iops=args.read_iops)))
+        enabled=True, read_mib_per_second=args.read_mib_per_second, read_iops=args.read_iops,
+        write_mib_per_second=args.write_mib_per_second)))
     caps = {"blkio.throttle": True}
     capped = treatment in ("equal_shares", "tidal")
     state = NodeState(pods, float(os.cpu_count() or 1), 0, on if capped else off, caps, kubelet.layout)
@@ -208,7 +221,7 @@ def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine
     be = None
     with rounds:
         if treatment != "solo":
-            be = start(BE, [str(args.dir / BE_FILE), str(args.be_streams)], be_dirs)
+            be = start(BE, [str(args.dir / BE_FILE), str(args.be_streams), args.be_io], be_dirs)
             time.sleep(args.warmup)  # the stream reaches its pace (and its share) before the online reads are timed
         online = start(ONLINE, [str(args.dir / ONLINE_FILE), str(args.rate), str(args.seconds)], online_dirs)
         out, _ = online.communicate("go\n", timeout=args.seconds * 20 + 60)
@@ -242,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the agent's round interval in the tidal treatment (qosCheckIntervalSeconds)")
     parser.add_argument("--read-mib-per-second", type=int, default=BlockIO().read_mib_per_second,
                         help="tidal's BE read cap (features.blockIO.readMiBPerSecond; default: the policy's)")
+    parser.add_argument("--write-mib-per-second", type=int, default=BlockIO().write_mib_per_second,
+                        help="tidal's BE write cap (features.blockIO.writeMiBPerSecond; default: the policy's)")
+    parser.add_argument("--be-io", choices=("read", "direct-write", "buffered-write"), default="read",
+                        help="what the BE job does with its file, in 1 MiB blocks: direct reads, direct writes, "
+                             "or writes to the page cache (flushed by writeback, synced at its end)")
     parser.add_argument("--read-iops", type=int, default=BlockIO().read_iops,
                         help="tidal's BE read IOPS cap (features.blockIO.readIOPS; default: the policy's)")
     parser.add_argument("--order", choices=ORDERS, default="balanced")
@@ -288,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             engine = QoSEngine(Path(tmp) / "journal.json", features=[BEBlockIO()])
             log(f"disk {disk.name} ({disk.device}); {args.rounds} rounds of {args.seconds:g} s per treatment, "
                 f"{args.rate:g} reads/s, order {args.order}; BE read cap (tidal) {args.read_mib_per_second} MiB/s, "
-                f"{args.read_iops or 'no'} IOPS cap; {args.be_streams} BE streams; "
+                f"{args.read_iops or 'no'} IOPS cap; write cap {args.write_mib_per_second} MiB/s; "
+                f"{args.be_streams} BE streams ({args.be_io}); "
                 f"{args.idle_be_containers} idle BE containers; agent rounds every {args.round_seconds:g} s")
             rows: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
             for round_ in range(args.rounds):

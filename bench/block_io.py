@@ -13,8 +13,9 @@ Tidal's BE block I/O caps (``features.blockIO``).
   disk's queue at once, as readahead makes them too). ``--be-io direct-write`` has it write the
   file in place instead with ``O_DIRECT`` (a job writing its output, or a database's direct
   writes); ``--be-io buffered-write`` writes through the page cache (the common case: the
-  kernel's writeback sends the pages to the disk later), and syncs the file at its end (the
-  time counted). cgroup v1 throttles direct writes; writeback it charges to the root cgroup.
+  kernel's writeback sends the pages to the disk later; the bench syncs them, from its own
+  cgroup, after the treatment; the BE MB/s are then what went into the page cache). cgroup v1
+  throttles direct writes; writeback it charges to the root cgroup.
 * Both in kubelet-style cgroups below a private root (``tidal_dev.testing.local_kubelet``,
   every v1 hierarchy, blkio included): the online service in an LS pod's container, the BE job in
   a BE pod's.
@@ -114,8 +115,8 @@ print(json.dumps({"lat": lat, "errors": errors}))
 
 #: the BE job: ``streams`` threads, each going through its own part of the file in order in 1 MiB
 #: blocks — direct reads (``read``), direct writes (``direct-write``) or writes to the page cache
-#: (``buffered-write``, flushed by the kernel's writeback) — until stdin has a line; a writer then
-#: syncs the file (its writeback counted in its time); prints bytes and seconds
+#: (``buffered-write``, flushed by the kernel's writeback) — until stdin has a line; prints bytes
+#: and seconds (for ``buffered-write``: what went into the page cache)
 BE = r"""
 import mmap, os, sys, threading, time
 path, streams, mode, procs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
@@ -146,8 +147,6 @@ sys.stdin.readline()
 stop.set()
 for t in threads:
     t.join()
-if mode != "read":
-    os.fsync(fd)
 print(sum(done), time.monotonic() - start, flush=True)
 """
 
@@ -228,9 +227,14 @@ def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine
         result = json.loads(out)
         be_mb_s = 0.0
         if be is not None:
-            text, _ = be.communicate("stop\n", timeout=120)
+            try:
+                text, _ = be.communicate("stop\n", timeout=120)
+            finally:
+                be.kill()  # (no-op once it exited) never left running in the cgroup
             done, seconds = text.split()
             be_mb_s = int(done) / float(seconds) / 1e6
+    if args.be_io == "buffered-write":  # the BE job's dirty pages on the disk before the next treatment
+        os.sync()
     if capped:  # the journal puts the BE containers' files back
         engine.run(Context(replace(state, policy=off), now=time.monotonic()))
     lat = [x * 1000 for x in result["lat"]]

@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="tidal's BE write cap (features.blockIO.writeMiBPerSecond; default: the policy's)")
     parser.add_argument("--be-io", choices=("read", "direct-write", "buffered-write"), default="read",
                         help="what the BE job does with its file, in 1 MiB blocks: direct reads, direct writes, "
-                             "or writes to the page cache (flushed by writeback, synced at its end)")
+                             "or writes to the page cache (flushed by writeback; the bench syncs them after the treatment)")
     parser.add_argument("--read-iops", type=int, default=BlockIO().read_iops,
                         help="tidal's BE read IOPS cap (features.blockIO.readIOPS; default: the policy's)")
     parser.add_argument("--order", choices=ORDERS, default="balanced")

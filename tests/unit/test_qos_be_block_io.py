@@ -35,7 +35,6 @@ from tidal.agent.qos.be_block_io import (
     parse_counts,
     plan_block_io,
     rates,
-    share,
 )
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.feature import Context, Options
@@ -71,8 +70,8 @@ def state(version: CgroupVersion, *pods: PodState, blkio: bool = True) -> NodeSt
     (100 * MiB, 3, 100 * MiB // 3),
     (2, 3, 1),                 # never 0: a limit of 0 means none
 ])
-def test_share_is_an_equal_part_of_the_node_cap_never_zero(cap, containers, expected):
-    assert share(cap, containers) == expected
+def test_with_nothing_known_each_gets_an_equal_part_of_the_node_cap_never_zero(cap, containers, expected):
+    assert allot(cap, [None] * containers) == [expected] * containers
 
 
 def files(writes) -> dict[str, dict[str, str]]:

@@ -57,8 +57,8 @@ from tidal.api.policy import BlockIO
 from .feature import DEFAULT_OPTIONS, Context, Options, Plan, Report
 from .strategy import CgroupWrite, NodeState
 
-__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "Observed", "allot", "demand", "disk_holding", "node_caps",
-           "node_disks", "parse_counts", "plan_block_io", "rates", "share"]
+__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "Observed", "allot", "be_container_dirs", "demand",
+           "disk_holding", "node_caps", "node_disks", "parse_counts", "plan_block_io", "rates"]
 
 MiB = 1 << 20
 #: how often the disks are listed again (a disk added to a running node is capped within it)
@@ -152,20 +152,24 @@ def allot(cap: int, demands: Sequence[float | None]) -> list[int]:
     return [max(1, int(p + left / n)) for p in parts]
 
 
-def share(cap: int, containers: int) -> int:
-    """An equal share of a node cap (0: not capped): what each container gets when none is known."""
-    return allot(cap, [None] * containers)[0] if containers > 0 else 0
-
-
-def _render(version: CgroupVersion, limits: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
-    """One container's files from its limits (``kind -> device -> value``)."""
+def _render(version: CgroupVersion, caps: Mapping[tuple[str, str], int]) -> dict[str, str]:
+    """One container's files from its caps (by ``(device, kind)``)."""
+    devices = sorted({device for device, _ in caps})
     if version is CgroupVersion.V2:
-        devices = sorted({d for per_device in limits.values() for d in per_device})
         return {"io.max": DEVICE_SEPARATOR.join(
-            f"{d} " + " ".join(f"{kind}={limits.get(kind, {}).get(d) or 'max'}" for kind in KINDS)
+            f"{d} " + " ".join(f"{kind}={caps.get((d, kind)) or 'max'}" for kind in KINDS)
             for d in devices)} if devices else {}
-    return {V1_LIMITS[kind]: DEVICE_SEPARATOR.join(f"{d} {v}" for d, v in sorted(per_device.items()))
-            for kind, per_device in limits.items() if per_device}
+    kinds = {kind for _, kind in caps}
+    return {V1_LIMITS[kind]: DEVICE_SEPARATOR.join(f"{d} {caps[(d, kind)]}" for d in devices if (d, kind) in caps)
+            for kind in KINDS if kind in kinds}
+
+
+def be_container_dirs(layout: CgroupLayout, state: NodeState) -> list[Path]:
+    """Every BE container's blkio cgroup (none without a blkio hierarchy)."""
+    if layout.blkio_root is None:
+        return []
+    return [layout.blkio_dir(layout.container_relpath(pod.uid, pod.qos_class, c.id))
+            for pod in state.be_pods() for c in pod.containers]
 
 
 def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], used: Usage | None = None,
@@ -179,8 +183,7 @@ def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], us
     if layout.blkio_root is None:
         return [], {}
     used, held = used or {}, held or {}
-    paths = [layout.blkio_dir(layout.container_relpath(pod.uid, pod.qos_class, c.id))
-             for pod in state.be_pods() for c in pod.containers]
+    paths = be_container_dirs(layout, state)
     caps: dict[str, dict[tuple[str, str], int]] = {str(p): {} for p in paths}
     for kind, cap in node_caps(config).items():
         for disk in sorted(disks):
@@ -192,12 +195,8 @@ def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], us
                                demand(None if did is None else did.get(key, 0.0), held.get(path, {}).get(key)))
             for path, part in zip(caps, allot(cap, demands)):
                 caps[path][key] = part
-    writes = []
-    for path in paths:
-        limits: dict[str, dict[str, int]] = {}
-        for (device, kind), value in caps[str(path)].items():
-            limits.setdefault(kind, {})[device] = value
-        writes += [CgroupWrite(path, file, value) for file, value in _render(layout.version, limits).items()]
+    writes = [CgroupWrite(path, file, value) for path in paths
+              for file, value in _render(layout.version, caps[str(path)]).items()]
     return writes, caps
 
 
@@ -285,13 +284,11 @@ class BEBlockIO:
         layout = ctx.state.layout
         files = ("io.stat",) if layout.version is CgroupVersion.V2 else tuple(V1_COUNTS)
         sample, absent = {}, set()
-        for pod in ctx.state.be_pods() if layout.blkio_root is not None else ():
-            for container in pod.containers:
-                path = layout.blkio_dir(layout.container_relpath(pod.uid, pod.qos_class, container.id))
-                try:
-                    sample[str(path)] = parse_counts(layout.version, {f: (path / f).read_text() for f in files})
-                except OSError:  # no cgroup: not started yet, or gone
-                    absent.add(str(path))
+        for path in be_container_dirs(layout, ctx.state):
+            try:
+                sample[str(path)] = parse_counts(layout.version, {f: (path / f).read_text() for f in files})
+            except OSError:  # no cgroup: not started yet, or gone
+                absent.add(str(path))
         last, self._sample = self._sample, (ctx.now, sample)
         used = rates(last[1], sample, ctx.now - last[0]) if last is not None else {}
         return Observed(self._disks[1], used, frozenset(absent))

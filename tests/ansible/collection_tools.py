@@ -69,3 +69,18 @@ def _ansible_test_pip_version() -> str:
     match = re.search(r"pip='([0-9.]+)'", Path(python_requirements.__file__).read_text())
     assert match, "cannot find ansible-test's pip version; update tests/ansible/conftest.py"
     return match.group(1)
+
+
+def fake_sysfs(root: Path, disks: dict[str, tuple[int, int]], others: dict[str, tuple[int, int]] | None = None) -> Path:
+    """A sysfs tree under ``root``: each of ``disks`` a whole disk with a driver (a ``device``
+    entry), each of ``others`` a block device without one (loop, device-mapper); both map a name
+    to its ``queue/max_sectors_kb`` and ``max_hw_sectors_kb``. Returns the tree's root."""
+    for names, with_driver in ((disks, True), (others or {}, False)):
+        for name, (now, hardware) in names.items():
+            queue = root / "block" / name / "queue"
+            queue.mkdir(parents=True)
+            (queue / "max_sectors_kb").write_text(f"{now}\n")
+            (queue / "max_hw_sectors_kb").write_text(f"{hardware}\n")
+            if with_driver:
+                (root / "block" / name / "device").mkdir()
+    return root

@@ -22,14 +22,14 @@ from ansible.module_utils.testing import patch_module_args
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collection_tools import ROOT
+from collection_tools import ROOT, fake_sysfs
 from ansible_collections.tidal.colocation.plugins.modules import (
-    containerd_nri, info, kubelet_config, node, policy, volcano_scheduler_config,
+    containerd_nri, disk_queue, info, kubelet_config, node, policy, volcano_scheduler_config,
 )
 
 NODE_ROOT = ROOT / "playbooks" / "files" / "node-root"
 VOLCANO_CONF = ROOT / "devtools" / "tidal_dev" / "lab" / "assets" / "volcano-scheduler.conf"
-MODULES = {m.__name__.rsplit(".", 1)[1]: m for m in (containerd_nri, info, kubelet_config, node, policy,
+MODULES = {m.__name__.rsplit(".", 1)[1]: m for m in (containerd_nri, disk_queue, info, kubelet_config, node, policy,
                                                       volcano_scheduler_config)}
 EXAMPLES = 6
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -168,8 +168,9 @@ def _copy(tmp_path: Path, name: str, source: Path) -> Path:
 
 
 def directory_snapshot(directory: Path):
-    """Every file of the directory, by name, with its bytes and mode (a backup file is a change too)."""
-    return lambda: {p.name: (p.read_bytes(), p.stat().st_mode) for p in sorted(directory.iterdir())}
+    """Every file below the directory, by path, with its bytes and mode (a backup file is a change too)."""
+    return lambda: {str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mode)
+                    for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 # -- the file modules ----------------------------------------------------------------------
@@ -185,6 +186,11 @@ def _kubelet(tmp_path):
             "system_reserved": {"cpu": "500m", "memory": "1Gi"}, "topology_manager_policy": "restricted"}
 
 
+def _disk_queue(tmp_path):
+    sys_root = fake_sysfs(tmp_path / "sys", {"vda": (4096, 2147483647), "nvme0n1": (128, 128)})
+    return {"sys_root": str(sys_root), "max_request_kib": 64, "disks": ["vda"]}
+
+
 def _volcano_file(tmp_path):
     path = _copy(tmp_path, "volcano-scheduler.conf", VOLCANO_CONF)
     return {"path": str(path), "actions": ["allocate", "backfill", "preempt"],
@@ -194,6 +200,7 @@ def _volcano_file(tmp_path):
 #: module -> (a valid request that changes the file, options fuzzed by the lab test instead)
 FILE_BASELINES = {
     "containerd_nri": (_containerd, ()),
+    "disk_queue": (_disk_queue, ()),
     "kubelet_config": (_kubelet, ()),
     "volcano_scheduler_config": (_volcano_file, ("configmap",)),
 }
@@ -235,6 +242,12 @@ ARABIC_ZERO = "\u0660"  # a digit to Python's \d and int(), not to the kubelet o
     ("kubelet_config", {"kube_reserved": {"pid": "many"}}, "kube_reserved"),
     ("kubelet_config", {"kube_reserved": {"cpu": "-500m"}}, "kube_reserved"),
     ("kubelet_config", {"system_reserved": {"cpu": {"nested": "1"}}}, "system_reserved"),
+    ("disk_queue", {"max_request_kib": 3}, "max_request_kib"),
+    ("disk_queue", {"disks": ["vdz"]}, "disks"),
+    ("disk_queue", {"disks": ["loop0"]}, "disks"),
+    ("disk_queue", {"disks": [""]}, "disks"),
+    ("disk_queue", {"disks": ["vda/../nvme0n1"]}, "disks"),
+    ("disk_queue", {"sys_root": "/nonexistent-sysfs"}, "sys_root"),
     ("containerd_nri", {"plugin_request_timeout": ARABIC_ZERO + "s"}, "plugin_request_timeout"),
     ("containerd_nri", {"plugin_registration_timeout": "-5s"}, "plugin_registration_timeout"),
     ("containerd_nri", {"socket_path": ""}, "socket_path"),

@@ -30,8 +30,16 @@ Treatments, in a balanced order each round (``bench/round_order.py``):
   an equal share: the agent's QoS engine run once at the start (the feature's first round, when
   nothing is known of what the containers use; what every round did before the shares followed
   use);
-* ``tidal``: the same, with the QoS engine run every ``--round-seconds`` (1 s, the agent's
-  default interval) as the agent runs it: the shares follow what each BE container uses.
+* ``small_requests``: beside the BE stream, nothing capped, the disk's largest request set to
+  ``--max-request-kib`` (the ``tidal.colocation.disk_queue`` role's default, 64 KiB): what the
+  node role alone does;
+* ``tidal``: the node as Tidal prepares it: the disk's requests as in ``small_requests``, and the
+  QoS engine run every ``--round-seconds`` (1 s, the agent's default interval) as the agent runs
+  it, the shares following what each BE container uses.
+
+``solo``, ``no_isolation`` and ``equal_shares`` run with the disk's requests as the kernel left
+them (``queue/max_sectors_kb``, read at the start and put back at the end); ``--max-request-kib
+0`` leaves the disk alone in every treatment and drops ``small_requests``.
 
 In the Tidal treatments the feature, the executor and its journal are the agent's; the journal
 restores every file after the treatment. Beside the BE job's container there are
@@ -56,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -82,7 +91,10 @@ import lab_background  # noqa: E402
 from round_order import ORDERS, round_order  # noqa: E402
 
 MiB = 1 << 20
-TREATMENTS = ("solo", "no_isolation", "equal_shares", "tidal")
+TREATMENTS = ("solo", "no_isolation", "equal_shares", "small_requests", "tidal")
+#: the treatments run with the disk's requests at --max-request-kib (the node role's setting)
+SMALL_REQUESTS = ("small_requests", "tidal")
+ROLE_DEFAULTS = Path(__file__).resolve().parents[1] / "roles" / "disk_queue" / "defaults" / "main.yml"
 ONLINE_FILE, ONLINE_SIZE = "online.dat", 1024 * MiB
 BE_FILE, BE_SIZE = "be.dat", 4096 * MiB
 
@@ -206,8 +218,36 @@ class Rounds:
             self.thread.join()
 
 
-def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine, pods, dirs) -> dict:
+def role_max_request_kib() -> int:
+    """The node role's default (roles/disk_queue/defaults/main.yml)."""
+    match = re.search(r"^disk_queue_max_request_kib: (\d+)$", ROLE_DEFAULTS.read_text(), re.MULTILINE)
+    if match is None:
+        raise SystemExit(f"{ROLE_DEFAULTS}: no disk_queue_max_request_kib")
+    return int(match.group(1))
+
+
+class DiskRequests:
+    """The disk's ``queue/max_sectors_kb``: the kernel's value read at the start, set per treatment,
+    put back at the end."""
+
+    def __init__(self, name: str) -> None:
+        self.path = Path("/sys/block") / name / "queue" / "max_sectors_kb"
+        self.original = int(self.path.read_text())
+
+    def set(self, kib: int) -> None:
+        if int(self.path.read_text()) != kib:
+            self.path.write_text(str(kib))
+            if int(self.path.read_text()) != kib:
+                raise SystemExit(f"{self.path}: the kernel kept {self.path.read_text().strip()}, not {kib}")
+
+    def restore(self) -> None:
+        self.set(self.original)
+
+
+def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine, pods, dirs,
+                  requests: DiskRequests) -> dict:
     online_dirs, be_dirs = dirs
+    requests.set(args.max_request_kib if args.max_request_kib and treatment in SMALL_REQUESTS else requests.original)
     off = ColocationPolicy()
     on = replace(off, features=replace(off.features, block_io=BlockIO(
         enabled=True, read_mib_per_second=args.read_mib_per_second, read_iops=args.read_iops,
@@ -266,10 +306,16 @@ def main(argv: list[str] | None = None) -> int:
                              "or writes to the page cache (flushed by writeback; the bench syncs them after the treatment)")
     parser.add_argument("--read-iops", type=int, default=BlockIO().read_iops,
                         help="tidal's BE read IOPS cap (features.blockIO.readIOPS; default: the policy's)")
+    parser.add_argument("--max-request-kib", type=int, default=None,
+                        help="the disk's largest request in the small_requests and tidal treatments "
+                             "(queue/max_sectors_kb; default: the disk_queue role's); 0: the disk as it is throughout")
     parser.add_argument("--order", choices=ORDERS, default="balanced")
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp/tidal-bench-block-io"))
     lab_background.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.max_request_kib is None:
+        args.max_request_kib = role_max_request_kib()
+    treatments = TREATMENTS if args.max_request_kib else tuple(t for t in TREATMENTS if t != "small_requests")
     if os.geteuid() != 0:
         raise SystemExit("bench-block-io needs root: it creates cgroups and moves processes into them")
     caps = {c.name: c for c in probe()}
@@ -282,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if disk is None:
         raise SystemExit(f"{args.dir} is not on a whole disk of /sys/block: its reads could not be capped")
 
+    requests = DiskRequests(disk.name)
     background, background_report, lab = None, {"kind": "none"}, None
     with tempfile.TemporaryDirectory() as tmp:
         real = RealCgroups(Path(tmp))
@@ -312,16 +359,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.rate:g} reads/s, order {args.order}; BE read cap (tidal) {args.read_mib_per_second} MiB/s, "
                 f"{args.read_iops or 'no'} IOPS cap; write cap {args.write_mib_per_second} MiB/s; "
                 f"{args.be_streams} BE streams ({args.be_io}); "
-                f"{args.idle_be_containers} idle BE containers; agent rounds every {args.round_seconds:g} s")
-            rows: dict[str, list[dict]] = {t: [] for t in TREATMENTS}
+                f"{args.idle_be_containers} idle BE containers; agent rounds every {args.round_seconds:g} s; "
+                f"largest request {requests.original} KiB (kernel), "
+                f"{args.max_request_kib or requests.original} KiB ({', '.join(SMALL_REQUESTS)})")
+            rows: dict[str, list[dict]] = {t: [] for t in treatments}
             for round_ in range(args.rounds):
-                for treatment in round_order(TREATMENTS, round_, args.order):
-                    r = run_treatment(treatment, args, kubelet, engine, pods, (online_dirs, be_dirs))
+                for treatment in round_order(treatments, round_, args.order):
+                    r = run_treatment(treatment, args, kubelet, engine, pods, (online_dirs, be_dirs), requests)
                     rows[treatment].append(r)
                     print(json.dumps({"round": round_ + 1, "treatment": treatment, **r}), flush=True)
             if engine.journal.originals:
                 raise SystemExit(f"files left changed: {sorted(engine.journal.originals)}")
         finally:
+            requests.restore()
             background_report = lab_background.stop(background, background_report)
             try:
                 if lab is not None:
@@ -331,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                 real.cleanup()
 
     summary = {}
-    for t in TREATMENTS:
+    for t in treatments:
         ratios = [r["p99_ms"] / s["p99_ms"] for r, s in zip(rows[t], rows["solo"]) if s["p99_ms"] > 0]
         summary[t] = {
             "p50_ms": statistics.median(r["p50_ms"] for r in rows[t]),
@@ -345,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             "cgroup_writes_per_round": round(sum(r["cgroup_writes"] for r in rows[t])
                                              / max(1, sum(r["agent_rounds"] for r in rows[t])), 2),
         }
-    print(json.dumps({**summary, "background": {**background_report, "daemons_cgroup": args.daemons_cgroup}}))
+    print(json.dumps({**summary, "max_request_kib": {"kernel": requests.original, "tidal": args.max_request_kib},
+                      "background": {**background_report, "daemons_cgroup": args.daemons_cgroup}}))
     return 0
 
 

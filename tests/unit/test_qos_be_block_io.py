@@ -31,6 +31,7 @@ from tidal.agent.qos.be_block_io import (
     allot,
     demand,
     disk_holding,
+    large_requests,
     node_disks,
     parse_counts,
     plan_block_io,
@@ -253,6 +254,28 @@ def test_node_disks_are_whole_disks_with_a_driver(tmp_path):
             (block / name / "device").mkdir()
     assert node_disks(tmp_path) == (Disk("nvme0n1", "259:0"), Disk("vda", "254:0"))
     assert node_disks(tmp_path / "nowhere") == ()
+    (block / "vda" / "queue").mkdir()
+    (block / "vda" / "queue" / "max_sectors_kb").write_text("4096\n")
+    assert node_disks(tmp_path) == (Disk("nvme0n1", "259:0"), Disk("vda", "254:0", 4096))
+
+
+@pytest.mark.parametrize("version, requests, warned", [
+    (CgroupVersion.V1, (4096,), ["vda takes requests up to 4096 KiB"]),
+    (CgroupVersion.V1, (4096, 128), ["vda takes requests up to 4096 KiB", "vdb takes requests up to 128 KiB"]),
+    (CgroupVersion.V1, (64, 4096), ["vdb takes requests up to 4096 KiB"]),
+    (CgroupVersion.V1, (64, 32), []),
+    (CgroupVersion.V1, (None,), []),  # not read: nothing said
+    (CgroupVersion.V2, (4096,), []),  # v2 charges writeback to the BE pod's cgroup, where io.max holds it
+])
+def test_a_v1_node_whose_disks_take_large_requests_is_warned_about(version, requests, warned):
+    disks = tuple(Disk(name, dev, kib) for (name, dev), kib in zip((("vda", "254:0"), ("vdb", "254:16")), requests))
+    warning = large_requests(version, disks)
+    if not warned:
+        assert warning is None
+        return
+    assert warning.startswith("buffered writes of BE pods are not capped on cgroup v1")
+    assert all(w in warning for w in warned) and "tidal.colocation.disk_queue role sets 64 KiB" in warning
+    assert ("vda takes" in warning) == any(w.startswith("vda") for w in warned)
 
 
 def test_switched_on_only_where_the_node_can_throttle():
@@ -280,6 +303,11 @@ def test_the_caps_are_reported_once_per_change_and_a_node_without_disks_is_warne
     assert reports((), BE1) == [(logging.WARNING, "block I/O of BE pods not capped: no disk with a driver in "
                                                   "/sys/block")]
     assert reports((), LS) == []  # no BE container: nothing to say
+    # the disk's largest request is said with the caps; above 64 KiB on v1, with a warning
+    assert reports((Disk("vda", "254:0", 64),), BE1) == [(logging.INFO, "block I/O of BE pods capped on vda (254:0, "
+                                                          "requests ≤ 64 KiB): read 100 MiB/s, write 100 MiB/s per disk, "
+                                                          "shared by 2 BE container(s) as they use it")]
+    assert [level for level, _ in reports((Disk("vda", "254:0", 4096),), BE1)] == [logging.INFO, logging.WARNING]
 
 
 # --- the real path: this machine's blkio hierarchy -------------------------------------------

@@ -40,6 +40,12 @@ driver behind it (a ``device`` entry: not loop, ram, zram or device-mapper devic
 device-mapper volume's requests reach the disks below it, which are listed), re-read every
 :data:`DISKS_REFRESH_SECONDS`. Switched off (or the node leaving colocation) the executor's
 journal puts every file back (no line: no limit).
+
+The disks' largest request (``queue/max_sectors_kb``) is read with them and logged with the caps:
+on cgroup v1 a BE job's buffered writes reach the disk from the root cgroup's writeback, uncapped,
+in requests of up to 4 MiB that an online read waits behind. The agent cannot change it (sysfs is
+read-only in its container); the ``tidal.colocation.disk_queue`` role does, and a v1 node whose
+disks take more than :data:`MAX_REQUEST_KIB` is warned about (:func:`large_requests`).
 """
 from __future__ import annotations
 
@@ -57,8 +63,9 @@ from tidal.api.policy import BlockIO
 from .feature import DEFAULT_OPTIONS, Context, Options, Plan, Report
 from .strategy import CgroupWrite, NodeState
 
-__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "Observed", "allot", "be_container_dirs", "demand",
-           "disk_holding", "node_caps", "node_disks", "parse_counts", "plan_block_io", "rates"]
+__all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "MAX_REQUEST_KIB", "Observed", "allot", "be_container_dirs",
+           "demand", "disk_holding", "large_requests", "node_caps", "node_disks", "parse_counts", "plan_block_io",
+           "rates"]
 
 MiB = 1 << 20
 #: how often the disks are listed again (a disk added to a running node is capped within it)
@@ -71,6 +78,14 @@ class Disk:
     name: str
     #: ``major:minor``, as the throttling files name it
     device: str
+    #: the largest request the disk is sent (``queue/max_sectors_kb``); None: not read
+    max_request_kib: int | None = None
+
+
+#: the largest request under which an online read does not wait long behind writes (the
+#: ``tidal.colocation.disk_queue`` role's default); a cgroup v1 node whose disks take larger ones
+#: is warned about, since BE writeback reaches them uncapped
+MAX_REQUEST_KIB = 64
 
 
 def node_disks(sys_root: Path = Path("/sys")) -> tuple[Disk, ...]:
@@ -88,8 +103,15 @@ def node_disks(sys_root: Path = Path("/sys")) -> tuple[Disk, ...]:
         except OSError:
             continue
         if device.count(":") == 1 and all(part.isdigit() for part in device.split(":")):
-            disks.append(Disk(entry.name, device))
+            disks.append(Disk(entry.name, device, _max_request_kib(entry)))
     return tuple(disks)
+
+
+def _max_request_kib(entry: Path) -> int | None:
+    try:
+        return int((entry / "queue" / "max_sectors_kb").read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return None
 
 
 def disk_holding(path: Path, sys_root: Path = Path("/sys")) -> Disk | None:
@@ -237,9 +259,23 @@ def describe(config: BlockIO, containers: int, disks: tuple[Disk, ...]) -> str:
     caps = [f"{label} {value}{unit}" for label, value, unit in (
         ("read", config.read_mib_per_second, " MiB/s"), ("write", config.write_mib_per_second, " MiB/s"),
         ("read", config.read_iops, " IOPS"), ("write", config.write_iops, " IOPS")) if value]
-    names = ", ".join(f"{d.name} ({d.device})" for d in disks)
+    names = ", ".join(f"{d.name} ({d.device}{'' if d.max_request_kib is None else f', requests ≤ {d.max_request_kib} KiB'})"
+                      for d in disks)
     return (f"block I/O of BE pods capped on {names}: {', '.join(caps) or 'no cap set'} per disk, "
             f"shared by {containers} BE container(s) as they use it")
+
+
+def large_requests(version: CgroupVersion, disks: tuple[Disk, ...]) -> str | None:
+    """The warning for a cgroup v1 node whose disks take requests above :data:`MAX_REQUEST_KIB`
+    (None: nothing to warn about): v1 charges writeback to the root cgroup, so BE pods' buffered
+    writes reach such a disk uncapped, in requests an online read waits behind."""
+    large = [d for d in disks if d.max_request_kib is not None and d.max_request_kib > MAX_REQUEST_KIB]
+    if version is not CgroupVersion.V1 or not large:
+        return None
+    return (f"buffered writes of BE pods are not capped on cgroup v1 (writeback is the root cgroup's), and "
+            f"{', '.join(f'{d.name} takes requests up to {d.max_request_kib} KiB' for d in large)}: an online "
+            f"read may wait seconds behind their writeback; the tidal.colocation.disk_queue role sets "
+            f"{MAX_REQUEST_KIB} KiB (docs/node-engine.md, \"BE block I/O\")")
 
 
 @dataclass(frozen=True)
@@ -305,6 +341,9 @@ class BEBlockIO:
             self._reported = message
             if disks:
                 decisions = (Report(message, logging.INFO, __name__),)
+                warning = large_requests(ctx.state.layout.version, disks)
+                if warning:
+                    decisions += (Report(warning, logging.WARNING, __name__),)
             else:
                 decisions = (Report(f"block I/O of BE pods not capped: no disk with a driver in "
                                     f"{self.sys_root}/block", logging.WARNING, __name__),)

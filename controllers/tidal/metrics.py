@@ -38,6 +38,8 @@ class NodeMetrics:
     be_cpu_throttles: Counter     # tidal_be_cpu_interference_throttles_total{node}
     #: online wake-up slice: online pods whose threads ask for it
     online_sched_slice_pods: Gauge  # tidal_online_sched_slice_pods{node}
+    #: BE block I/O: each disk's largest request (queue/max_sectors_kb), what BE writeback is sent in
+    disk_max_request: Gauge  # tidal_disk_max_request_kib{node,disk}
     #: pressure stall information, some avg10 in percent
     psi: Gauge             # tidal_psi_some_avg10_percent{node,resource}
     #: cgroup writes the QoS engine made (changed values only) and failures
@@ -100,6 +102,10 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
             "tidal_online_sched_slice_pods",
             "Online pods whose threads ask for the short scheduling slice (features.onlineSchedSlice)",
             ["node"], registry=r),
+        disk_max_request=Gauge(
+            "tidal_disk_max_request_kib",
+            "The largest request a disk of the node is sent, in KiB (queue/max_sectors_kb; features.blockIO)",
+            ["node", "disk"], registry=r),
         psi=Gauge("tidal_psi_some_avg10_percent", "Pressure stall information, some avg10",
                   ["node", "resource"], registry=r),
         cgroup_writes=Counter("tidal_agent_cgroup_writes", "cgroup files the QoS engine changed",

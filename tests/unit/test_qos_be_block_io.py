@@ -38,7 +38,7 @@ from tidal.agent.qos.be_block_io import (
     rates,
 )
 from tidal.agent.qos.engine import QoSEngine
-from tidal.agent.qos.feature import Context, Options
+from tidal.agent.qos.feature import Context, Gauge, Options, Report
 from tidal.agent.qos.strategy import ContainerState, NodeState, PodState
 from tidal.api.policy import BlockIO, ColocationPolicy
 from tidal.api.qos import QoSLevel
@@ -294,7 +294,7 @@ def test_the_caps_are_reported_once_per_change_and_a_node_without_disks_is_warne
     def reports(disks, *pods):
         ctx = Context(NodeState(pods, 2.0, 0, on, {"blkio.throttle": True}, layout(CgroupVersion.V1)),
                       observed={feature.name: Observed(disks, {})})
-        return [(r.level, r.message) for r in feature.plan(ctx).decisions]
+        return [(r.level, r.message) for r in feature.plan(ctx).decisions if isinstance(r, Report)]
 
     assert reports((VDA,), BE1) == [(logging.INFO, "block I/O of BE pods capped on vda (254:0): read 100 MiB/s, "
                                                    "write 100 MiB/s per disk, shared by 2 BE container(s) as they use it")]
@@ -308,6 +308,10 @@ def test_the_caps_are_reported_once_per_change_and_a_node_without_disks_is_warne
                                                           "requests ≤ 64 KiB): read 100 MiB/s, write 100 MiB/s per disk, "
                                                           "shared by 2 BE container(s) as they use it")]
     assert [level for level, _ in reports((Disk("vda", "254:0", 4096),), BE1)] == [logging.INFO, logging.WARNING]
+    # and in a gauge per disk, every round (none for a disk whose value was not read)
+    ctx = Context(NodeState((BE1,), 2.0, 0, on, {"blkio.throttle": True}, layout(CgroupVersion.V1)),
+                  observed={feature.name: Observed((Disk("vda", "254:0", 4096), VDB), {})})
+    assert [d for d in feature.plan(ctx).decisions if isinstance(d, Gauge)] == [Gauge("disk_max_request", ("vda",), 4096)]
 
 
 # --- the real path: this machine's blkio hierarchy -------------------------------------------

@@ -45,7 +45,8 @@ The disks' largest request (``queue/max_sectors_kb``) is read with them and logg
 on cgroup v1 a BE job's buffered writes reach the disk from the root cgroup's writeback, uncapped,
 in requests of up to 4 MiB that an online read waits behind. The agent cannot change it (sysfs is
 read-only in its container); the ``tidal.colocation.disk_queue`` role does, and a v1 node whose
-disks take more than :data:`MAX_REQUEST_KIB` is warned about (:func:`large_requests`).
+disks take more than :data:`MAX_REQUEST_KIB` is warned about (:func:`large_requests`); the gauge
+``tidal_disk_max_request_kib{disk}`` has each disk's value.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion, PodQOSCla
 from tidal.agent.executor.cgroupfs import DEVICE_SEPARATOR
 from tidal.api.policy import BlockIO
 
-from .feature import DEFAULT_OPTIONS, Context, Options, Plan, Report
+from .feature import DEFAULT_OPTIONS, Context, Gauge, Options, Plan, Report
 from .strategy import CgroupWrite, NodeState
 
 __all__ = ["BEBlockIO", "DISKS_REFRESH_SECONDS", "Disk", "MAX_REQUEST_KIB", "Observed", "allot", "be_container_dirs",
@@ -347,7 +348,9 @@ class BEBlockIO:
             else:
                 decisions = (Report(f"block I/O of BE pods not capped: no disk with a driver in "
                                     f"{self.sys_root}/block", logging.WARNING, __name__),)
-        return Plan(writes=tuple(writes), decisions=decisions)
+        gauges = tuple(Gauge("disk_max_request", (d.name,), d.max_request_kib) for d in disks
+                       if d.max_request_kib is not None)
+        return Plan(writes=tuple(writes), decisions=decisions + gauges)
 
     def undo(self, ctx: Context) -> Plan:
         self._reported, self._held, self._sample = "", {}, None

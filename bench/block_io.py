@@ -51,7 +51,8 @@ treatment beside a private lab's control plane under a stream of API writes: its
 and syncs on the same disk, as a node's daemons do.
 
 Per round and treatment one JSON line: online p50, p90 and p99 (ms), reads done, errors, BE MB/s,
-the agent's rounds and the cgroup files they wrote. The last line: per treatment the medians over
+what the disk wrote per second while the BE job ran (every writer's, writeback included: for
+buffered writes what reached the disk), the agent's rounds and the cgroup files they wrote. The last line: per treatment the medians over
 rounds, the p99's range, the median over rounds of p99 over the round's solo, and the cgroup
 files written per agent round.
 
@@ -232,7 +233,12 @@ class DiskRequests:
 
     def __init__(self, name: str) -> None:
         self.path = Path("/sys/block") / name / "queue" / "max_sectors_kb"
+        self.stat = Path("/sys/block") / name / "stat"
         self.original = int(self.path.read_text())
+
+    def written(self) -> int:
+        """Bytes the disk has written since boot (``stat``'s sectors written, of 512 bytes)."""
+        return int(self.stat.read_text().split()[6]) * 512
 
     def set(self, kib: int) -> None:
         if int(self.path.read_text()) != kib:
@@ -258,6 +264,7 @@ def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine
     writes = sum(engine.run(Context(state, now=time.monotonic())).changed.values())
     rounds = Rounds(engine, state, args.round_seconds if treatment == "tidal" else None)
     be = None
+    written, began = requests.written(), time.monotonic()
     with rounds:
         if treatment != "solo":
             be = start(BE, [str(args.dir / BE_FILE), str(args.be_streams), args.be_io], be_dirs)
@@ -273,6 +280,7 @@ def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine
                 be.kill()  # (no-op once it exited) never left running in the cgroup
             done, seconds = text.split()
             be_mb_s = int(done) / float(seconds) / 1e6
+        disk_write_mb_s = (requests.written() - written) / (time.monotonic() - began) / 1e6
     if args.be_io == "buffered-write":  # the BE job's dirty pages on the disk before the next treatment
         os.sync()
     if capped:  # the journal puts the BE containers' files back
@@ -281,6 +289,7 @@ def run_treatment(treatment: str, args, kubelet: LocalKubelet, engine: QoSEngine
     return {"p50_ms": round(quantile(lat, 0.5), 3), "p90_ms": round(quantile(lat, 0.9), 3),
             "p99_ms": round(quantile(lat, 0.99), 3),
             "reads": len(lat), "errors": result["errors"], "be_mb_per_s": round(be_mb_s, 1),
+            "disk_write_mb_per_s": round(disk_write_mb_s, 1),
             "agent_rounds": rounds.rounds + 1 if capped else 0, "cgroup_writes": writes + rounds.writes}
 
 
@@ -392,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             "p99_over_solo": round(statistics.median(ratios), 3) if ratios else None,
             "errors": sum(r["errors"] for r in rows[t]),
             "be_mb_per_s": statistics.median(r["be_mb_per_s"] for r in rows[t]),
+            "disk_write_mb_per_s": statistics.median(r["disk_write_mb_per_s"] for r in rows[t]),
             "cgroup_writes_per_round": round(sum(r["cgroup_writes"] for r in rows[t])
                                              / max(1, sum(r["agent_rounds"] for r in rows[t])), 2),
         }

@@ -50,6 +50,7 @@ def site(lab):
         assert not {k for k in node.metadata.labels if k.startswith("colocation.tidal.io/")}
         assert not [t for t in (node.spec.taints or []) if t.key.startswith("colocation.tidal.io/")]
         assert not {k for k in node.status.allocatable if k.startswith("kubernetes.io/batch-")}
+        assert not list((lab.dir / "node-roots").glob("*/etc/udev/rules.d/60-tidal-disk-queue.rules"))
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,11 @@ def test_site_playbook_deploys_tidal_as_pods_on_the_real_node_and_summarises(lab
         kubelet = yaml.safe_load((root / "var/lib/kubelet/config.yaml").read_text())
         assert kubelet["cpuManagerPolicy"] == "static" and kubelet["cgroupDriver"] == "systemd"
         assert 'disable = false' in (root / "etc/containerd/config.toml").read_text()
+        # the disk_queue role's udev rule on the colocation nodes only
+        rule = root / "etc/udev/rules.d/60-tidal-disk-queue.rules"
+        assert rule.exists() == (host != "lab-node-2"), host
+        if rule.exists():
+            assert 'ATTR{queue/max_sectors_kb}="64"' in rule.read_text()
     # The real node was converged for real: its running kubelet has the static CPU manager (the
     # checkpoint it wrote says so) and its containerd serves NRI.
     root = lab.dir / "node-roots" / REAL_NODE
@@ -83,6 +89,7 @@ def test_site_playbook_deploys_tidal_as_pods_on_the_real_node_and_summarises(lab
     assert json.loads((root / "var/lib/kubelet/cpu_manager_state").read_text())["policyName"] == "static"
     assert 'disable = false' in (root / "etc/containerd/config.toml").read_text()
     assert (root / "var/run/nri/nri.sock").is_socket()
+    assert (root / "etc/udev/rules.d/60-tidal-disk-queue.rules").exists()  # the machine's disk left alone
     scheduler = yaml.safe_load((lab.dir / "volcano-scheduler.conf").read_text())
     assert scheduler["actions"] == "allocate, backfill, preempt"
     assert scheduler["tiers"][0]["plugins"][0]["name"] == "priority"

@@ -195,8 +195,8 @@ def main():
         planned = plan(module.params["sys_root"], names, requested)
     except QueueError as err:
         module.fail_json(msg="%s; nothing was changed" % err)
-    before = {name: now for name, (_, now, _) in planned.items()}
-    after = {name: wanted for name, (_, _, wanted) in planned.items()}
+    before = dict((name, entry[1]) for name, entry in planned.items())
+    after = dict((name, entry[2]) for name, entry in planned.items())
     if not module.check_mode:
         try:
             after = apply(planned, requested)

@@ -345,13 +345,14 @@ def test_uninstall_puts_every_nodes_files_back(tmp_path, dependency_collections)
     assert second.calls == []
 
 
-def test_uninstall_play_runs_both_roles_with_state_absent_on_the_nodes():
+def test_uninstall_play_runs_every_node_role_with_state_absent_on_the_nodes():
     plays = yaml.safe_load((ROOT / "playbooks" / "uninstall.yml").read_text())
     (nodes_play,) = [play for play in plays if play["hosts"] == "nodes"]
     assert plays.index(nodes_play) == len(plays) - 1
     roles = {entry["role"]: entry.get("vars", {}) for entry in nodes_play["roles"]}
     assert roles == {"tidal.colocation.kubelet_cpu_manager": {"kubelet_cpu_manager_state": "absent"},
-                     "tidal.colocation.containerd_nri": {"containerd_nri_state": "absent"}}
+                     "tidal.colocation.containerd_nri": {"containerd_nri_state": "absent"},
+                     "tidal.colocation.disk_queue": {"disk_queue_state": "absent"}}
 
 
 def test_role_text_documents_the_state_option():

@@ -139,7 +139,7 @@ def test_agent_isolates_be_pods_follows_the_policy_and_restores_everything_when_
         if be_blkio is not None:
             assert f'tidal_agent_cgroup_writes_total{{node="{node}",strategy="be-block-io"}}' in metrics
             for d in node_disks():
-                assert f'tidal_disk_max_request_kib{{node="{node}",disk="{d.name}"}} {float(d.max_request_kib)}' in metrics
+                assert f'tidal_disk_max_request_kib{{disk="{d.name}",node="{node}"}} {float(d.max_request_kib)}' in metrics
         assert f'tidal_be_cpu_quota_millicores{{node="{node}"}}' in metrics
         if slices:
             assert f'tidal_online_sched_slice_pods{{node="{node}"}} 1.0' in metrics

@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import secrets
 import statistics
 import subprocess
@@ -75,6 +74,8 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+
+import yaml
 
 from tidal.agent.collector.cgroups import CgroupVersion, PodQOSClass
 from tidal.agent.qos.be_block_io import BEBlockIO, disk_holding
@@ -221,10 +222,10 @@ class Rounds:
 
 def role_max_request_kib() -> int:
     """The node role's default (roles/disk_queue/defaults/main.yml)."""
-    match = re.search(r"^disk_queue_max_request_kib: (\d+)$", ROLE_DEFAULTS.read_text(), re.MULTILINE)
-    if match is None:
+    value = (yaml.safe_load(ROLE_DEFAULTS.read_text()) or {}).get("disk_queue_max_request_kib")
+    if not isinstance(value, int):
         raise SystemExit(f"{ROLE_DEFAULTS}: no disk_queue_max_request_kib")
-    return int(match.group(1))
+    return value
 
 
 class DiskRequests:

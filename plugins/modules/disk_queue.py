@@ -161,17 +161,23 @@ def apply(planned, requested):
         if requested != 0 and now == wanted:
             after[name] = now
             continue
+        value = 0 if requested == 0 else wanted  # 0: the kernel puts its default back
         try:
             with open(path, "w", encoding="ascii") as handle:
-                handle.write(str(requested if requested == 0 else wanted))
+                handle.write(str(value))
         except OSError as err:
-            hint = " (kernels before 6.9 do not take 0: give the value to restore)" if requested == 0 else ""
+            hint = " (kernels before 6.9 do not take 0: give the value to restore)" if value == 0 else ""
             raise QueueError("max_request_kib: %s refused %s: %s%s; %s"
-                             % (path, requested if requested == 0 else wanted, err, hint,
+                             % (path, value, err, hint,
                                 "changed before it: %s" % ", ".join(sorted(after)) if after else "nothing was changed"),
                              after)
         after[name] = _read_int(path)
     return after
+
+
+def _lines(values):
+    """A diff side: one ``<disk> max_sectors_kb=<value>`` line per disk, by name."""
+    return "".join("%s max_sectors_kb=%d\n" % item for item in sorted(values.items()))
 
 
 def main():
@@ -205,10 +211,9 @@ def main():
                              before=before, after=err.after)
     result = {"changed": before != after, "before": before, "after": after}
     if module._diff and result["changed"]:
-        result["diff"] = {"before": "".join("%s max_sectors_kb=%d\n" % item for item in sorted(before.items())),
-                          "after": "".join("%s max_sectors_kb=%d\n" % item for item in sorted(after.items())),
-                          "before_header": "%s/block" % module.params["sys_root"],
-                          "after_header": "%s/block" % module.params["sys_root"]}
+        header = "%s/block" % module.params["sys_root"]
+        result["diff"] = {"before": _lines(before), "after": _lines(after), "before_header": header,
+                          "after_header": header}
     module.exit_json(**result)
 
 

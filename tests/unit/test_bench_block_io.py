@@ -12,12 +12,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import block_io  # noqa: E402
+from tidal.agent.qos.be_block_io import MAX_REQUEST_KIB  # noqa: E402
 from tidal_dev.testing.loop_device import free_loop_device  # noqa: E402
 
 
-def test_the_tidal_treatments_use_the_roles_default():
+def test_the_tidal_treatments_and_the_agents_warning_use_the_roles_default():
     defaults = yaml.safe_load((ROOT / "roles" / "disk_queue" / "defaults" / "main.yml").read_text())
     assert block_io.role_max_request_kib() == defaults["disk_queue_max_request_kib"]
+    assert MAX_REQUEST_KIB == defaults["disk_queue_max_request_kib"]  # what the agent warns above
 
 
 def test_disk_requests_are_set_checked_and_put_back():

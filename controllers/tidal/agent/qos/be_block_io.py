@@ -256,12 +256,15 @@ def rates(before: Mapping[str, Mapping[tuple[str, str], int]], after: Mapping[st
     return out
 
 
+def _requests(disk: Disk) -> str:
+    return "" if disk.max_request_kib is None else f", requests ≤ {disk.max_request_kib} KiB"
+
+
 def describe(config: BlockIO, containers: int, disks: tuple[Disk, ...]) -> str:
     caps = [f"{label} {value}{unit}" for label, value, unit in (
         ("read", config.read_mib_per_second, " MiB/s"), ("write", config.write_mib_per_second, " MiB/s"),
         ("read", config.read_iops, " IOPS"), ("write", config.write_iops, " IOPS")) if value]
-    names = ", ".join(f"{d.name} ({d.device}{'' if d.max_request_kib is None else f', requests ≤ {d.max_request_kib} KiB'})"
-                      for d in disks)
+    names = ", ".join(f"{d.name} ({d.device}{_requests(d)})" for d in disks)
     return (f"block I/O of BE pods capped on {names}: {', '.join(caps) or 'no cap set'} per disk, "
             f"shared by {containers} BE container(s) as they use it")
 

@@ -535,6 +535,12 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
             disks = node_disks()
             wait_for(lambda: device_lines(_read(be_blkio / "blkio.throttle.read_bps_device"))
                      == {d.device: str(50 << 20) for d in disks}, 30, f"BE reads capped on {disks} ({be_blkio})")
+            # the agent in its pod reads each disk's largest request through its read-only /sys
+            agent_log = core.read_namespaced_pod_log(
+                core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=tidal-agent").items[0]
+                .metadata.name, NAMESPACE, container="agent")
+            assert all(f"{d.name} ({d.device}, requests ≤ {d.max_request_kib} KiB)" in agent_log for d in disks), \
+                agent_log[-3000:]
         else:
             print("BE block I/O not checked: no cgroup v1 blkio hierarchy here")
         nri_log = core.read_namespaced_pod_log(

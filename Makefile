@@ -55,8 +55,15 @@ $(VENV)/collections/.installed: requirements.yml tests/ansible/install_collectio
 
 # The image is built before pytest (an install step, like the lab's binaries): built inside the
 # first test that deploys Tidal, a cold build on a busy machine counted against that test's timeout.
-test: venv debian-packages lab-build console-web collections image
+test: venv debian-packages lab-build console-web collections image udevadm
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# udev's rules engine for the disk_queue role's rule (tests/ansible/test_disk_queue_udev.py):
+# udevadm of Debian's udev, extracted into ~/.cache/tidal/udev, not installed (the package would
+# start a udev daemon on this machine).
+.PHONY: udevadm
+udevadm: venv
+	$(BIN)/python -m tidal_dev.testing.udev
 
 # The flake hunt (issue 15, not part of `make test`): every lab, fault and NRI test FLAKE_RUNS
 # times, each run a pytest session of its own (on a clean lab of its own unless $TIDAL_LAB_DIR

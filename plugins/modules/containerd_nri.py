@@ -62,14 +62,8 @@ options:
     default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - tidal.colocation.attributes.changes
   - ansible.builtin.files
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
 requirements:
   - tomlkit
 """

@@ -47,13 +47,7 @@ options:
     default: /sys
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
+  - tidal.colocation.attributes.changes
 """
 
 EXAMPLES = r"""

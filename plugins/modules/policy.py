@@ -37,14 +37,8 @@ options:
     default: present
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - tidal.colocation.attributes.changes
   - tidal.colocation.auth
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
 """
 
 EXAMPLES = r"""

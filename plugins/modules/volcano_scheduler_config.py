@@ -74,15 +74,9 @@ options:
     default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - tidal.colocation.attributes.changes
   - tidal.colocation.auth
   - ansible.builtin.files
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    platforms: posix
 requirements:
   - ruamel.yaml
   - kubernetes (with O(configmap))

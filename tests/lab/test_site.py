@@ -198,22 +198,25 @@ def test_a_static_pods_usage_is_read_from_its_own_cgroup_on_the_real_node(lab, s
         wait_for(_gone(core, "default", mirror), 120, f"the mirror pod {mirror} gone with its manifest")
 
 
-def test_the_replayed_nodes_have_live_metrics_in_the_labs_prometheus(lab, site):
-    """Issue 16: the replaying agent is scraped like a real agent, so the console's charts show
-    the demo's kwok nodes (their usage by QoS level) within a minute or two of `make site`."""
-    import json
+def _query(lab, promql: str) -> list[dict]:
+    """The series of an instant query to the lab's Prometheus."""
     import urllib.parse
     import urllib.request
 
+    query = urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(f"{lab.prometheus_url}/api/v1/query?{query}", timeout=5) as r:
+        return json.load(r)["data"]["result"]
+
+
+def test_the_replayed_nodes_have_live_metrics_in_the_labs_prometheus(lab, site):
+    """Issue 16: the replaying agent is scraped like a real agent, so the console's charts show
+    the demo's kwok nodes (their usage by QoS level) within a minute or two of `make site`."""
     from tidal_dev.lab.pytest_plugin import wait_for
 
     assert site.returncode == 0
 
     def nodes_with(metric):
-        query = urllib.parse.urlencode({"query": f'{metric}{{component="tidal-agent-replay"}}'})
-        with urllib.request.urlopen(f"{lab.prometheus_url}/api/v1/query?{query}", timeout=5) as r:
-            result = json.load(r)["data"]["result"]
-        return {series["metric"].get("node") for series in result}
+        return {series["metric"].get("node") for series in _query(lab, f'{metric}{{component="tidal-agent-replay"}}')}
 
     for metric in ("tidal_node_cpu_usage_millicores", "tidal_qos_cpu_usage_millicores"):
         wait_for(lambda: {"lab-node-0", "lab-node-1"} <= nodes_with(metric), 180,
@@ -226,8 +229,6 @@ def test_the_demo_peak_evicts_a_be_pod_taints_the_node_and_recovers(lab, site, c
     tainted while it evicts, the eviction in the lab's Prometheus (the console's evictions
     chart), then the recovery: the taint removed and the evicted BE pods replaced and running."""
     import time
-    import urllib.parse
-    import urllib.request
 
     from kubernetes import client
     from tidal_dev.lab.pytest_plugin import wait_for
@@ -254,9 +255,7 @@ def test_the_demo_peak_evicts_a_be_pod_taints_the_node_and_recovers(lab, site, c
     wait_for(lambda: node_events("TidalOfflineEvicting"), 30, f"the TidalOfflineEvicting Event of {node}")
 
     def series():
-        query = urllib.parse.urlencode({"query": f'tidal_evictions_total{{node="{node}"}}'})
-        with urllib.request.urlopen(f"{lab.prometheus_url}/api/v1/query?{query}", timeout=5) as r:
-            return [s for s in json.load(r)["data"]["result"] if float(s["value"][1]) > 0]
+        return [s for s in _query(lab, f'tidal_evictions_total{{node="{node}"}}') if float(s["value"][1]) > 0]
     wait_for(series, 120, f"tidal_evictions_total of {node} above 0 in the lab's Prometheus", interval=2)
     # recovery: the peak ends (120 s), usage falls to the low watermark, the taint goes
     wait_for(lambda: not any(t.key == taint for t in core.read_node(node).spec.taints or []), 300,
@@ -541,6 +540,11 @@ def test_the_whole_chain_runs_on_the_real_node_with_tidal_deployed_as_pods(lab, 
                 .metadata.name, NAMESPACE, container="agent")
             assert all(f"{d.name} ({d.device}, requests ≤ {d.max_request_kib} KiB)" in agent_log for d in disks), \
                 agent_log[-3000:]
+            # and exports it, scraped by the lab's Prometheus from the pod as a cluster's would
+            wait_for(lambda: {s["metric"]["disk"]: int(float(s["value"][1])) for s in _query(
+                lab, f'tidal_disk_max_request_kib{{component="tidal-agent",node="{REAL_NODE}"}}')}
+                == {d.name: d.max_request_kib for d in disks}, 60,
+                f"tidal_disk_max_request_kib of {REAL_NODE}'s disks from the deployed agent in Prometheus", interval=2)
         else:
             print("BE block I/O not checked: no cgroup v1 blkio hierarchy here")
         nri_log = core.read_namespaced_pod_log(

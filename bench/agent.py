@@ -10,7 +10,10 @@ a window; medians of several windows are reported.
 Every online pod (HLS, LS) runs ``--online-threads`` sleeping processes in total (default 600,
 spread evenly: more than the 512 threads the run-queue delay control reads a round, so its
 sampling cap is what is measured); ``--cpu-interference off`` switches that control off in the
-policy (the difference between the two runs is its cost).
+policy (the difference between the two runs is its cost). ``--policy JSON`` merges a
+ColocationPolicy spec of its own (e.g. ``'{"features":{"blockIO":{"enabled":true}}}'``: every BE
+pod's read and write caps on every disk of this machine, each round), to measure what a feature
+adds.
 
 Last line: ``{"pods": 100, "cpu_pct_of_core": …, "rss_mib": …, "baseline_0_pods": {…}}``.
 """
@@ -66,6 +69,14 @@ def footprint(pid: int, windows: int, seconds: float) -> dict:
             "cpu_windows": [round(c, 2) for c in cpu]}
 
 
+def policy_spec(cpu_interference: str, policy: dict) -> dict:
+    """The agents' ColocationPolicy spec: empty (no policy: the defaults) unless asked."""
+    from tidal.console.policy_update import merge_patch  # RFC 7386
+
+    base = {"beIsolation": {"cpuInterference": {"enabled": False}}} if cpu_interference == "off" else {}
+    return merge_patch(base, policy)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=int, default=100)
@@ -76,6 +87,8 @@ def main() -> int:
                         help="sleeping processes spread over the online pods' containers")
     parser.add_argument("--cpu-interference", choices=("on", "off"), default="on",
                         help="beIsolation.cpuInterference.enabled in the policy")
+    parser.add_argument("--policy", type=json.loads, default={},
+                        help="a ColocationPolicy spec (JSON) for the agents, merged over --cpu-interference's")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench-agent needs root: it creates cgroups")
@@ -113,12 +126,12 @@ def main() -> int:
             while not core.list_namespaced_service_account("bench").items:
                 time.sleep(0.2)
             started = time.monotonic()
-            if args.cpu_interference == "off":
+            spec = policy_spec(args.cpu_interference, args.policy)
+            if spec:
                 client.CustomObjectsApi(api).create_cluster_custom_object(
                     qos.API_GROUP, qos.API_VERSION, "colocationpolicies", {
                         "apiVersion": qos.API_GROUP_VERSION, "kind": "ColocationPolicy",
-                        "metadata": {"name": "default"},
-                        "spec": {"beIsolation": {"cpuInterference": {"enabled": False}}}})
+                        "metadata": {"name": "default"}, "spec": spec})
             online_dirs = []
             for i in range(args.pods):
                 if i % 10 == 0:
@@ -162,7 +175,8 @@ def main() -> int:
         cgroups.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps({"pods": args.pods, "online_threads": args.online_threads,
-                      "cpu_interference": args.cpu_interference, "cpu_pct_of_core": measured["cpu_pct_of_core"],
+                      "cpu_interference": args.cpu_interference, "policy": args.policy,
+                      "cpu_pct_of_core": measured["cpu_pct_of_core"],
                       "rss_mib": measured["rss_mib"], "cpu_windows": measured["cpu_windows"],
                       "baseline_0_pods": baseline}))
     return 0

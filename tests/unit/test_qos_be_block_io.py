@@ -29,6 +29,7 @@ from tidal.agent.qos.be_block_io import (
     Disk,
     Observed,
     allot,
+    counter_files,
     demand,
     disk_holding,
     large_requests,
@@ -490,15 +491,33 @@ def test_sense_reads_each_be_containers_counters_and_names_those_without_a_cgrou
     (tmp_path / "sys" / "block").mkdir(parents=True)
     feature = BEBlockIO(Options(sys_root=tmp_path / "sys"))
 
-    def sense(read: int, ios: int, now: float) -> Observed:
+    def sense(read: int, ios: int, now: float, policy: ColocationPolicy = ColocationPolicy()) -> Observed:
         (a / "blkio.throttle.io_service_bytes").write_text(f"254:0 Read {read}\n254:0 Write 0\nTotal {read}\n")
         (a / "blkio.throttle.io_serviced").write_text(f"254:0 Read {ios}\n254:0 Write 0\nTotal {ios}\n")
-        node_state = NodeState((BE1,), 2.0, 0, ColocationPolicy(), {"blkio.throttle": True}, node)
+        node_state = NodeState((BE1,), 2.0, 0, policy, {"blkio.throttle": True}, node)
         return feature.sense(Context(node_state, now=now))
 
     first = sense(1000, 10, 5.0)
     assert first == Observed((), {}, frozenset({str(b)}))  # one sample: nothing known yet
+    # the default caps are bandwidth caps: only the byte counters are read
     second = sense(5000, 30, 7.0)
-    assert second.used == {str(a): {("254:0", "rbps"): 2000.0, ("254:0", "wbps"): 0.0,
-                                    ("254:0", "riops"): 10.0, ("254:0", "wiops"): 0.0}}
+    assert second.used == {str(a): {("254:0", "rbps"): 2000.0, ("254:0", "wbps"): 0.0}}
     assert second.absent == {str(b)}
+    # an IOPS cap set: the request counters are read too, rates again from the next round on (the
+    # counters of the round before were not the same files)
+    iops = ColocationPolicy.from_spec({"features": {"blockIO": {"readIOPS": 500}}})
+    assert sense(9000, 50, 9.0, iops).used == {}
+    assert sense(9400, 90, 11.0, iops).used == {str(a): {("254:0", "rbps"): 200.0, ("254:0", "wbps"): 0.0,
+                                                       ("254:0", "riops"): 20.0, ("254:0", "wiops"): 0.0}}
+
+
+@pytest.mark.parametrize("spec,v1,v2", [
+    ({}, ("blkio.throttle.io_service_bytes",), ("io.stat",)),
+    ({"readMiBPerSecond": 0, "writeMiBPerSecond": 0, "writeIOPS": 10}, ("blkio.throttle.io_serviced",), ("io.stat",)),
+    ({"readIOPS": 10}, ("blkio.throttle.io_service_bytes", "blkio.throttle.io_serviced"), ("io.stat",)),
+    ({"readMiBPerSecond": 0, "writeMiBPerSecond": 0}, (), ()),
+])
+def test_only_the_counters_of_the_capped_kinds_are_read(spec, v1, v2):
+    config = ColocationPolicy.from_spec({"features": {"blockIO": spec}}).features.block_io
+    assert counter_files(CgroupVersion.V1, config) == v1
+    assert counter_files(CgroupVersion.V2, config) == v2

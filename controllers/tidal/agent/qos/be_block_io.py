@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidal.agent.collector.cgroups import CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.collector.readers import OpenFiles
 from tidal.agent.executor.cgroupfs import DEVICE_SEPARATOR
 from tidal.api.policy import BlockIO
 
@@ -223,6 +224,15 @@ def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], us
     return writes, caps
 
 
+def counter_files(version: CgroupVersion, config: BlockIO) -> tuple[str, ...]:
+    """The files counting what a BE container did of the kinds ``config`` caps: v2's ``io.stat``;
+    on v1 ``io_service_bytes`` for bandwidth caps, ``io_serviced`` for IOPS caps (none: nothing capped)."""
+    kinds = node_caps(config)
+    if version is CgroupVersion.V2:
+        return ("io.stat",) if kinds else ()
+    return tuple(file for file, counted in V1_COUNTS.items() if any(kind in kinds for kind in counted))
+
+
 def parse_counts(version: CgroupVersion, texts: Mapping[str, str]) -> dict[tuple[str, str], int]:
     """A cgroup's I/O counters by ``(device, kind)``, from its v1 ``blkio.throttle.io_service_bytes``
     and ``io_serviced``, or its v2 ``io.stat`` (file name -> text)."""
@@ -303,8 +313,10 @@ class BEBlockIO:
         self._reported = ""
         #: the caps the last plan set, by container and ``(device, kind)``
         self._held: dict[str, dict[tuple[str, str], int]] = {}
-        #: the last round's counters, by container, and when they were read
-        self._sample: tuple[float, dict[str, dict[tuple[str, str], int]]] | None = None
+        #: the last round's counters, by container, when and from which files they were read
+        self._sample: tuple[float, tuple[str, ...], dict[str, dict[tuple[str, str], int]]] | None = None
+        #: the counter files, kept open and re-read every round (50 BE containers: 50 reads a second)
+        self._files = OpenFiles()
 
     def roots(self, layout: CgroupLayout) -> tuple[Path, ...]:
         """The blkio ``kubepods`` tree and the BE idle group's: where this feature's writes may go."""
@@ -322,15 +334,17 @@ class BEBlockIO:
         if self._disks is None or ctx.now - self._disks[0] >= DISKS_REFRESH_SECONDS or ctx.now < self._disks[0]:
             self._disks = (ctx.now, node_disks(self.sys_root))
         layout = ctx.state.layout
-        files = ("io.stat",) if layout.version is CgroupVersion.V2 else tuple(V1_COUNTS)
+        files = counter_files(layout.version, ctx.policy.features.block_io)
         sample, absent = {}, set()
         for path in be_container_dirs(layout, ctx.state):
             try:
-                sample[str(path)] = parse_counts(layout.version, {f: (path / f).read_text() for f in files})
+                sample[str(path)] = parse_counts(layout.version, {f: self._files.read(f"{path}/{f}") for f in files})
             except OSError:  # no cgroup: not started yet, or gone
                 absent.add(str(path))
-        last, self._sample = self._sample, (ctx.now, sample)
-        used = rates(last[1], sample, ctx.now - last[0]) if last is not None else {}
+        self._files.sweep()
+        last, self._sample = self._sample, (ctx.now, files, sample)
+        # counters of other files (a cap of another kind set since) are not the same counters
+        used = rates(last[2], sample, ctx.now - last[0]) if last is not None and last[1] == files else {}
         return Observed(self._disks[1], used, frozenset(absent))
 
     def plan(self, ctx: Context) -> Plan:
@@ -357,4 +371,5 @@ class BEBlockIO:
 
     def undo(self, ctx: Context) -> Plan:
         self._reported, self._held, self._sample = "", {}, None
+        self._files.close()
         return Plan()

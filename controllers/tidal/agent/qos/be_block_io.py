@@ -197,17 +197,18 @@ def be_container_dirs(layout: CgroupLayout, state: NodeState) -> list[Path]:
 
 
 def plan_block_io(state: NodeState, config: BlockIO, disks: tuple[Disk, ...], used: Usage | None = None,
-                  held: Usage | None = None, absent: Collection[str] = ()
+                  held: Usage | None = None, absent: Collection[str] = (), paths: Sequence[Path] | None = None
                   ) -> tuple[list[CgroupWrite], dict[str, dict[tuple[str, str], int]]]:
     """Every BE container's throttling files (the blkio hierarchy of ``state.layout``), and the
     caps they set (the next round's ``held``). ``used``: what each container did per second since
     the last round (not there: not known), under the caps ``held`` then; ``absent``: containers
-    without a cgroup yet (not started), which read nothing and keep only the floor."""
+    without a cgroup yet (not started), which read nothing and keep only the floor; ``paths``:
+    :func:`be_container_dirs` of ``state`` when the caller has it."""
     layout = state.layout
     if layout.blkio_root is None:
         return [], {}
     used, held = used or {}, held or {}
-    paths = be_container_dirs(layout, state)
+    paths = be_container_dirs(layout, state) if paths is None else paths
     caps: dict[str, dict[tuple[str, str], int]] = {str(p): {} for p in paths}
     for kind, cap in node_caps(config).items():
         for disk in sorted(disks):
@@ -317,6 +318,8 @@ class BEBlockIO:
         self._sample: tuple[float, tuple[str, ...], dict[str, dict[tuple[str, str], int]]] | None = None
         #: the counter files, kept open and re-read every round (50 BE containers: 50 reads a second)
         self._files = OpenFiles()
+        #: the BE containers' blkio directories, by the pods and layout they were built from
+        self._dirs: tuple[tuple, list[Path]] | None = None
 
     def roots(self, layout: CgroupLayout) -> tuple[Path, ...]:
         """The blkio ``kubepods`` tree and the BE idle group's: where this feature's writes may go."""
@@ -328,6 +331,14 @@ class BEBlockIO:
     def enabled(self, ctx: Context) -> bool:
         return ctx.policy.features.block_io.enabled and ctx.capabilities.get(CAPABILITY, False)
 
+    def container_dirs(self, state: NodeState) -> list[Path]:
+        """:func:`be_container_dirs`, built again only when the pods or the layout changed (sense
+        and plan both walk them every round)."""
+        key = (state.pods, state.layout)
+        if self._dirs is None or self._dirs[0] != key:
+            self._dirs = (key, be_container_dirs(state.layout, state))
+        return self._dirs[1]
+
     def sense(self, ctx: Context) -> Observed:
         """The disks (listed again every :data:`DISKS_REFRESH_SECONDS`) and what each BE container
         did on them since the last round (its cgroup's counters)."""
@@ -336,7 +347,7 @@ class BEBlockIO:
         layout = ctx.state.layout
         files = counter_files(layout.version, ctx.policy.features.block_io)
         sample, absent = {}, set()
-        for path in be_container_dirs(layout, ctx.state):
+        for path in self.container_dirs(ctx.state):
             try:
                 sample[str(path)] = parse_counts(layout.version, {f: self._files.read(f"{path}/{f}") for f in files})
             except OSError:  # no cgroup: not started yet, or gone
@@ -351,7 +362,8 @@ class BEBlockIO:
         observed: Observed = ctx.observed.get(self.name, Observed((), {}))
         disks = observed.disks
         config = ctx.policy.features.block_io
-        writes, self._held = plan_block_io(ctx.state, config, disks, observed.used, self._held, observed.absent)
+        writes, self._held = plan_block_io(ctx.state, config, disks, observed.used, self._held, observed.absent,
+                                           self.container_dirs(ctx.state))
         containers = sum(len(p.containers) for p in ctx.state.be_pods())
         message = describe(config, containers, disks)
         decisions: tuple = ()
@@ -370,6 +382,6 @@ class BEBlockIO:
         return Plan(writes=tuple(writes), decisions=decisions + gauges)
 
     def undo(self, ctx: Context) -> Plan:
-        self._reported, self._held, self._sample = "", {}, None
+        self._reported, self._held, self._sample, self._dirs = "", {}, None, None
         self._files.close()
         return Plan()

@@ -26,6 +26,10 @@ HELD_OUT = tuple(range(3, 15))
 #: change; nothing was changed after (predict/README.md, "Fresh seeds"). A change tuned to make
 #: the strict xfails below pass must be judged on seeds nobody has looked at yet.
 FRESH = tuple(range(200, 240))
+#: Seeds first looked at on 2026-12-06, once, at main 1e08c36 (no predictor change since
+#: 2026-12-05): a second fresh set, to tell the misses of ``FRESH`` that recur from those of one
+#: set of 40 seeds (predict/README.md, "Fresh seeds").
+SECOND_FRESH = tuple(range(1000, 1040))
 #: Seeds first looked at on 2026-12-03 (later), once, to validate the change made for the jobs
 #: shape on seeds 300-339 (predict/README.md, "Where pods come and go").
 VALIDATION = tuple(range(500, 540))
@@ -112,6 +116,22 @@ def _fresh_miss(reason: str):
 def test_default_keeps_the_bars_on_fresh_seeds(shape: str, warmup: int) -> None:
     """Issue 18's three bars on 40 seeds of each shape that nothing was designed or tuned on."""
     check(scores(shape, warmup, FRESH))
+
+
+@pytest.mark.parametrize("shape,warmup", [
+    ("level-shift", 86400),
+    ("daily-cycle", 86400),
+    ("rare-spikes", 86400),
+    pytest.param("jobs", 7200, marks=pytest.mark.xfail(strict=True, reason=(
+        "issue 18, on the second 40 fresh seeds: reclaims 37.0 % against the best in-budget peer's 38.4 %, "
+        "seed by seed (−1.36 points, s.e. 0.61); the violation bars hold (0.10 % mean, 1.59 % worst)"))),
+    ("mid-start", 86400),
+])
+def test_default_keeps_the_bars_on_a_second_set_of_fresh_seeds(shape: str, warmup: int) -> None:
+    """The three bars on 40 more seeds of each shape, looked at once after the last predictor
+    change: the level-shift and rare-spike misses of ``FRESH`` (worst seed 3.29 %, mean 1.003 %) do
+    not recur here (2.03 % worst, 0.73 % mean); the jobs shape's reclaim shortfall does."""
+    check(scores(shape, warmup, SECOND_FRESH))
 
 
 @pytest.mark.parametrize("seeds", [FRESH, VALIDATION], ids=["fresh", "validation"])

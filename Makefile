@@ -59,7 +59,7 @@ test: venv debian-packages lab-build console-web collections image udevadm
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # udev's rules engine for the disk_queue role's rule (tests/ansible/test_disk_queue_udev.py):
-# udevadm of Debian's udev, extracted into ~/.cache/tidal/udev, not installed (the package would
+# udevadm of Debian's udev, extracted into ~/.cache/tidal/lab/udev, not installed (the package would
 # start a udev daemon on this machine).
 .PHONY: udevadm
 udevadm: venv

@@ -5,8 +5,8 @@
 252: it applies ``ATTR{}`` assignments, not ``RUN``). The Debian package ``udev`` is not
 installed: its maintainer scripts would start a udev daemon on this shared machine. :func:`install`
 extracts ``udevadm`` and the ``libsystemd-shared`` it needs, of the same version, from Debian's
-packages into ``~/.cache/tidal/udev/<version>`` (``make test`` runs it; ``python -m
-tidal_dev.testing.udev``). :func:`apply_rule` runs one rules file against one device in a mount
+packages into ``udev/<version>`` of the lab's cache (``~/.cache/tidal/lab``; ``make test`` runs it:
+``python -m tidal_dev.testing.udev``). :func:`apply_rule` runs one rules file against one device in a mount
 namespace of its own, where that file is the only rule and udev's database, ``/run`` and
 ``/dev/block`` are private: what it changes on the machine is what the rule writes to sysfs.
 """
@@ -20,11 +20,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidal.cache import cache_root
+
 __all__ = ["Udevadm", "apply_rule", "find", "install"]
 
-CACHE = Path(os.environ.get("TIDAL_CACHE_DIR", Path.home() / ".cache" / "tidal")) / "udev"
+CACHE = cache_root() / "udev"
 PACKAGES = ("udev", "libsystemd-shared")
-LIBRARY_DIR = "usr/lib/x86_64-linux-gnu/systemd"
 #: where udevadm reads rules: each is hidden by an empty tmpfs in :func:`apply_rule`'s namespace
 RULES_DIRS = ("/etc/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d", "/usr/local/lib/udev/rules.d")
 
@@ -39,7 +40,9 @@ class Udevadm:
 
     @property
     def env(self) -> dict[str, str]:
-        return dict(os.environ, LD_LIBRARY_PATH=str(self.root / LIBRARY_DIR), SYSTEMD_LOG_LEVEL="debug")
+        # libsystemd-shared-<major>.so, in the package's multiarch directory (usr/lib/<triplet>/systemd)
+        libraries = sorted({str(lib.parent) for lib in self.root.glob("usr/lib/*/systemd/libsystemd-shared-*.so")})
+        return dict(os.environ, LD_LIBRARY_PATH=":".join(libraries), SYSTEMD_LOG_LEVEL="debug")
 
 
 def candidate_version(package: str = "udev") -> str | None:

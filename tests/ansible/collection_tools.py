@@ -38,6 +38,19 @@ def run(argv: list[str], cwd: Path, timeout: float = 900, **env: str) -> subproc
     return proc
 
 
+def play_locally(workdir: Path, play: dict, *options: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """ansible-playbook of one ``play`` on localhost (local connection, this venv's Python and
+    collections, no ansible.cfg), written to ``workdir/play.yml`` and run there."""
+    import yaml
+
+    playbook = workdir / "play.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, **play}], sort_keys=False))
+    return run([tool("ansible-playbook"), "-i", "localhost,", "-c", "local",
+                "-e", "ansible_python_interpreter={{ ansible_playbook_python }}", *options, str(playbook)],
+               workdir, timeout=timeout, ANSIBLE_COLLECTIONS_PATH=str(VENV_COLLECTIONS),
+               ANSIBLE_CONFIG=str(workdir / "none.cfg"), **env)
+
+
 # ansible-test creates one virtual environment per sanity test and bootstraps pip into it with a
 # get-pip script it downloads from its own CI file server, which this machine cannot reach. This
 # stand-in does the same job with the interpreter's bundled ensurepip, then pip from the package

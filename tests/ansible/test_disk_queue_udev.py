@@ -14,9 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
-from collection_tools import ROOT, run, tool
+from collection_tools import play_locally
 from tidal_dev.testing import udev
 from tidal_dev.testing.loop_device import free_loop_devices
 from ansible_collections.tidal.colocation.plugins.modules import disk_queue
@@ -40,17 +39,12 @@ def udevadm() -> udev.Udevadm:
 
 def role_rule(tmp_path: Path, **role_vars) -> str:
     """The rule the role writes with ``role_vars`` (ansible-playbook on localhost, rule only)."""
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "name": "Disk queue rule", "hosts": "localhost", "gather_facts": False,
+    proc = play_locally(tmp_path, {
+        "name": "Disk queue rule",
         "roles": [{"role": "tidal.colocation.disk_queue",
                    "vars": {"disk_queue_root": str(tmp_path / "root"), "disk_queue_sys_root": "",
                             "disk_queue_max_request_kib": KIB, **role_vars}}],
-    }], sort_keys=False))
-    proc = run([tool("ansible-playbook"), "-i", "localhost,", "-c", "local",
-                "-e", "ansible_python_interpreter={{ ansible_playbook_python }}", str(playbook)],
-               tmp_path, timeout=300, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".venv" / "collections"),
-               ANSIBLE_CONFIG=str(tmp_path / "none.cfg"))
+    })
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
     return (tmp_path / "root" / RULE).read_text()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collection_tools import ROOT, run, tool
+from collection_tools import ROOT, play_locally, run, tool
 
 NODE_FILES = ROOT / "playbooks" / "files" / "node-root"
 KUBELET_CONFIG = "var/lib/kubelet/config.yaml"
@@ -115,20 +115,12 @@ class Node:
     def run(self, state: str, *options: str, manage_service: bool = True, roles=tuple(ROLES)):
         """ansible-playbook of `roles` with `<role>_state: state`; returns the process with
         `.recap` (localhost's counts), `.calls` (the service calls of this run) and `.output`."""
-        playbook = self.tmp / "play.yml"
-        playbook.write_text(yaml.safe_dump([{
+        self.calls_file.write_text("")
+        proc = play_locally(self.tmp, {
             "name": "Node roles",
-            "hosts": "localhost",
-            "gather_facts": False,
             "vars": self.role_vars(manage_service),
             "roles": [{"role": f"tidal.colocation.{role}", "vars": {f"{role}_state": state}} for role in roles],
-        }], sort_keys=False))
-        self.calls_file.write_text("")
-        proc = run([tool("ansible-playbook"), "-i", "localhost,", "-c", "local",
-                    "-e", "ansible_python_interpreter={{ ansible_playbook_python }}", *options, str(playbook)],
-                   self.tmp, timeout=300, ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".venv" / "collections"),
-                   ANSIBLE_CONFIG=str(self.tmp / "none.cfg"), FAKE_SERVICE_ROOT=str(self.root),
-                   FAKE_SERVICE_CALLS=str(self.calls_file))
+        }, *options, FAKE_SERVICE_ROOT=str(self.root), FAKE_SERVICE_CALLS=str(self.calls_file))
         return finish(proc, self.calls_file, "localhost")
 
 

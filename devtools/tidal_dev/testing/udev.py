@@ -90,7 +90,8 @@ def install() -> Udevadm:
 
 
 # Inside the namespace: hide every rules directory, /run and /dev/block behind empty tmpfs, put the
-# one rules file in place, run the event. $1 udevadm, $2 the rules file, $3 the device's sysfs path.
+# one rules file in place, run the event. $1 udevadm, $2 the rules file, $3 the device's sysfs
+# path, $4 the action.
 NAMESPACE_SCRIPT = """\
 set -e
 for d in {rules_dirs}; do [ -d "$d" ] && mount -t tmpfs tidal-udev-test "$d"; done

@@ -9,7 +9,6 @@ installed with `ansible-galaxy collection install` into a temporary
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -30,6 +30,8 @@ class NodeMetrics:
     evicting: Gauge        # tidal_node_evicting{node,resource} 1 while evicting for the resource
     tainted: Gauge         # tidal_node_offline_evicting_taint{node} 1 while the taint is on
     evictions: Counter     # tidal_evictions_total{node,resource,reason}
+    #: evictions asked for that did not happen: refused by a PodDisruptionBudget, or the request failed
+    eviction_failures: Counter  # tidal_eviction_failures_total{node,reason}
     #: BE CPU suppression: the quota on the BE parent cgroup
     be_cpu_quota: Gauge    # tidal_be_cpu_quota_millicores{node}
     #: BE CPU interference control: online threads' run-queue delay and the quota decreases
@@ -42,6 +44,9 @@ class NodeMetrics:
     disk_max_request: Gauge  # tidal_disk_max_request_kib{node,disk}
     #: pressure stall information, some avg10 in percent
     psi: Gauge             # tidal_psi_some_avg10_percent{node,resource}
+    #: proactive reclaim of BE pods' memory (features.memoryReclaim, cgroup v2 ``memory.reclaim``)
+    be_memory_reclaims: Counter       # tidal_be_memory_reclaim_requests_total{node}
+    be_memory_reclaim_bytes: Counter  # tidal_be_memory_reclaim_requested_bytes_total{node}
     #: cgroup writes the QoS engine made (changed values only) and failures
     cgroup_writes: Counter  # tidal_agent_cgroup_writes_total{node,strategy}
     cgroup_errors: Counter  # tidal_agent_cgroup_write_errors_total{node}
@@ -55,14 +60,20 @@ class NodeMetrics:
 #: interference: its resources, io included)
 EVICTION_SERIES = (("cpu", "watermark"), ("memory", "watermark"),
                    ("cpu", "psi"), ("memory", "psi"), ("io", "psi"))
+#: why an eviction Tidal asked for did not happen: a PodDisruptionBudget refused it (the pod is
+#: tried again later, the next candidate at once), or the request failed (an API error or timeout)
+EVICTION_FAILURE_REASONS = ("disruption-budget", "api-error")
 
 
 def zero_evictions(metrics: NodeMetrics, node: str) -> None:
     """Create the node's ``tidal_evictions_total`` series at 0 when its agent starts. A series
     that appears at 1 shows no ``increase()`` in Prometheus, so without this a node's first
-    eviction would be missing from every rate, alert and chart (the console's evictions chart)."""
+    eviction would be missing from every rate, alert and chart (the console's evictions chart).
+    The same for ``tidal_eviction_failures_total``."""
     for resource, reason in EVICTION_SERIES:
         metrics.evictions.labels(node, resource, reason)
+    for reason in EVICTION_FAILURE_REASONS:
+        metrics.eviction_failures.labels(node, reason)
 
 
 def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
@@ -83,6 +94,10 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
                       ["node"], registry=r),
         evictions=Counter("tidal_evictions", "BE pods evicted by watermark or interference",
                           ["node", "resource", "reason"], registry=r),
+        eviction_failures=Counter(
+            "tidal_eviction_failures",
+            "Evictions asked for that did not happen: refused by a PodDisruptionBudget (disruption-budget) "
+            "or the request failed (api-error)", ["node", "reason"], registry=r),
         be_cpu_quota=Gauge("tidal_be_cpu_quota_millicores",
                            "CPU quota of the BE parent cgroup (BE CPU suppression; the node's CPUs while "
                            "cpuSuppression.quota onInterference holds none in force)", ["node"], registry=r),
@@ -108,6 +123,14 @@ def node_metrics(registry: CollectorRegistry | None = None) -> NodeMetrics:
             ["node", "disk"], registry=r),
         psi=Gauge("tidal_psi_some_avg10_percent", "Pressure stall information, some avg10",
                   ["node", "resource"], registry=r),
+        be_memory_reclaims=Counter(
+            "tidal_be_memory_reclaim_requests",
+            "memory.reclaim writes the kernel took for BE pods (features.memoryReclaim, cgroup v2)",
+            ["node"], registry=r),
+        be_memory_reclaim_bytes=Counter(
+            "tidal_be_memory_reclaim_requested_bytes",
+            "Bytes those memory.reclaim writes asked the kernel to reclaim from BE pods",
+            ["node"], registry=r),
         cgroup_writes=Counter("tidal_agent_cgroup_writes", "cgroup files the QoS engine changed",
                               ["node", "strategy"], registry=r),
         cgroup_errors=Counter("tidal_agent_cgroup_write_errors", "cgroup writes that failed",
@@ -130,6 +153,8 @@ class ManagerMetrics:
     #: what BE pods bound to the node request of them
     batch_requested: Gauge    # tidal_node_batch_requested{node,resource}
     cycles: Counter           # tidal_oversell_cycles_total{result}
+    #: nodes whose batch resources a cycle could not write (the next cycle tries again)
+    write_failures: Counter   # tidal_oversell_write_failures_total{node}
     last_cycle: Gauge         # tidal_oversell_last_cycle_timestamp_seconds
 
 
@@ -144,6 +169,10 @@ def manager_metrics(registry: CollectorRegistry | None = None) -> ManagerMetrics
                               ["node", "resource"], registry=r),
         cycles=Counter("tidal_oversell_cycles", "Oversell master cycles, by result (ok, error)",
                        ["result"], registry=r),
+        write_failures=Counter("tidal_oversell_write_failures",
+                               "Cycles that could not write the node's batch resources or its NodeProfile's "
+                               "breakdown (the node keeps what it carried; the next cycle tries again)",
+                               ["node"], registry=r),
         last_cycle=Gauge("tidal_oversell_last_cycle_timestamp_seconds",
                          "Unix time the last successful oversell cycle ended", registry=r),
     )

@@ -223,4 +223,5 @@ def test_an_eviction_a_budget_blocks_is_reported_and_the_pod_chosen_again():
     asyncio.run(ev.act(ev.decide(10, policy, node, 15000, 0, CAPACITY)))
     assert [reason for _, _, reason in api.calls if reason] == ["TidalOfflineEvicting", "TidalEvictionBlocked"]
     assert metrics.evictions.labels("a", "cpu", "watermark")._value.get() == 0
+    assert metrics.eviction_failures.labels("a", "disruption-budget")._value.get() == 1
     assert [d.pod_uid for d in ev.decide(11, policy, node, 15000, 0, CAPACITY)] == ["be-1"]

@@ -4,11 +4,11 @@ a node's first eviction was missing from the console's evictions chart (the CI's
 2026-11-27 waited 180 s for it, with the TidalEvicted Event already there)."""
 from prometheus_client import CollectorRegistry, generate_latest
 
-from tidal.metrics import EVICTION_SERIES, node_metrics, zero_evictions
+from tidal.metrics import EVICTION_FAILURE_REASONS, EVICTION_SERIES, node_metrics, zero_evictions
 
 
-def _lines(registry):
-    return [ln for ln in generate_latest(registry).decode().splitlines() if ln.startswith("tidal_evictions_total{")]
+def _lines(registry, name="tidal_evictions_total"):
+    return [ln for ln in generate_latest(registry).decode().splitlines() if ln.startswith(name + "{")]
 
 
 def test_every_series_a_node_can_count_is_there_at_zero_before_any_eviction():
@@ -22,6 +22,9 @@ def test_every_series_a_node_can_count_is_there_at_zero_before_any_eviction():
         assert f'tidal_evictions_total{{node="n1",reason="{reason}",resource="{resource}"}} 0.0' in lines
     metrics.evictions.labels("n1", "cpu", "watermark").inc()
     assert 'tidal_evictions_total{node="n1",reason="watermark",resource="cpu"} 1.0' in _lines(registry)
+    # and the evictions that did not happen, by why
+    assert sorted(_lines(registry, "tidal_eviction_failures_total")) == [
+        f'tidal_eviction_failures_total{{node="n1",reason="{reason}"}} 0.0' for reason in sorted(EVICTION_FAILURE_REASONS)]
 
 
 def test_the_series_match_what_the_agent_counts():

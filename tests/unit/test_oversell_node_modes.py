@@ -387,3 +387,36 @@ def test_one_nodes_failed_write_stops_no_other_node():
     assert set(result.failed) == {"gone"} and "404" in result.failed["gone"]
     assert sorted(path for kind, path, _ in api.writes if kind == "json") == [
         "/api/v1/nodes/a/status", "/api/v1/nodes/b/status"]
+
+
+def test_the_metrics_show_what_the_nodes_carry_and_count_the_failed_writes():
+    """tidal_node_batch_allocatable is what is published: the decision where the cycle wrote it,
+    what the node carries where its write failed (it used to show the decision there too) or where
+    the change was within the threshold; tidal_oversell_write_failures_total counts the failure."""
+    from prometheus_client import CollectorRegistry
+    from tidal.manager.oversell.loop import export_cycle
+    from tidal.metrics import manager_metrics
+
+    class Failing(FakeAPI):
+        async def json_patch(self, path, ops):
+            if "/gone/" in path:
+                raise RuntimeError("500 failed calling webhook")
+            await super().json_patch(path, ops)
+
+    carried = {CPU: "1000", MEMORY: str(GiB)}
+    nodes = [_node({OV: "true"}, name="a", batch=carried), _node({OV: "true"}, name="gone", batch=carried),
+             _node({OV: "true"}, name="same", batch={CPU: str(CPU_OK - 1), MEMORY: str(MEMORY_OK)})]
+    api = Failing(nodes, [_profile("a"), _profile("gone"), _with_breakdown(_profile("same"), CPU_OK - 1, MEMORY_OK)])
+    result = asyncio.run(OversellMaster(api, SETTINGS, clock=lambda: NOW).cycle())
+    assert set(result.failed) == {"gone"} and result.published == {"a"}
+    metrics = manager_metrics(CollectorRegistry())
+    export_cycle(metrics, result, 0.0)
+
+    def gauge(node, resource):
+        return metrics.batch_allocatable.labels(node, resource)._value.get()
+    assert (gauge("a", "cpu"), gauge("a", "memory")) == (CPU_OK, MEMORY_OK)   # written
+    assert (gauge("gone", "cpu"), gauge("gone", "memory")) == (1000, GiB)     # not written: what it carries
+    assert gauge("same", "cpu") == CPU_OK - 1                                 # within the threshold
+    assert metrics.write_failures.labels("gone")._value.get() == 1
+    assert "a" not in {s.labels["node"] for m in metrics.write_failures.collect() for s in m.samples}
+    assert metrics.cycles.labels("ok")._value.get() == 1

@@ -11,12 +11,14 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from prometheus_client import CollectorRegistry
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion
 from tidal.agent.qos.engine import QoSEngine
 from tidal.agent.qos.eviction_journal import EvictionIntent, EvictionJournal
 from tidal.agent.qos.feature import Options
 from tidal.agent.qos.node_actions import EvictOutcome
 from tidal.agent.qos.node_qos import NodeQoS
+from tidal.metrics import node_metrics, zero_evictions
 
 sys.path.insert(0, str(Path(__file__).parent))  # the round's fakes from the neighbouring tests
 from test_qos_eviction_journal import TERMINATING, Actions, _agent, _run  # noqa: E402
@@ -29,6 +31,8 @@ GiB = 1 << 30
 def test_a_request_that_failed_and_did_not_take_effect_frees_the_machine(tmp_path):
     actions = Actions(tmp_path / "evictions-journal.json", fail=["evict"])
     agent = _agent(tmp_path, actions)
+    agent.metrics = node_metrics(CollectorRegistry())
+    zero_evictions(agent.metrics, agent.node)
     agent.observe_policy({"metadata": {"resourceVersion": "2"}, "spec": {
         "evictionWatermarks": {"dwellSeconds": 0, "cooldownSeconds": 600}}})
 
@@ -40,6 +44,13 @@ def test_a_request_that_failed_and_did_not_take_effect_frees_the_machine(tmp_pat
         await until(lambda: len(actions.evictions) == 2)
     _run(agent, rounds)
     assert actions.evictions == [("ns", "batch"), ("ns", "batch")]
+    assert _failures(agent) == {"api-error": 1.0, "disruption-budget": 0.0}
+
+
+def _failures(agent) -> dict[str, float]:
+    """The agent's tidal_eviction_failures_total by reason."""
+    return {s.labels["reason"]: s.value for metric in agent.metrics.eviction_failures.collect()
+            for s in metric.samples if s.name.endswith("_total")}
 
 
 class PDBActions(Actions):
@@ -80,6 +91,7 @@ def test_a_psi_eviction_refused_by_a_pdb_leaves_the_watermarks_cooldown_alone(tm
     bes = [be, dataclasses.replace(be, uid="be-2", name="batch-2"), dataclasses.replace(be, uid="be-3", name="batch-3")]
     actions = PDBActions(path, refuse={"batch-2"})
     agent.actions = actions
+    agent.metrics = node_metrics(CollectorRegistry())
 
     async def rounds():
         first = agent.round(Sample(), [pods(10)[0], *bes])
@@ -91,6 +103,7 @@ def test_a_psi_eviction_refused_by_a_pdb_leaves_the_watermarks_cooldown_alone(tm
         await asyncio.sleep(0.05)
     _run(agent, rounds)
     assert ("ns", "batch-3") not in actions.evictions[:2] and actions.evictions.count(("ns", "batch")) == 1
+    assert _failures(agent)["disruption-budget"] == actions.evictions.count(("ns", "batch-2")) >= 1
 
 
 class Busy(Sample):

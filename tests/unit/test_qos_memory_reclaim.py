@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tidal.agent.collector.cgroups import CgroupDriver, CgroupHierarchy, CgroupLayout, CgroupVersion, PodQOSClass
+from tidal.agent.qos.feature import Counter
 from tidal.agent.qos.memory_reclaim import MemoryReclaimer, ReclaimLevel, ceiling_bytes, reclaim_plan, reclaim_requests
 from tidal.agent.qos.strategy import ContainerState, PodState
 from tidal.api.policy import ColocationPolicy
@@ -89,10 +90,19 @@ def test_adapter_on_a_recorded_v2_tree_applies_reclaims_and_restores(tmp_path):
     cfg, usage = config(), {BE.uid: 200 * MiB}
     assert reclaimer.round(0, True, cfg, 40.0, [BE], usage) == []
     assert (pod_dir / "memory.high").read_text().strip() == "max"          # below the trigger
+    assert reclaimer.outcome.counters == []  # nothing asked of the kernel, nothing counted
     assert reclaimer.round(5, True, cfg, 70.0, [BE], usage) == []
     assert (pod_dir / "memory.high").read_text() == str(450 * MiB)
     assert (pod_dir / "memory.reclaim").read_text() == str(20 * MiB)
-    assert reclaimer.round(10, True, cfg, 70.0, [BE], usage) == []
+    # what the kernel was asked for, counted (tidal_be_memory_reclaim_requests_total, ..._bytes_total)
+    assert reclaimer.outcome.counters == [Counter("be_memory_reclaims", (), 1),
+                                          Counter("be_memory_reclaim_bytes", (), 20 * MiB)]
+    assert reclaimer.round(6, True, cfg, 70.0, [BE], usage) == []
+    assert reclaimer.outcome.counters == []  # within the interval: no request
+    (pod_dir / "memory.reclaim").unlink()  # a request that fails is reported, not counted
+    (pod_dir / "memory.reclaim").mkdir()
+    ((file, _),) = reclaimer.round(10, True, cfg, 70.0, [BE], usage)
+    assert file.endswith("memory.reclaim") and reclaimer.outcome.counters == []
     assert (pod_dir / "memory.high").read_text() == str(400 * MiB)
     # switched off in the policy: the original comes back, the level starts over
     assert reclaimer.round(11, True, config(enabled=False), 70.0, [BE], usage) == []

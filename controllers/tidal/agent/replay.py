@@ -387,6 +387,8 @@ class ReplayedEviction:
         info = view[0]
         outcome = await self.actions.evict(info.namespace, info.name)
         if outcome is EvictOutcome.BLOCKED:
+            if self.metrics is not None:
+                self.metrics.eviction_failures.labels(self.node, "disruption-budget").inc()
             self.machine.evicted.discard(info.uid)
             self.machine.last_eviction = None
             await self.actions.event(kind="Pod", name=info.name, namespace=info.namespace, uid=info.uid,

@@ -173,7 +173,9 @@ class QoSEngine:
             out.problems = [(owner.get(source, source), file, problem) for source, file, problem in outcome.problems]
         for feature in self.features:
             plan = plans[feature.name]
-            for decision in plan.decisions:
+            settle = getattr(feature, "settle", None)
+            settled = (settle(ctx, outcome) or ()) if settle is not None else ()
+            for decision in (*plan.decisions, *settled):
                 if isinstance(decision, Report):
                     if (not decision.applied or outcome.applied(decision.applied)) and \
                             (not decision.written or outcome.written(decision.written)):
@@ -185,9 +187,6 @@ class QoSEngine:
                 elif isinstance(decision, StatusPart):
                     out.status[decision.key] = decision.value
             out.effects += plan.effects
-            settle = getattr(feature, "settle", None)
-            if settle is not None:
-                settle(ctx, outcome)
 
     # -- the former API, kept for its callers ------------------------------------------------
 

@@ -20,7 +20,8 @@ Optional members, for features that need more than that:
 * ``sense(ctx) -> object``: the reads the plan needs (files, ``ip`` output); called right before
   ``plan`` while the feature is on, its result is ``ctx.observed[name]``. Reads, never writes;
 * ``settle(ctx, outcome)``: what the executor did with the plan, after every round (e.g. log a
-  placement once it is applied, count requests that went through);
+  placement once it is applied, count requests that went through); it may return ``Gauge`` and
+  ``Counter`` reports of what was done, exported with the plan's;
 * ``uses_usage`` (default True): False when the plan depends only on pods, policy,
   capabilities and layout, so the engine recomputes it only when those change;
 * ``reread`` (default False): True to have the executor read the feature's cgroup files back

@@ -38,7 +38,7 @@ from tidal.api.policy import ColocationPolicy
 from tidal.api.policy import MemoryReclaim as MemoryReclaimConfig
 
 from .be_batch_resources import PAGE_SIZE
-from .feature import EMPTY, Context, Plan, Report
+from .feature import EMPTY, Context, Counter, Plan, Report
 from .strategy import CgroupWrite, NodeState, PodState
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,8 @@ class MemoryReclaim:
     def __init__(self) -> None:
         self.level = ReclaimLevel()
         self._last_reclaim: float | None = None
-        self._requested: tuple[str, ...] = ()
-        self.reclaimed_requests = 0
+        #: this round's memory.reclaim requests: file -> bytes asked
+        self._requested: dict[str, int] = {}
 
     def enabled(self, ctx: Context) -> bool:
         return ctx.policy.features.memory_reclaim.enabled
@@ -128,24 +128,29 @@ class MemoryReclaim:
                 f"memory reclaim level {level}: BE soft ceilings at "
                 f"{max(config.step_percent, 100 - level * config.step_percent)}% of their limits ({len(writes)} pods)",
                 logger=__name__, written=tuple(w.key for w in writes)),)
-        self._requested = ()
+        self._requested = {}
         if self._last_reclaim is None or ctx.now - self._last_reclaim >= config.interval_seconds:
             self._last_reclaim = ctx.now
             requests = [CgroupTrigger(path, "memory.reclaim", str(amount))
                         for path, amount in reclaim_requests(level, config, state.pods, state.layout,
                                                              _pod_memory(ctx, state.pods))]
-            self._requested = tuple(r.key for r in requests)
+            self._requested = {r.key: int(r.value) for r in requests}
             writes += requests
         return Plan(tuple(writes), decisions)
 
     def undo(self, ctx: Context) -> Plan:
         self.level = ReclaimLevel()
-        self._requested = ()
+        self._requested = {}
         return EMPTY  # the ceilings are journalled: the executor puts them back
 
-    def settle(self, ctx: Context, outcome) -> None:
-        if self._requested:
-            self.reclaimed_requests += sum(1 for key in self._requested if key in outcome.done)
+    def settle(self, ctx: Context, outcome) -> tuple[Counter, ...]:
+        """The requests the kernel carried out in full (``tidal_be_memory_reclaim_requests_total``
+        and the bytes they asked for; one it could not meet, EAGAIN, is not counted)."""
+        done = [amount for key, amount in self._requested.items() if key in outcome.done]
+        self._requested = {}
+        if not done:
+            return ()
+        return (Counter("be_memory_reclaims", (), len(done)), Counter("be_memory_reclaim_bytes", (), sum(done)))
 
 
 def _pod_memory(ctx: Context, pods: Iterable[PodState]) -> Mapping[str, int]:

@@ -668,6 +668,7 @@ class NodeQoS:
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:
+                    self._count_failure("api-error")
                     if self.evictions is not None and pod.uid in self.evictions.intents:
                         # It may have taken effect (a timeout): the next round sorts it out, and
                         # until then its cooldown stands (no second pod evicted for it).
@@ -754,6 +755,7 @@ class NodeQoS:
         if outcome is not EvictOutcome.EVICTED and self.evictions is not None:
             self.evictions.done(pod.uid)
         if outcome is EvictOutcome.BLOCKED:
+            self._count_failure("disruption-budget")
             self.blocked[pod.uid] = self.clock() + BLOCKED_RETRY_SECONDS
             self._release(intent.kind, pod.uid)  # try the next candidate right away
             message = f"eviction blocked by a PodDisruptionBudget; {decision.reason}"
@@ -765,6 +767,11 @@ class NodeQoS:
             return None
         log.info("evicted %s/%s: %s", pod.namespace, pod.name, decision.reason)
         return intent
+
+    def _count_failure(self, reason: str) -> None:
+        """``tidal_eviction_failures_total{reason}`` (:data:`tidal.metrics.EVICTION_FAILURE_REASONS`)."""
+        if self.metrics is not None:
+            self.metrics.eviction_failures.labels(self.node, reason).inc()
 
     async def _evidence(self, intent: EvictionIntent) -> None:
         """What an eviction that took effect leaves: the TidalEvicted Event, named after the pod's

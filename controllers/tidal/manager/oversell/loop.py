@@ -26,12 +26,16 @@ async def read_settings(api) -> OversellSettings:
 
 
 def export_cycle(metrics: ManagerMetrics, result: CycleResult, now: float) -> None:
-    """The batch resources of every node the cycle decided, as of this cycle (nodes it no
-    longer decides lose their series)."""
+    """The batch resources of every node the cycle decided, as published after this cycle: a node
+    whose write failed keeps what it carried (nodes no longer decided lose their series); and the
+    nodes whose writes failed."""
     metrics.batch_allocatable.clear()
-    for name, decision in result.decisions.items():
-        metrics.batch_allocatable.labels(name, "cpu").set(decision.amounts[qos.BATCH_CPU_RESOURCE])
-        metrics.batch_allocatable.labels(name, "memory").set(decision.amounts[qos.BATCH_MEMORY_RESOURCE])
+    for name in result.decisions:
+        amounts = result.on_node(name)
+        metrics.batch_allocatable.labels(name, "cpu").set(amounts[qos.BATCH_CPU_RESOURCE])
+        metrics.batch_allocatable.labels(name, "memory").set(amounts[qos.BATCH_MEMORY_RESOURCE])
+    for name in result.failed:
+        metrics.write_failures.labels(name).inc()
     metrics.cycles.labels("ok").inc()
     metrics.last_cycle.set(now)
 

@@ -62,6 +62,15 @@ class CycleResult:
     decisions: dict[str, NodeDecision] = field(default_factory=dict)
     #: node -> why its writes failed this cycle (retried by the next one; the others went on)
     failed: dict[str, str] = field(default_factory=dict)
+    #: node -> the batch amounts it carried when the cycle read it
+    current: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: nodes whose batch amounts this cycle wrote (a later write for the node may have failed)
+    published: set[str] = field(default_factory=set)
+
+    def on_node(self, name: str) -> dict[str, int]:
+        """The batch amounts on the decided node after the cycle: the decision where this cycle
+        wrote it, else what the node carried (a change within the threshold, or a failed write)."""
+        return self.decisions[name].amounts if name in self.published else self.current[name]
 
 
 def other_mode_leftovers(node: dict, reporting_mode: str) -> tuple[str, Any] | None:
@@ -213,6 +222,7 @@ class OversellMaster:
             result.nodes += 1
             decision = decide_node(node, profiles.get(name), self.settings, now)
             result.decisions[name] = decision
+            result.current[name] = current
             desired = decision.amounts
             if label_changes or leftovers or any(
                     should_write(current[k], desired[k], self.settings.change_threshold_percent) for k in desired) \
@@ -245,6 +255,7 @@ class OversellMaster:
         else:
             await self._patch_node_status(name, node_status_patch(node, desired))
         result.node_patches += 1
+        result.published.add(name)
         if leftovers is not None:  # the other reporting mode's amounts, after a switch of reportingMode
             kind, patch = leftovers
             if kind == "status":

@@ -155,6 +155,8 @@ class ManagerMetrics:
     cycles: Counter           # tidal_oversell_cycles_total{result}
     #: nodes whose batch resources a cycle could not write (the next cycle tries again)
     write_failures: Counter   # tidal_oversell_write_failures_total{node}
+    #: BatchResourcesDropped Events given up (rejected for good, or the oldest of too many waiting)
+    events_dropped: Counter   # tidal_oversell_events_dropped_total
     last_cycle: Gauge         # tidal_oversell_last_cycle_timestamp_seconds
 
 
@@ -173,6 +175,9 @@ def manager_metrics(registry: CollectorRegistry | None = None) -> ManagerMetrics
                                "Cycles that could not write the node's batch resources or its NodeProfile's "
                                "breakdown (the node keeps what it carried; the next cycle tries again)",
                                ["node"], registry=r),
+        events_dropped=Counter("tidal_oversell_events_dropped",
+                               "BatchResourcesDropped Events the oversell master gave up sending: rejected for good "
+                               "by the API server, or the oldest of too many waiting", registry=r),
         last_cycle=Gauge("tidal_oversell_last_cycle_timestamp_seconds",
                          "Unix time the last successful oversell cycle ended", registry=r),
     )

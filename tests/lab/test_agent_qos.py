@@ -206,7 +206,8 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         taints = core.read_node(node).spec.taints or []
         return any(t.key == qos.OFFLINE_EVICTING_TAINT_KEY and t.effect == "NoSchedule" for t in taints)
 
-    agent = _agent(lab, node, kubelet, tmp_path, free_port())
+    port = free_port()
+    agent = _agent(lab, node, kubelet, tmp_path, port)
     log = tmp_path / "agent.log"
     try:
         wait_for(tainted, 40, f"offline-evicting taint (log {log})")
@@ -230,6 +231,12 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         # the lowest-priority BE pod was asked first and refused by its budget
         assert any(e.reason == "TidalEvictionBlocked" and e.involved_object.name == "be-protected" for e in ours)
         assert "be-big" in evicted, evicted
+        # ... and both counted: the refusal too, which used to be in the log only
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        counted = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith(("tidal_evictions_total{", "tidal_eviction_failures_total{"))}
+        assert counted[f'tidal_eviction_failures_total{{node="{node}",reason="disruption-budget"}}'] >= 1, counted
+        assert counted[f'tidal_evictions_total{{node="{node}",reason="watermark",resource="cpu"}}'] == len(evicted), counted
         node_events = [e.reason for e in ours if e.involved_object.name == node]
         assert node_events.count("TidalOfflineEvicting") == 1
         assert node_events.count("TidalOfflineEvictingCleared") == 1

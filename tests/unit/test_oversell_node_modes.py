@@ -420,3 +420,26 @@ def test_the_metrics_show_what_the_nodes_carry_and_count_the_failed_writes():
     assert metrics.write_failures.labels("gone")._value.get() == 1
     assert "a" not in {s.labels["node"] for m in metrics.write_failures.collect() for s in m.samples}
     assert metrics.cycles.labels("ok")._value.get() == 1
+
+
+def test_a_drop_event_the_api_server_rejects_for_good_is_counted():
+    """tidal_oversell_events_dropped_total: a BatchResourcesDropped Event the API server rejects for
+    good (422) was only a log line."""
+    from prometheus_client import CollectorRegistry
+    from tidal.kube.client import ApiError
+    from tidal.manager.oversell.loop import new_master
+    from tidal.metrics import manager_metrics
+
+    class Rejecting(FakeAPI):
+        async def create(self, path, body):
+            raise ApiError(422, "Event is invalid")
+
+    node = _node({OV: "true"}, batch={CPU: "6000", MEMORY: str(8 * GiB)})
+    stale = {**_profile(), "status": {"observedAt": "2024-05-01T10:00:00Z"}}  # drives the node to 0: an Event
+    metrics = manager_metrics(CollectorRegistry())
+    master = new_master(Rejecting([node], [stale]), metrics)
+    master.settings = SETTINGS
+    master.clock = lambda: NOW
+    result = asyncio.run(master.cycle())
+    assert result.decisions["n1"].amounts == {CPU: 0, MEMORY: 0} and result.events == 0
+    assert metrics.events_dropped._value.get() == 1 and len(master.events) == 0

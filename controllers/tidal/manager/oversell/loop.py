@@ -40,8 +40,16 @@ def export_cycle(metrics: ManagerMetrics, result: CycleResult, now: float) -> No
     metrics.last_cycle.set(now)
 
 
-async def run_master(api: KubeAPI, interval_seconds: float, metrics: ManagerMetrics | None = None) -> None:
+def new_master(api: KubeAPI, metrics: ManagerMetrics | None = None) -> OversellMaster:
+    """The master :func:`run_master` drives; the Events it gives up are counted."""
     master = OversellMaster(api, OversellSettings())
+    if metrics is not None:
+        master.events.on_drop = metrics.events_dropped.inc
+    return master
+
+
+async def run_master(api: KubeAPI, interval_seconds: float, metrics: ManagerMetrics | None = None) -> None:
+    master = new_master(api, metrics)
     try:
         while True:
             try:

@@ -99,10 +99,14 @@ def test_rotated_certificate_files_are_served_without_a_restart(server):
 
 def test_health_and_metrics_endpoints(server):
     _post(server, "/mutate", b"not json")
+    _post(server, "/mutate", json.dumps(BE_REVIEW).encode())    # a BE pod: its requests become batch ones
+    _post(server, "/validate", json.dumps(BE_REVIEW).encode())  # the same verdict, no patch
     base = f"http://127.0.0.1:{server['health']}"
     assert urllib.request.urlopen(base + "/healthz").read() == b"ok"
     metrics = urllib.request.urlopen(base + "/metrics").read().decode()
     assert 'tidal_admission_denials_total{reason="malformed-request",webhook="mutate"} 1.0' in metrics
+    mutations = [line for line in metrics.splitlines() if line.startswith("tidal_admission_mutations_total{")]
+    assert mutations == ['tidal_admission_mutations_total{kind="Pod",webhook="mutate"} 1.0'], mutations
     assert "tidal_admission_review_duration_seconds_bucket" in metrics
 
 

@@ -46,6 +46,9 @@ class AdmissionMetrics:
                                 ["webhook", "operation", "kind", "allowed"], registry=self.registry)
         self.denials = Counter("tidal_admission_denials_total", "Admission reviews denied, by reason",
                                ["webhook", "reason"], registry=self.registry)
+        self.mutations = Counter("tidal_admission_mutations_total",
+                                 "Admission reviews allowed with changes (the answer carries a JSON patch)",
+                                 ["webhook", "kind"], registry=self.registry)
         self.latency = Histogram("tidal_admission_review_duration_seconds",
                                  "Time to answer one review, body read to response",
                                  ["webhook"], buckets=LATENCY_BUCKETS, registry=self.registry)
@@ -90,6 +93,8 @@ def _admission_handler(webhook: str, metrics: AdmissionMetrics, with_patch: bool
         kind = req.get("kind", {}).get("kind", "") if isinstance(req.get("kind"), dict) else ""
         metrics.requests.labels(webhook, str(req.get("operation", "")), str(kind),
                                 str(inner["allowed"]).lower()).inc()
+        if inner["allowed"] and inner.get("patch"):
+            metrics.mutations.labels(webhook, str(kind)).inc()
         if not inner["allowed"]:
             metrics.denials.labels(webhook, decision.reason or "unknown").inc()
             log.info("denied %s %s/%s uid=%s: %s", kind, req.get("namespace", ""), req.get("name", ""),

@@ -92,6 +92,9 @@ def test_evaluate_subset_of_predictors(small_trace, capsys) -> None:
     assert [e["name"] for e in json.loads(out)["predictors"]] == ["oracle", "nsigma"]
     code, _, err = run(["evaluate", "--trace", str(small_trace), "--predictors", "magic"], capsys)
     assert code == 1 and "unknown predictor(s) magic" in err
+    for empty in (",", ""):  # an empty table with exit 0, before
+        code, out, err = run(["evaluate", "--trace", str(small_trace), "--predictors", empty], capsys)
+        assert code == 1 and "--predictors names no predictor; known: " in err and out == ""
 
 
 @pytest.mark.parametrize(

@@ -123,3 +123,41 @@ def test_alibaba_machine_without_meta_is_an_error(tmp_path: Path) -> None:
     p.write_text("m_9,0,10,50,,,1,1,5\n")
     with pytest.raises(TraceFormatError, match=r"usage.csv:1: column 'machine_id': 'm_9' has no cpu_num"):
         convert_alibaba(p, AL_META)
+
+
+# -- found by fuzzing (2026-12-06): the converters' malformed records and damaged files are named
+
+def _with_line(src: Path, dst: Path, line: str, at: int = 2) -> Path:
+    lines = src.read_text().splitlines(keepends=True)
+    dst.write_text("".join(lines[:at] + [line] + lines[at:]))
+    return dst
+
+
+HUGE = '"' + "x" * 200_000 + '"'
+
+
+def test_a_malformed_record_is_named_with_its_file_and_line_in_every_converter_input(tmp_path: Path) -> None:
+    """A field over the csv module's limit (or a quote that swallows the file) was a traceback in
+    the meta readers, and an error naming neither file nor line in the Azure CPU file."""
+    meta = _with_line(AZ_META, tmp_path / "meta.csv", f"vmX,s,d,0,900,1,1,1,{HUGE},2,4,900\n")
+    with pytest.raises(TraceFormatError, match=r"meta.csv:3: malformed CSV: field larger than field limit"):
+        convert_azure(AZ_CPU, meta)
+    cpu = _with_line(AZ_CPU, tmp_path / "cpu.csv", f"0,vmA,1,{HUGE},1\n")
+    with pytest.raises(TraceFormatError, match=r"cpu.csv:3: malformed CSV: field larger than field limit"):
+        convert_azure(cpu, AZ_META)
+    ali_meta = _with_line(AL_META, tmp_path / "ali_meta.csv", f"m_9,0,1,1,{HUGE},100,USING\n")
+    with pytest.raises(TraceFormatError, match=r"ali_meta.csv:3: malformed CSV"):
+        read_alibaba_meta(ali_meta)
+    ali_usage = _with_line(AL_USAGE, tmp_path / "ali_usage.csv", f"m_1,0,{HUGE}\n", at=1)
+    with pytest.raises(TraceFormatError, match=r"ali_usage.csv:2: malformed CSV"):
+        convert_alibaba(ali_usage, AL_META)
+
+
+def test_a_damaged_gzip_is_named_by_the_converters(tmp_path: Path) -> None:
+    import gzip
+    data = bytearray(gzip.compress(AZ_CPU.read_bytes() * 200))
+    for k in range(100, 140):
+        data[k] ^= 0x55
+    (tmp_path / "cpu.csv.gz").write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match=r"cpu.csv.gz: not a text CSV file \(or a damaged gzip\)"):
+        convert_azure(tmp_path / "cpu.csv.gz", AZ_META)

@@ -38,6 +38,20 @@ BAD = [
     ("duplicate reading", HEADER + "0,a,1,2\n300,a,1,2\n0,a,3,2\n", "t.csv:4: series 'a' has a second reading at timestamp 0 (first on line 2)"),
     ("off the grid", HEADER + "0,a,1,2\n200,a,1,2\n500,b,1,2\n", "t.csv:4: column 'timestamp': 500 is not on the 200-second grid"),
     ("single timestamp", HEADER + "0,a,1,2\n0,b,1,2\n", "a single timestamp (0); cannot infer the step"),
+    # found by fuzzing (2026-12-06): one stray reading used to shrink the grid to its difference
+    # (1 s: a 0.3-s evaluation ran for minutes); the step is the most common difference
+    ("one stray reading", HEADER + "".join(f"{t},a,1,2\n" for t in range(0, 3000, 300)) + "1501,a,1,2\n",
+     "t.csv:12: column 'timestamp': 1501 is not on the 300-second grid starting at 0"),
+    # series sampled 60 s out of phase: a 60-s grid would be 78 % carried forward
+    ("out of phase", HEADER + "".join(f"{t},a,1,2\n{t + 60},b,1,2\n" for t in range(0, 3000, 300)),
+     "the 60-second step inferred from the timestamps would carry forward 78 % of the series' grid points"),
+    ("usage of another unit", HEADER + "0,a,1e155,2\n",
+     "t.csv:2: column 'usage': 1e155 is above 1e+09: not a number of cores"),
+    ("request of another unit", HEADER + "0,a,1,2e9\n", "t.csv:2: column 'request': 2e9 is above 1e+09"),
+    ("underscores", HEADER + "0,a,3_00,2\n", "t.csv:2: column 'usage': not a number: '3_00'"),
+    # the quote swallowed the rest of the file: named where it opened, not at the end
+    ("unterminated quote", HEADER + "0,a,1,2\n300,\"b,1,2\n" + "600,a,1,2\n" * 3,
+     "t.csv:3: a quoted field opened on this line runs on to line 6: a quote not closed?"),
 ]
 
 
@@ -58,6 +72,36 @@ def test_unreadable_path_is_a_trace_format_error(tmp_path: Path) -> None:
         read_trace(tmp_path / "nope.csv")
 
 
+def test_the_explicit_step_reads_series_out_of_phase_carried_forward() -> None:
+    trace = parse(HEADER + "".join(f"{t},a,1,2\n{t + 60},b,1,2\n" for t in range(0, 3000, 300)), step=60)
+    assert trace.step == 60 and trace.filled > 3 * trace.readings
+
+
+def test_a_grid_too_large_for_memory_is_refused_before_it_is_built(monkeypatch) -> None:
+    import tidal.predict.series as series
+    monkeypatch.setattr(series, "MAX_GRID_CELLS", 1000)
+    text = HEADER + "".join(f"{t},s{j},1,2\n" for j in range(20) for t in range(0, 60 * 60, 60))  # 20 × 60
+    with pytest.raises(TraceFormatError, match=r"20 series × 60 grid points of 60 s is more than 1,000 values"):
+        parse(text)
+
+
+def test_a_damaged_gzip_is_named(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress((HEADER + "".join(f"{t},a,{t % 7},8\n" for t in range(0, 300000, 300))).encode()))
+    for k in range(200, 260):
+        data[k] ^= 0x55
+    p = tmp_path / "t.csv.gz"
+    p.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match=r"t.csv.gz: not a text CSV file \(or a damaged gzip\)"):
+        read_trace(p)
+
+
+def test_not_utf8_is_named_with_the_line_reached(tmp_path: Path) -> None:
+    p = tmp_path / "t.csv"
+    p.write_bytes((HEADER + "0,a,1,2\n" * 1 + "300,caf\xe9,1,2\n").encode("latin-1"))
+    with pytest.raises(TraceFormatError, match=r"t.csv: not a text CSV file"):
+        read_trace(p)
+
+
 # -- what is read -------------------------------------------------------------------------------
 
 
@@ -68,6 +112,16 @@ def test_columns_in_any_order_extra_columns_ignored_and_rows_unsorted() -> None:
     assert t.usage == [[0.5, 1.5], [1.0, 2.0]]
     assert t.total_usage == [1.5, 3.5]
     assert t.total_request == [6.0, 6.0]
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    """Spreadsheets write one; it was read into the first column's name ("header lacks column(s)
+    'timestamp' (expected timestamp,..., got timestamp,...)")."""
+    for name, opener in (("t.csv", open), ("t.csv.gz", gzip.open)):
+        p = tmp_path / name
+        with opener(p, "wt", encoding="utf-8-sig") as f:
+            f.write(HEADER + "0,a,1,2\n60,a,2,2\n")
+        assert read_trace(p).usage == [[1.0, 2.0]]
 
 
 def test_gzip_file_is_read(tmp_path: Path) -> None:

@@ -365,8 +365,10 @@ class _Progress:
 
 def _evaluate(args: argparse.Namespace) -> int:
     wanted: list[str] | None = None
-    if args.predictors:
+    if args.predictors is not None:
         wanted = [w.strip() for w in args.predictors.split(",") if w.strip()]
+        if not wanted:
+            raise ValueError(f"--predictors names no predictor; known: {', '.join(NAMES)}")
         unknown = [w for w in wanted if w not in NAMES]
         if unknown:
             raise ValueError(f"unknown predictor(s) {', '.join(unknown)}; known: {', '.join(NAMES)}")

@@ -15,9 +15,14 @@ points ``start + i·step`` (seconds). It is read from the generic long CSV forma
 order and extra columns are ignored. A ``.gz`` file is read transparently. Every problem is
 reported as a `TraceFormatError` that names the file, the line and the column.
 
-The grid step is the smallest difference between two distinct timestamps (or given
-explicitly); every timestamp must lie on the grid, since the converters resample irregular
-traces first. A series may have at most one reading per timestamp.
+The grid step is the most common difference between two consecutive distinct timestamps (the
+smaller on a tie), or given explicitly; every timestamp must lie on the grid, since the
+converters resample irregular traces first. A series may have at most one reading per
+timestamp. An inferred step that would carry forward more of the series' grid points than it
+has readings (series sampled out of phase, say) is refused: resample, or give the step. A
+trace whose grid would hold more than `MAX_GRID_CELLS` values (series × points) is refused
+before anything is allocated, and a usage or request above `MAX_VALUE` cores is taken for
+another unit and refused.
 
 Missing readings. A series is on the node from its first reading to its last one. A grid point
 in between without a reading repeats the series' previous reading (usage and request carried
@@ -42,7 +47,9 @@ import csv
 import gzip
 import io
 import math
+import zlib
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +59,7 @@ from tidal.predict.windows import RollingMax, RollingSorted, RollingStats, linea
 
 __all__ = [
     "HEADER",
+    "ReadErrors",
     "TOTAL",
     "NodeHistory",
     "Trace",
@@ -68,18 +76,59 @@ TOTAL = "total"
 
 #: Refuse grids larger than this (a wrong step would otherwise eat the memory).
 MAX_GRID_POINTS = 5_000_000
+#: ... and more values than this in all (series × grid points: about 16 bytes each)
+MAX_GRID_CELLS = 50_000_000
+#: The largest usage or request read as cores (a larger one is another unit, e.g. millicores of
+#: a whole data centre, or a corrupt reading; it would also overflow the window sums)
+MAX_VALUE = 1e9
 
 
 class TraceFormatError(ValueError):
     """A trace file that cannot be read; the message names the file, line and column."""
 
 
+#: What reading a file that is not (or not wholly) UTF-8 text, or a damaged gzip, raises
+NOT_TEXT_ERRORS = (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error)
+
+
+class ReadErrors:
+    """``with ReadErrors(label) as errors:`` — what reading a CSV file can raise, as a
+    `TraceFormatError` naming the file, and the line where the ``csv.reader`` given to
+    ``errors.track`` had got to: the file missing or unreadable, not UTF-8 text, a damaged gzip,
+    a malformed CSV record (an unterminated quote, a field over the csv module's limit)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.reader: Any = None
+
+    def track(self, reader: Any) -> Any:
+        self.reader = reader
+        return reader
+
+    def __enter__(self) -> ReadErrors:
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        if error is None or isinstance(error, TraceFormatError):
+            return
+        line = getattr(self.reader, "line_num", 0)
+        where = f"{self.label}:{line}" if line else self.label
+        if isinstance(error, NOT_TEXT_ERRORS):
+            after = f" (after line {line})" if line else ""
+            raise TraceFormatError(f"{self.label}: not a text CSV file (or a damaged gzip){after}: {error}") from None
+        if isinstance(error, OSError):
+            raise TraceFormatError(f"{self.label}: cannot read: {error.strerror or error}") from None
+        if isinstance(error, csv.Error):
+            raise TraceFormatError(f"{where}: malformed CSV: {error}") from None
+
+
 def open_text(path: str | Path) -> IO[str]:
-    """Open a text file for reading, gunzipping ``*.gz``."""
+    """Open a text file for reading, gunzipping ``*.gz``; a UTF-8 byte order mark (spreadsheets
+    write one) is skipped."""
     p = Path(path)
     if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
-    return open(p, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig", newline="")
+    return open(p, encoding="utf-8-sig", newline="")
 
 
 @dataclass
@@ -125,12 +174,16 @@ def _column_sums(rows: Sequence[Sequence[float]], n: int) -> list[float]:
     return [math.fsum(col) for col in zip(*rows, strict=True)]
 
 
-def parse_number(text: str, where: str, column: str, *, integer: bool = False) -> float:
-    """A finite number from one CSV cell; TraceFormatError naming the place and column otherwise."""
+def parse_number(text: str, where: str, column: str, *, integer: bool = False,
+                 maximum: float | None = None) -> float:
+    """A finite number from one CSV cell (at most ``maximum``); TraceFormatError naming the place
+    and column otherwise."""
     raw = text.strip()
     if raw == "":
         raise TraceFormatError(f"{where}: column '{column}': empty value")
     try:
+        if "_" in raw:  # float() reads "3_00" as 300: a typo, not a number in a CSV
+            raise ValueError(raw)
         value = float(raw)
     except ValueError:
         raise TraceFormatError(f"{where}: column '{column}': not a number: {raw!r}") from None
@@ -142,6 +195,9 @@ def parse_number(text: str, where: str, column: str, *, integer: bool = False) -
         )
     if not integer and value < 0:
         raise TraceFormatError(f"{where}: column '{column}': negative value {raw!r}")
+    if maximum is not None and value > maximum:
+        raise TraceFormatError(f"{where}: column '{column}': {raw} is above {maximum:g}: "
+                               f"not a number of cores (another unit, or a corrupt reading)")
     return value
 
 
@@ -167,26 +223,20 @@ def read_trace(
     ``source`` is a path (``.gz`` allowed) or an open text file. ``step`` fixes the grid step in
     seconds (inferred otherwise). See the module docstring for how missing readings are handled.
     """
-    if isinstance(source, (str, Path)):
-        label = name or str(source)
-        try:
+    label = name or (str(source) if isinstance(source, (str, Path)) else getattr(source, "name", "<trace>"))
+    with ReadErrors(label) as errors:
+        if isinstance(source, (str, Path)):
             with open_text(source) as f:
-                return _read(f, label, step, max_gap_seconds)
-        except OSError as e:
-            raise TraceFormatError(f"{label}: cannot read: {e.strerror or e}") from None
-        except (UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
-            raise TraceFormatError(f"{label}: not a text CSV file: {e}") from None
-    return _read(source, name or getattr(source, "name", "<trace>"), step, max_gap_seconds)
+                return _read(f, label, step, max_gap_seconds, errors)
+        return _read(source, label, step, max_gap_seconds, errors)
 
 
-def _read(f: IO[str], label: str, step: int | None, max_gap_seconds: float | None) -> Trace:
-    reader = csv.reader(f)
+def _read(f: IO[str], label: str, step: int | None, max_gap_seconds: float | None, errors: ReadErrors) -> Trace:
+    reader = errors.track(csv.reader(f))
     try:
         header = next(reader)
     except StopIteration:
-        raise TraceFormatError(f"{label}: empty file (expected the header {','.join(HEADER)})")
-    except csv.Error as e:
-        raise TraceFormatError(f"{label}:1: {e}") from None
+        raise TraceFormatError(f"{label}: empty file (expected the header {','.join(HEADER)})") from None
     names = [h.strip().lower() for h in header]
     missing = [c for c in HEADER if c not in names]
     if missing:
@@ -205,50 +255,51 @@ def _read(f: IO[str], label: str, step: int | None, max_gap_seconds: float | Non
     first_line: list[dict[int, int]] = []
     stamps: set[int] = set()
     rows = 0
-    line = 1
-    try:
-        for row in reader:
-            line = reader.line_num
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue  # blank line
-            where = f"{label}:{line}"
-            if len(row) < width:
-                raise TraceFormatError(
-                    f"{where}: expected {len(header)} columns, got {len(row)} ({','.join(row)!s})"
-                )
-            ts = int(parse_number(row[col["timestamp"]], where, "timestamp", integer=True))
-            sid = row[col["series_id"]].strip()
-            if not sid:
-                raise TraceFormatError(f"{where}: column 'series_id': empty value")
-            usage = parse_number(row[col["usage"]], where, "usage")
-            request = parse_number(row[col["request"]], where, "request")
-            j = ids.get(sid)
-            if j is None:
-                j = ids[sid] = len(ids)
-                readings.append({})
-                first_line.append({})
-            if ts in readings[j]:
-                raise TraceFormatError(
-                    f"{where}: series {sid!r} has a second reading at timestamp {ts} "
-                    f"(first on line {first_line[j][ts]})"
-                )
-            readings[j][ts] = (usage, request)
-            first_line[j][ts] = line
-            stamps.add(ts)
-            rows += 1
-    except csv.Error as e:
-        raise TraceFormatError(f"{label}:{reader.line_num}: {e}") from None
+    line = reader.line_num
+    for row in reader:
+        start, line = line + 1, reader.line_num
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue  # blank line
+        where = f"{label}:{line}"
+        if line != start:  # a trace's record is one line: this one opened a quote it did not close
+            raise TraceFormatError(f"{label}:{start}: a quoted field opened on this line runs on to line {line}: "
+                                   f"a quote not closed?")
+        if len(row) < width:
+            raise TraceFormatError(
+                f"{where}: expected {len(header)} columns, got {len(row)} ({','.join(row)!s})"
+            )
+        ts = int(parse_number(row[col["timestamp"]], where, "timestamp", integer=True))
+        sid = row[col["series_id"]].strip()
+        if not sid:
+            raise TraceFormatError(f"{where}: column 'series_id': empty value")
+        usage = parse_number(row[col["usage"]], where, "usage", maximum=MAX_VALUE)
+        request = parse_number(row[col["request"]], where, "request", maximum=MAX_VALUE)
+        j = ids.get(sid)
+        if j is None:
+            j = ids[sid] = len(ids)
+            readings.append({})
+            first_line.append({})
+        if ts in readings[j]:
+            raise TraceFormatError(
+                f"{where}: series {sid!r} has a second reading at timestamp {ts} "
+                f"(first on line {first_line[j][ts]})"
+            )
+        readings[j][ts] = (usage, request)
+        first_line[j][ts] = line
+        stamps.add(ts)
+        rows += 1
     if rows == 0:
         raise TraceFormatError(f"{label}: no readings after the header")
 
     ordered = sorted(stamps)
     t0, t1 = ordered[0], ordered[-1]
+    inferred = step is None
     if step is None:
         if len(ordered) < 2:
             raise TraceFormatError(
                 f"{label}: a single timestamp ({t0}); cannot infer the step, give it explicitly"
             )
-        step = min(b - a for a, b in zip(ordered, ordered[1:], strict=False))
+        step = inferred_step(ordered)
     if step <= 0:
         raise TraceFormatError(f"{label}: step must be a positive number of seconds, not {step}")
     for j, sid in enumerate(ids):
@@ -264,6 +315,19 @@ def _read(f: IO[str], label: str, step: int | None, max_gap_seconds: float | Non
         raise TraceFormatError(
             f"{label}: {n} grid points of {step} s from {t0} to {t1}: too many; wrong step?"
         )
+    if n * len(ids) > MAX_GRID_CELLS:
+        raise TraceFormatError(
+            f"{label}: {len(ids)} series × {n} grid points of {step} s is more than {MAX_GRID_CELLS:,} values; "
+            f"split the trace by node (one file per node) or resample it to a longer step"
+        )
+    if inferred:
+        spans = sum((max(r) - min(r)) // step + 1 for r in readings)
+        if spans > 2 * rows:
+            raise TraceFormatError(
+                f"{label}: the {step}-second step inferred from the timestamps would carry forward "
+                f"{100 * (spans - rows) / spans:.0f} % of the series' grid points: are the series "
+                f"sampled out of phase? Resample the trace (the converters do) or give the step"
+            )
 
     max_gap = n if max_gap_seconds is None else max(0, int(max_gap_seconds // step))
     usage_rows: list[list[float]] = []
@@ -299,6 +363,14 @@ def _read(f: IO[str], label: str, step: int | None, max_gap_seconds: float | Non
         absent=absent,
         source=label,
     )
+
+
+def inferred_step(ordered: Sequence[int]) -> int:
+    """The grid step of sorted distinct timestamps: their most common consecutive difference
+    (the smaller on a tie). One stray reading off the grid then does not shrink the grid to a
+    second (it is refused, named, as off the grid)."""
+    counts = Counter(b - a for a, b in zip(ordered, ordered[1:], strict=False))
+    return min(counts, key=lambda d: (-counts[d], d))
 
 
 def write_long_csv(rows: Iterable[tuple[int, str, float, float]], out: IO[str]) -> int:

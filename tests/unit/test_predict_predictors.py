@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 from tidal.predict.evaluate import evaluate
@@ -426,3 +427,30 @@ def test_tidal_explains_every_number_of_its_prediction(name) -> None:
         elif bound == "requests":
             assert "capped at the requests" in e["reason"], e["reason"]
     print(f"\n{name}: bounds seen {sorted(map(str, bounds))}")
+
+
+def test_rc_takes_a_new_pods_percentile_over_its_own_samples() -> None:
+    """Found by fuzzing (2026-12-06): the samples before a pod arrived counted as usage 0 in its
+    24 h percentile, so a pod that arrived at 7 of 8 cores was predicted at 0 for 72 minutes."""
+    h = NodeHistory(["steady", "new"], STEP)
+    for i in range(432):
+        h.append([1.0, 0.0], [2.0, 0.0])
+    for i in range(3):
+        h.append([1.0, 7.0], [2.0, 8.0])
+    assert RC().predict(h) == pytest.approx(1.0 + 7.0)
+    assert RCNSigmaMax().predict(h) >= 8.0
+    # the same as a recomputation over the pod's own samples, as it comes and goes
+    rng = random.Random(5)
+    h = NodeHistory(["a", "b"], STEP)
+    present = []
+    for i in range(600):
+        on = (i // 97) % 2 == 0
+        u = rng.random() * 3 if on else 0.0
+        h.append([1.0 + rng.random(), u], [2.0, 4.0 if on else 0.0])
+        present.append(u if on else None)
+        if on and i % 13 == 0:
+            n = h.steps(24 * 3600)
+            mine = sorted(x for x in present[-n:] if x is not None)
+            a = statistics.quantiles(h.usage(0)[-n:], n=100, method="inclusive")[94] if len(h) > 1 else h.usage(0)[-1]
+            b = statistics.quantiles(mine, n=100, method="inclusive")[94] if len(mine) > 1 else mine[0]
+            assert RC().predict(h) == pytest.approx(min(a + b, 6.0)), i

@@ -74,7 +74,13 @@ def test_default_keeps_the_budget_and_beats_the_peers_on_stress_shapes(shape: st
     check(scores(shape, warmup=86400))
 
 
-@pytest.mark.parametrize("shape,warmup", [("jobs", 7200), ("mid-start", 86400)])
+@pytest.mark.parametrize("shape,warmup", [
+    pytest.param("jobs", 7200, marks=pytest.mark.xfail(strict=True, reason=(
+        "issue 18, since the RC peers take a pod's percentile over its own samples (2026-12-06): on seed 1 "
+        "rc-nsigma-max stays within the budget (0.79 %) and reclaims 44.6 % against the default's 35.0 % "
+        "(Volcano's rule); mean of the 3 seeds 37.2 % against 40.4 %"))),
+    ("mid-start", 86400),
+])
 def test_default_keeps_the_budget_and_beats_the_peers_where_pods_arrive_all_the_time(
         shape: str, warmup: int) -> None:
     check(scores(shape, warmup))
@@ -108,7 +114,7 @@ def _fresh_miss(reason: str):
     ("daily-cycle", 86400),
     pytest.param("rare-spikes", 86400, marks=_fresh_miss("mean violation 1.01 % over the 1 % bar")),
     pytest.param("jobs", 7200, marks=_fresh_miss(
-        "reclaims 37.2 % against the best in-budget peer's 39.2 %, seed by seed (Volcano's rule, which "
+        "reclaims 37.2 % against the best in-budget peer's 39.3 %, seed by seed (Volcano's rule, which "
         "the default follows on a one-day node where pods come and go, 37.4 %; N-sigma where it "
         "happened to stay within the budget, 10 of 40 seeds); the violation bars hold (next test)")),
     ("mid-start", 86400),
@@ -123,8 +129,9 @@ def test_default_keeps_the_bars_on_fresh_seeds(shape: str, warmup: int) -> None:
     ("daily-cycle", 86400),
     ("rare-spikes", 86400),
     pytest.param("jobs", 7200, marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 18, on the second 40 fresh seeds: reclaims 37.0 % against the best in-budget peer's 38.4 %, "
-        "seed by seed (−1.36 points, s.e. 0.61); the violation bars hold (0.10 % mean, 1.59 % worst)"))),
+        "issue 18, on the second 40 fresh seeds: reclaims 37.0 % against the best in-budget peer's 39.0 %, "
+        "seed by seed (−1.97 points, s.e. 0.72; 38.4 % and −1.36 before the RC peers' fix of 2026-12-06); "
+        "the violation bars hold (0.10 % mean, 1.59 % worst)"))),
     ("mid-start", 86400),
 ])
 def test_default_keeps_the_bars_on_a_second_set_of_fresh_seeds(shape: str, warmup: int) -> None:

@@ -20,14 +20,15 @@ from collections.abc import Sequence
 __all__ = ["RollingMax", "RollingSorted", "RollingStats", "linear_quantile"]
 
 
-def linear_quantile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of already-sorted values, linearly interpolated.
+def linear_quantile(sorted_values: Sequence[float], q: float, start: int = 0) -> float:
+    """The ``q`` quantile (0..1) of already-sorted values (of ``sorted_values[start:]``, without
+    copying them), linearly interpolated.
 
     The same definition as numpy's default (``method="linear"``, Hyndman & Fan type 7):
     position ``q·(n−1)`` between order statistics. Raises ValueError on an empty input.
     """
-    n = len(sorted_values)
-    if n == 0:
+    n = len(sorted_values) - start
+    if n <= 0:
         raise ValueError("quantile of an empty window")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile level {q} outside [0, 1]")
@@ -35,8 +36,8 @@ def linear_quantile(sorted_values: Sequence[float], q: float) -> float:
     lo = int(h)
     hi = min(lo + 1, n - 1)
     frac = h - lo
-    a = sorted_values[lo]
-    return a if frac == 0.0 else a + frac * (sorted_values[hi] - a)
+    a = sorted_values[start + lo]
+    return a if frac == 0.0 else a + frac * (sorted_values[start + hi] - a)
 
 
 class _Window:

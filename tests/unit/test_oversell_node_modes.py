@@ -399,16 +399,18 @@ def test_the_metrics_show_what_the_nodes_carry_and_count_the_failed_writes():
 
     class Failing(FakeAPI):
         async def json_patch(self, path, ops):
-            if "/gone/" in path:
+            if "/gone/" in path or "/new/" in path:
                 raise RuntimeError("500 failed calling webhook")
             await super().json_patch(path, ops)
 
     carried = {CPU: "1000", MEMORY: str(GiB)}
     nodes = [_node({OV: "true"}, name="a", batch=carried), _node({OV: "true"}, name="gone", batch=carried),
-             _node({OV: "true"}, name="same", batch={CPU: str(CPU_OK - 1), MEMORY: str(MEMORY_OK)})]
-    api = Failing(nodes, [_profile("a"), _profile("gone"), _with_breakdown(_profile("same"), CPU_OK - 1, MEMORY_OK)])
+             _node({OV: "true"}, name="same", batch={CPU: str(CPU_OK - 1), MEMORY: str(MEMORY_OK)}),
+             _node({OV: "true"}, name="new")]  # no batch resources yet
+    api = Failing(nodes, [_profile("a"), _profile("gone"), _with_breakdown(_profile("same"), CPU_OK - 1, MEMORY_OK),
+                          _profile("new")])
     result = asyncio.run(OversellMaster(api, SETTINGS, clock=lambda: NOW).cycle())
-    assert set(result.failed) == {"gone"} and result.published == {"a"}
+    assert set(result.failed) == {"gone", "new"} and result.published == {"a"}
     metrics = manager_metrics(CollectorRegistry())
     export_cycle(metrics, result, 0.0)
 
@@ -417,6 +419,7 @@ def test_the_metrics_show_what_the_nodes_carry_and_count_the_failed_writes():
     assert (gauge("a", "cpu"), gauge("a", "memory")) == (CPU_OK, MEMORY_OK)   # written
     assert (gauge("gone", "cpu"), gauge("gone", "memory")) == (1000, GiB)     # not written: what it carries
     assert gauge("same", "cpu") == CPU_OK - 1                                 # within the threshold
+    assert (gauge("new", "cpu"), gauge("new", "memory")) == (0, 0)            # none yet: 0
     assert metrics.write_failures.labels("gone")._value.get() == 1
     assert "a" not in {s.labels["node"] for m in metrics.write_failures.collect() for s in m.samples}
     assert metrics.cycles.labels("ok")._value.get() == 1

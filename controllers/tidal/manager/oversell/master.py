@@ -69,8 +69,11 @@ class CycleResult:
 
     def on_node(self, name: str) -> dict[str, int]:
         """The batch amounts on the decided node after the cycle: the decision where this cycle
-        wrote it, else what the node carried (a change within the threshold, or a failed write)."""
-        return self.decisions[name].amounts if name in self.published else self.current[name]
+        wrote it, else what the node carried (a change within the threshold, or a failed write;
+        none at all is 0)."""
+        if name in self.published:
+            return self.decisions[name].amounts
+        return {k: v or 0 for k, v in self.current[name].items()}
 
 
 def other_mode_leftovers(node: dict, reporting_mode: str) -> tuple[str, Any] | None:

@@ -17,13 +17,12 @@ missing reading for the trace reader). Readings with an empty cpu_util_percent a
 
 from __future__ import annotations
 
-import csv
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.predict.series import ReadErrors, TraceFormatError, open_text, parse_number, parse_percent
+from tidal.predict.series import TraceFormatError, csv_records, parse_number, parse_percent
 
 __all__ = ["AlibabaConversion", "convert_alibaba", "read_alibaba_meta"]
 
@@ -41,23 +40,18 @@ def read_alibaba_meta(path: str | Path) -> dict[str, float]:
     """machine_id → cpu_num (from the latest row of each machine that has one)."""
     label = str(path)
     latest: dict[str, tuple[float, float]] = {}
-    with ReadErrors(label) as errors, open_text(path) as f:
-        reader = errors.track(csv.reader(f))
-        for row in reader:
-            if not row:
-                continue
-            where = f"{label}:{reader.line_num}"
-            if len(row) < 5:
-                raise TraceFormatError(f"{where}: expected 7 columns, got {len(row)}")
-            machine, ts_raw, cpu_raw = row[0].strip(), row[1].strip(), row[4].strip()
-            if cpu_raw == "":
-                continue
-            ts = parse_number(ts_raw, where, "time_stamp") if ts_raw else -math.inf
-            cpu = parse_number(cpu_raw, where, "cpu_num")
-            if cpu <= 0:
-                raise TraceFormatError(f"{where}: column 'cpu_num': must be > 0, got {cpu_raw!r}")
-            if machine not in latest or ts >= latest[machine][0]:
-                latest[machine] = (ts, cpu)
+    for where, row in csv_records(path):
+        if len(row) < 5:
+            raise TraceFormatError(f"{where}: expected 7 columns, got {len(row)}")
+        machine, ts_raw, cpu_raw = row[0].strip(), row[1].strip(), row[4].strip()
+        if cpu_raw == "":
+            continue
+        ts = parse_number(ts_raw, where, "time_stamp") if ts_raw else -math.inf
+        cpu = parse_number(cpu_raw, where, "cpu_num")
+        if cpu <= 0:
+            raise TraceFormatError(f"{where}: column 'cpu_num': must be > 0, got {cpu_raw!r}")
+        if machine not in latest or ts >= latest[machine][0]:
+            latest[machine] = (ts, cpu)
     if not latest:
         raise TraceFormatError(f"{label}: no machines with a cpu_num")
     return {m: cpu for m, (_, cpu) in latest.items()}
@@ -76,30 +70,24 @@ def convert_alibaba(
     if step <= 0:
         raise ValueError(f"step must be positive, not {step}")
     cpus = read_alibaba_meta(meta_path)
-    label = str(usage_path)
     buckets: dict[tuple[str, int], list[float]] = defaultdict(list)
     readings = skipped = 0
-    with ReadErrors(label) as errors, open_text(usage_path) as f:
-        reader = errors.track(csv.reader(f))
-        for row in reader:
-            if not row:
-                continue
-            where = f"{label}:{reader.line_num}"
-            if len(row) < 3:
-                raise TraceFormatError(f"{where}: expected 9 columns, got {len(row)}")
-            machine = row[0].strip()
-            if machine not in cpus:
-                raise TraceFormatError(
-                    f"{where}: column 'machine_id': {machine!r} has no cpu_num in {meta_path}"
-                )
-            raw = row[2].strip()
-            if raw == "":
-                skipped += 1
-                continue
-            ts = parse_number(row[1].strip(), where, "time_stamp")
-            pct = parse_percent(raw, where, "cpu_util_percent")
-            buckets[(machine, int(ts // step) * step)].append(pct)
-            readings += 1
+    for where, row in csv_records(usage_path):
+        if len(row) < 3:
+            raise TraceFormatError(f"{where}: expected 9 columns, got {len(row)}")
+        machine = row[0].strip()
+        if machine not in cpus:
+            raise TraceFormatError(
+                f"{where}: column 'machine_id': {machine!r} has no cpu_num in {meta_path}"
+            )
+        raw = row[2].strip()
+        if raw == "":
+            skipped += 1
+            continue
+        ts = parse_number(row[1].strip(), where, "time_stamp")
+        pct = parse_percent(raw, where, "cpu_util_percent")
+        buckets[(machine, int(ts // step) * step)].append(pct)
+        readings += 1
     rows = []
     for (machine, ts), values in buckets.items():
         pct = max(values) if variant == "strict" else math.fsum(values) / len(values)

@@ -19,13 +19,12 @@ reading forward.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal.predict.series import ReadErrors, TraceFormatError, open_text, parse_number, parse_percent
+from tidal.predict.series import TraceFormatError, csv_records, parse_number, parse_percent
 
 __all__ = ["VARIANTS", "AzureConversion", "convert_azure", "read_azure_meta"]
 
@@ -55,34 +54,25 @@ def read_azure_meta(path: str | Path) -> dict[str, tuple[str, int]]:
     """vm_id → (vm_category, vCPUs) from a vmtable CSV."""
     label = str(path)
     out: dict[str, tuple[str, int]] = {}
-    with ReadErrors(label) as errors, open_text(path) as f:
-        reader = errors.track(csv.reader(f))
+    records = csv_records(path)
+    header = _header(records, label)
+    col = _header_index(header, ("vm_id", "vm_category", "vm_virtual_core_count_bucket"), label)
+    for where, row in records:
+        if len(row) <= max(col.values()):
+            raise TraceFormatError(f"{where}: expected {len(header)} columns, got {len(row)}")
+        vm = row[col["vm_id"]].strip()
+        raw = row[col["vm_virtual_core_count_bucket"]].strip()
         try:
-            header = next(reader)
-        except StopIteration:
-            raise TraceFormatError(f"{label}: empty file") from None
-        col = _header_index(
-            header, ("vm_id", "vm_category", "vm_virtual_core_count_bucket"), label
-        )
-        for row in reader:
-            if not row:
-                continue
-            where = f"{label}:{reader.line_num}"
-            if len(row) <= max(col.values()):
-                raise TraceFormatError(f"{where}: expected {len(header)} columns, got {len(row)}")
-            vm = row[col["vm_id"]].strip()
-            raw = row[col["vm_virtual_core_count_bucket"]].strip()
-            try:
-                cores = float(raw)
-            except ValueError:
-                raise TraceFormatError(
-                    f"{where}: column 'vm_virtual_core_count_bucket': not a number: {raw!r}"
-                ) from None
-            if not math.isfinite(cores) or cores <= 0:
-                raise TraceFormatError(
-                    f"{where}: column 'vm_virtual_core_count_bucket': must be > 0, got {raw!r}"
-                )
-            out[vm] = (row[col["vm_category"]].strip(), int(cores) if cores.is_integer() else cores)
+            cores = float(raw)
+        except ValueError:
+            raise TraceFormatError(
+                f"{where}: column 'vm_virtual_core_count_bucket': not a number: {raw!r}"
+            ) from None
+        if not math.isfinite(cores) or cores <= 0:
+            raise TraceFormatError(
+                f"{where}: column 'vm_virtual_core_count_bucket': must be > 0, got {raw!r}"
+            )
+        out[vm] = (row[col["vm_category"]].strip(), int(cores) if cores.is_integer() else cores)
     if not out:
         raise TraceFormatError(f"{label}: no VMs")
     return out
@@ -113,41 +103,36 @@ def convert_azure(
     rows: list[tuple[int, str, float, float]] = []
     skipped = missing = 0
     seen: set[str] = set()
-    with ReadErrors(label) as errors, open_text(cpu_path) as f:
-        reader = errors.track(csv.reader(f))
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise TraceFormatError(f"{label}: empty file") from None
-        col = _header_index(header, ("timestamp", "vm_id", column), label)
-        for row in _rows(reader):
-            where = f"{label}:{reader.line_num}"
-            if len(row) <= max(col.values()):
-                raise TraceFormatError(f"{where}: expected {len(header)} columns, got {len(row)}")
-            vm = row[col["vm_id"]].strip()
-            if vm not in meta:
-                raise TraceFormatError(f"{where}: column 'vm_id': VM {vm!r} is not in {meta_path}")
-            if vm not in keep:
-                skipped += 1
-                continue
-            ts = parse_number(row[col["timestamp"]], where, "timestamp")
-            raw = row[col[column]].strip()
-            if raw == "":
-                missing += 1
-                continue
-            pct = parse_percent(raw, where, column)
-            cores = meta[vm][1]
-            if ts != int(ts):
-                raise TraceFormatError(f"{where}: column 'timestamp': not whole seconds: {ts!r}")
-            rows.append((int(ts), vm, pct / 100.0 * cores, float(cores)))
-            seen.add(vm)
+    records = csv_records(cpu_path)
+    header = _header(records, label)
+    col = _header_index(header, ("timestamp", "vm_id", column), label)
+    for where, row in records:
+        if len(row) <= max(col.values()):
+            raise TraceFormatError(f"{where}: expected {len(header)} columns, got {len(row)}")
+        vm = row[col["vm_id"]].strip()
+        if vm not in meta:
+            raise TraceFormatError(f"{where}: column 'vm_id': VM {vm!r} is not in {meta_path}")
+        if vm not in keep:
+            skipped += 1
+            continue
+        ts = parse_number(row[col["timestamp"]], where, "timestamp")
+        raw = row[col[column]].strip()
+        if raw == "":
+            missing += 1
+            continue
+        pct = parse_percent(raw, where, column)
+        cores = meta[vm][1]
+        if ts != int(ts):
+            raise TraceFormatError(f"{where}: column 'timestamp': not whole seconds: {ts!r}")
+        rows.append((int(ts), vm, pct / 100.0 * cores, float(cores)))
+        seen.add(vm)
     rows.sort(key=lambda r: (r[0], r[1]))
     return AzureConversion(rows=rows, vms=len(seen), skipped_category=skipped, missing=missing)
 
 
-def _rows(reader: Iterator[list[str]]) -> Iterator[list[str]]:
-    """The non-empty rows (a malformed record raises csv.Error: ReadErrors names its line)."""
-    for row in reader:
-        if row:
-            yield row
-
+def _header(records: Iterator[tuple[str, list[str]]], label: str) -> list[str]:
+    """The first record of a CSV file (its header); an empty file is an error."""
+    try:
+        return next(records)[1]
+    except StopIteration:
+        raise TraceFormatError(f"{label}: empty file") from None

@@ -50,7 +50,7 @@ import math
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -60,6 +60,7 @@ from tidal.predict.windows import RollingMax, RollingSorted, RollingStats, linea
 __all__ = [
     "HEADER",
     "ReadErrors",
+    "csv_records",
     "TOTAL",
     "NodeHistory",
     "Trace",
@@ -120,6 +121,17 @@ class ReadErrors:
             raise TraceFormatError(f"{self.label}: cannot read: {error.strerror or error}") from None
         if isinstance(error, csv.Error):
             raise TraceFormatError(f"{where}: malformed CSV: {error}") from None
+
+
+def csv_records(path: str | Path) -> Iterator[tuple[str, list[str]]]:
+    """``("file:line", row)`` for every non-empty record of a CSV file (``.gz`` allowed); what
+    reading it raises comes as a `TraceFormatError` naming the file and line (`ReadErrors`)."""
+    label = str(path)
+    with ReadErrors(label) as errors, open_text(path) as f:
+        reader = errors.track(csv.reader(f))
+        for row in reader:
+            if row:
+                yield f"{label}:{reader.line_num}", row
 
 
 def open_text(path: str | Path) -> IO[str]:

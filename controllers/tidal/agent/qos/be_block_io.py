@@ -163,11 +163,12 @@ def allot(cap: int, demands: Sequence[float | None]) -> list[int]:
     """The node cap shared by the containers, max-min fair: each wanting less than an equal part
     gets what it wants (at least :data:`FLOOR` of an equal part), the others share the rest
     equally; what nobody wants is spread over all. The parts never sum to more than the cap, and
-    none is 0 (a limit of 0 means none)."""
+    none is 0 (a limit of 0 means none): where the floor is below 1 it is 1, counted against the
+    cap (a cap below one per container is the only case above the cap, one each)."""
     n = len(demands)
     if cap <= 0 or n == 0:
         return [0] * n
-    floor = cap * FLOOR / n
+    floor = max(cap * FLOOR / n, 1.0) if cap >= n else cap * FLOOR / n
     wants = [math.inf if d is None else max(d, floor) for d in demands]
     parts, left = [0.0] * n, float(cap)
     for k, i in enumerate(sorted(range(n), key=wants.__getitem__)):

@@ -8,11 +8,13 @@ import os
 import secrets
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from tidal.api import qos
 from tidal.agent.collector.readers import read_meminfo
@@ -95,6 +97,14 @@ def _agent(lab, node, kubelet, tmp_path, port, *extra):
         "--cgroup-driver", "cgroupfs", "--kubelet-cgroup-root", kubelet.kubelet_root,
         "--state-dir", str(tmp_path / "state"), "--metrics-address", "127.0.0.1",
         "--metrics-port", str(port), *extra], tmp_path / "agent.log")
+
+
+def scraped(port: int, name: str, **labels: str) -> float | None:
+    """The value of the first sample ``name`` whose labels include ``labels`` on the agent's
+    ``/metrics`` at ``port`` (parsed by prometheus_client); None when there is none."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return next((sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+                 if sample.name == name and labels.items() <= sample.labels.items()), None)
 
 
 def _read(path: Path) -> str:

@@ -12,7 +12,6 @@ under load)."""
 import os
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,10 @@ from tidal_dev.lab.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.lab
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_fixtures import CPUS, _agent, _be, _pod, _read, hierarchy, kubelet, node  # noqa: E402,F401
+from agent_fixtures import CPUS, _agent, _be, _pod, _read, hierarchy, kubelet, node, scraped  # noqa: E402,F401
 
 FLOOR = 200
 TARGET = 2000
-
-
-def _metric(port, name):
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 @pytest.mark.parametrize("quota", ["always", "onInterference"])
@@ -88,7 +79,7 @@ def test_agent_slows_be_while_an_ls_process_waits_and_gives_back_what_was_not_be
             wait_for(no_quota, 30, f"the agent's status: no BE quota in force (log {tmp_path / 'agent.log'})")
         competitor = kubelet.cgroups.spawn("spin")  # a daemon outside the pods, on the LS process's CPU
         os.sched_setaffinity(competitor.pid, {cpu})
-        wait_for(lambda: (_metric(port, "tidal_be_cpu_interference_throttles_total") or 0) >= 1, 30,
+        wait_for(lambda: (scraped(port, "tidal_be_cpu_interference_throttles_total") or 0) >= 1, 30,
                  "a decrease of the BE quota while the LS process waits")
 
         def events(reason):
@@ -99,7 +90,7 @@ def test_agent_slows_be_while_an_ls_process_waits_and_gives_back_what_was_not_be
         # rate-limited: one per throttling episode (a busy machine may have started one before the
         # competitor, and ended it: TidalBECPUReleased), not one per round
         assert len(throttled) <= 1 + len(events("TidalBECPUReleased")), [e.message for e in throttled]
-        assert _metric(port, "tidal_online_runqueue_delay_microseconds") > 0
+        assert scraped(port, "tidal_online_runqueue_delay_microseconds") > 0
 
         # The round the quota spent at the floor measured the delay without BE: as long (the
         # competitor is no pod), so none of it is BE's and the quota grows back to suppression's

@@ -28,7 +28,7 @@ from tidal_dev.lab.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.lab
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_fixtures import (CPUS, POLICY, _agent, _be, _busy_percent, _cpu_cores, _pod, _read,  # noqa: E402,F401
+from agent_fixtures import (CPUS, POLICY, _agent, _be, _busy_percent, _cpu_cores, _pod, _read, scraped,  # noqa: E402,F401
                             hierarchy, kubelet, node)
 
 
@@ -232,11 +232,8 @@ def test_watermark_eviction_taints_evicts_be_only_respects_pdbs_and_untaints_wit
         assert any(e.reason == "TidalEvictionBlocked" and e.involved_object.name == "be-protected" for e in ours)
         assert "be-big" in evicted, evicted
         # ... and both counted: the refusal too, which used to be in the log only
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        counted = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                   if line.startswith(("tidal_evictions_total{", "tidal_eviction_failures_total{"))}
-        assert counted[f'tidal_eviction_failures_total{{node="{node}",reason="disruption-budget"}}'] >= 1, counted
-        assert counted[f'tidal_evictions_total{{node="{node}",reason="watermark",resource="cpu"}}'] == len(evicted), counted
+        assert scraped(port, "tidal_eviction_failures_total", node=node, reason="disruption-budget") >= 1
+        assert scraped(port, "tidal_evictions_total", node=node, reason="watermark", resource="cpu") == len(evicted)
         node_events = [e.reason for e in ours if e.involved_object.name == node]
         assert node_events.count("TidalOfflineEvicting") == 1
         assert node_events.count("TidalOfflineEvictingCleared") == 1

@@ -374,15 +374,23 @@ def test_a_switch_to_extended_resources_removes_the_volcano_keys_the_master_wrot
     assert [w for w in _cycle([users], SETTINGS)[0] if w[0] == "strategic"] == []
 
 
-def test_one_nodes_failed_write_stops_no_other_node():
-    class Failing(FakeAPI):
-        async def json_patch(self, path, ops):
-            if "/gone/" in path:
-                raise RuntimeError("404 nodes gone not found")
-            await super().json_patch(path, ops)
+class Failing(FakeAPI):
+    """Node status patches of the nodes in ``failing`` raise their error."""
 
+    def __init__(self, nodes, profiles, failing: dict[str, str]):
+        super().__init__(nodes, profiles)
+        self.failing = failing
+
+    async def json_patch(self, path, ops):
+        name = path.split("/")[-2]  # /api/v1/nodes/<name>/status
+        if name in self.failing:
+            raise RuntimeError(self.failing[name])
+        await super().json_patch(path, ops)
+
+
+def test_one_nodes_failed_write_stops_no_other_node():
     nodes = [_node({OV: "true"}, name=n) for n in ("a", "gone", "b")]
-    api = Failing(nodes, [_profile(n["metadata"]["name"]) for n in nodes])
+    api = Failing(nodes, [_profile(n["metadata"]["name"]) for n in nodes], {"gone": "404 nodes gone not found"})
     result = asyncio.run(OversellMaster(api, SETTINGS, clock=lambda: NOW).cycle())
     assert set(result.failed) == {"gone"} and "404" in result.failed["gone"]
     assert sorted(path for kind, path, _ in api.writes if kind == "json") == [
@@ -397,18 +405,12 @@ def test_the_metrics_show_what_the_nodes_carry_and_count_the_failed_writes():
     from tidal.manager.oversell.loop import export_cycle
     from tidal.metrics import manager_metrics
 
-    class Failing(FakeAPI):
-        async def json_patch(self, path, ops):
-            if "/gone/" in path or "/new/" in path:
-                raise RuntimeError("500 failed calling webhook")
-            await super().json_patch(path, ops)
-
     carried = {CPU: "1000", MEMORY: str(GiB)}
     nodes = [_node({OV: "true"}, name="a", batch=carried), _node({OV: "true"}, name="gone", batch=carried),
              _node({OV: "true"}, name="same", batch={CPU: str(CPU_OK - 1), MEMORY: str(MEMORY_OK)}),
              _node({OV: "true"}, name="new")]  # no batch resources yet
     api = Failing(nodes, [_profile("a"), _profile("gone"), _with_breakdown(_profile("same"), CPU_OK - 1, MEMORY_OK),
-                          _profile("new")])
+                          _profile("new")], {name: "500 failed calling webhook" for name in ("gone", "new")})
     result = asyncio.run(OversellMaster(api, SETTINGS, clock=lambda: NOW).cycle())
     assert set(result.failed) == {"gone", "new"} and result.published == {"a"}
     metrics = manager_metrics(CollectorRegistry())

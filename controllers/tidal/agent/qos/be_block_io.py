@@ -168,7 +168,9 @@ def allot(cap: int, demands: Sequence[float | None]) -> list[int]:
     n = len(demands)
     if cap <= 0 or n == 0:
         return [0] * n
-    floor = max(cap * FLOOR / n, 1.0) if cap >= n else cap * FLOOR / n
+    floor = cap * FLOOR / n
+    if cap >= n:  # room for 1 each: no part is rounded up past what the cap holds
+        floor = max(floor, 1.0)
     wants = [math.inf if d is None else max(d, floor) for d in demands]
     parts, left = [0.0] * n, float(cap)
     for k, i in enumerate(sorted(range(n), key=wants.__getitem__)):
